@@ -1,0 +1,509 @@
+//! The provider API shapes the gateway proxies, and what it must know of a
+//! request before forwarding it: the model, whether it streams, how many
+//! choices it asks for and its output limit — which the gateway sets when
+//! the client did not, so the reserved upper bound holds at the provider.
+//!
+//! Each request is checked field by field: a bad value is a 400 naming the
+//! field, before anything is reserved or forwarded.
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use crate::error::{GatewayError, Shape};
+use crate::usage::{ApiKind, StreamKind};
+
+/// A proxied route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    ChatCompletions,
+    Completions,
+    Responses,
+    Embeddings,
+    Messages,
+}
+
+/// The OpenAI API's default output limit of the legacy completions route:
+/// setting it explicitly bounds the call without changing its behaviour.
+const COMPLETIONS_DEFAULT_MAX_TOKENS: u64 = 16;
+
+/// Largest `n` (or `best_of`) accepted, as OpenAI does.
+const MAX_CHOICES: u64 = 128;
+
+impl Api {
+    pub fn from_path(path: &str) -> Option<Api> {
+        Some(match path {
+            "/v1/chat/completions" => Api::ChatCompletions,
+            "/v1/completions" => Api::Completions,
+            "/v1/responses" => Api::Responses,
+            "/v1/embeddings" => Api::Embeddings,
+            "/v1/messages" => Api::Messages,
+            _ => return None,
+        })
+    }
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => "/v1/chat/completions",
+            Api::Completions => "/v1/completions",
+            Api::Responses => "/v1/responses",
+            Api::Embeddings => "/v1/embeddings",
+            Api::Messages => "/v1/messages",
+        }
+    }
+
+    pub fn shape(self) -> Shape {
+        match self {
+            Api::Messages => Shape::Anthropic,
+            _ => Shape::OpenAi,
+        }
+    }
+
+    pub fn usage_kind(self) -> ApiKind {
+        match self {
+            Api::ChatCompletions => ApiKind::ChatCompletions,
+            Api::Completions => ApiKind::Completions,
+            Api::Responses => ApiKind::Responses,
+            Api::Embeddings => ApiKind::Embeddings,
+            Api::Messages => ApiKind::Messages,
+        }
+    }
+
+    /// The body field that limits output tokens, if the API has one.
+    fn output_limit_fields(self) -> &'static [&'static str] {
+        match self {
+            Api::ChatCompletions => &["max_completion_tokens", "max_tokens"],
+            Api::Completions | Api::Messages => &["max_tokens"],
+            Api::Responses => &["max_output_tokens"],
+            Api::Embeddings => &[],
+        }
+    }
+
+    /// The field the gateway sets when the client set no output limit.
+    fn output_limit_field(self) -> Option<&'static str> {
+        self.output_limit_fields().first().copied()
+    }
+}
+
+/// A checked request, ready to be estimated and forwarded.
+#[derive(Debug)]
+pub struct Call {
+    pub api: Api,
+    pub model: String,
+    pub stream: bool,
+    /// Output tokens one choice may produce (0 for embeddings).
+    pub output_limit: u64,
+    /// Choices generated (`n`, or `best_of` for legacy completions).
+    pub choices: u64,
+    /// The client did not ask for stream usage; the gateway asked for it
+    /// upstream and hides the usage-only chunk from the client.
+    pub hide_usage_chunk: bool,
+    /// The parsed body; the estimate walks it.
+    pub body: Map<String, Value>,
+    /// The bytes to forward: the client's own, unless the gateway changed
+    /// the body.
+    original: Bytes,
+    changed: bool,
+}
+
+impl Call {
+    /// Parses and checks a request body. `default_output_limit` is the output
+    /// allowance set when the client gave none (the model's maximum).
+    pub fn parse(
+        api: Api,
+        bytes: Bytes,
+        default_output_limit: impl FnOnce(&str) -> u64,
+    ) -> Result<Call, GatewayError> {
+        let body: Map<String, Value> = match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) => return Err(bad("the request body must be a JSON object", None)),
+            Err(e) => {
+                return Err(bad(
+                    &format!("the request body is not valid JSON: {e}"),
+                    None,
+                ))
+            }
+        };
+        let model = match body.get("model") {
+            Some(Value::String(m)) if !m.is_empty() => m.clone(),
+            Some(_) => return Err(bad("`model` must be a non-empty string", Some("model"))),
+            None => return Err(bad("`model` is required", Some("model"))),
+        };
+        let stream = match body.get("stream") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(bad("`stream` must be true or false", Some("stream"))),
+        };
+        if stream && api == Api::Embeddings {
+            return Err(bad(
+                "embeddings do not stream: remove `stream`",
+                Some("stream"),
+            ));
+        }
+        check_input(api, &body)?;
+        let choices = choices(api, &body)?;
+        let mut call = Call {
+            api,
+            model,
+            stream,
+            output_limit: 0,
+            choices,
+            hide_usage_chunk: false,
+            body,
+            original: bytes,
+            changed: false,
+        };
+        call.bound_output(default_output_limit)?;
+        if stream && matches!(api, Api::ChatCompletions | Api::Completions) {
+            call.ask_for_stream_usage()?;
+        }
+        Ok(call)
+    }
+
+    /// How the stream's usage is read.
+    pub fn stream_kind(&self) -> StreamKind {
+        match self.api {
+            Api::Responses => StreamKind::OpenAiResponses,
+            Api::Messages => StreamKind::AnthropicMessages,
+            _ => StreamKind::OpenAiChat {
+                hide_usage_chunk: self.hide_usage_chunk,
+            },
+        }
+    }
+
+    /// The body to forward.
+    pub fn forward_body(&self) -> Bytes {
+        if self.changed {
+            Bytes::from(Value::Object(self.body.clone()).to_string())
+        } else {
+            self.original.clone()
+        }
+    }
+
+    /// Reads the client's output limit, or sets one so the provider cannot
+    /// bill past what is reserved.
+    fn bound_output(&mut self, default: impl FnOnce(&str) -> u64) -> Result<(), GatewayError> {
+        let mut limit = None;
+        for field in self.api.output_limit_fields() {
+            if let Some(value) = positive_int(&self.body, field)? {
+                limit = Some(limit.map_or(value, |l: u64| l.min(value)));
+            }
+        }
+        self.output_limit = match (limit, self.api.output_limit_field()) {
+            (Some(limit), _) => limit,
+            (None, None) => 0,
+            (None, Some(field)) => {
+                let value = if self.api == Api::Completions {
+                    COMPLETIONS_DEFAULT_MAX_TOKENS
+                } else {
+                    default(&self.model)
+                };
+                self.body.insert(field.to_owned(), Value::from(value));
+                self.changed = true;
+                value
+            }
+        };
+        Ok(())
+    }
+
+    /// Makes an OpenAI stream report its usage: without it a stream's cost
+    /// could only be guessed.
+    fn ask_for_stream_usage(&mut self) -> Result<(), GatewayError> {
+        let options = self
+            .body
+            .entry("stream_options")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if options.is_null() {
+            *options = Value::Object(Map::new());
+        }
+        let Value::Object(options) = options else {
+            return Err(bad(
+                "`stream_options` must be an object",
+                Some("stream_options"),
+            ));
+        };
+        match options.get("include_usage") {
+            Some(Value::Bool(true)) => {}
+            None | Some(Value::Null) | Some(Value::Bool(false)) => {
+                options.insert("include_usage".to_owned(), Value::Bool(true));
+                self.hide_usage_chunk = true;
+                self.changed = true;
+            }
+            Some(_) => {
+                return Err(bad(
+                    "`stream_options.include_usage` must be true or false",
+                    Some("stream_options"),
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+fn bad(message: &str, param: Option<&'static str>) -> GatewayError {
+    GatewayError::BadRequest {
+        message: message.to_owned(),
+        param,
+    }
+}
+
+/// A field that must be a positive integer when present.
+fn positive_int(
+    body: &Map<String, Value>,
+    field: &'static str,
+) -> Result<Option<u64>, GatewayError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => match value.as_u64() {
+            Some(n) if n >= 1 => Ok(Some(n)),
+            _ => Err(bad(
+                &format!("`{field}` must be a positive integer"),
+                Some(field),
+            )),
+        },
+    }
+}
+
+fn choices(api: Api, body: &Map<String, Value>) -> Result<u64, GatewayError> {
+    let fields: &[&'static str] = match api {
+        Api::ChatCompletions => &["n"],
+        Api::Completions => &["n", "best_of"],
+        _ => &[],
+    };
+    let mut choices = 1;
+    for field in fields {
+        if let Some(n) = positive_int(body, field)? {
+            if n > MAX_CHOICES {
+                return Err(bad(
+                    &format!("`{field}` must be at most {MAX_CHOICES}"),
+                    Some(field),
+                ));
+            }
+            choices = choices.max(n);
+        }
+    }
+    Ok(choices)
+}
+
+/// The input each API requires.
+fn check_input(api: Api, body: &Map<String, Value>) -> Result<(), GatewayError> {
+    match api {
+        Api::ChatCompletions | Api::Messages => match body.get("messages") {
+            Some(Value::Array(items)) if !items.is_empty() => {
+                if items.iter().all(Value::is_object) {
+                    Ok(())
+                } else {
+                    Err(bad(
+                        "every item of `messages` must be an object",
+                        Some("messages"),
+                    ))
+                }
+            }
+            Some(_) => Err(bad(
+                "`messages` must be a non-empty array",
+                Some("messages"),
+            )),
+            None => Err(bad("`messages` is required", Some("messages"))),
+        },
+        Api::Completions => match body.get("prompt") {
+            Some(Value::String(_) | Value::Array(_)) => Ok(()),
+            Some(_) => Err(bad("`prompt` must be a string or an array", Some("prompt"))),
+            None => Err(bad("`prompt` is required", Some("prompt"))),
+        },
+        Api::Embeddings => match body.get("input") {
+            Some(Value::String(s)) if !s.is_empty() => Ok(()),
+            Some(Value::Array(items)) if !items.is_empty() => Ok(()),
+            Some(_) => Err(bad(
+                "`input` must be a non-empty string or array",
+                Some("input"),
+            )),
+            None => Err(bad("`input` is required", Some("input"))),
+        },
+        Api::Responses => match body.get("input") {
+            Some(Value::String(_) | Value::Array(_)) => Ok(()),
+            Some(Value::Null) | None
+                if body.contains_key("previous_response_id")
+                    || body.contains_key("conversation")
+                    || body.contains_key("prompt") =>
+            {
+                Ok(())
+            }
+            Some(_) => Err(bad("`input` must be a string or an array", Some("input"))),
+            None => Err(bad("`input` is required", Some("input"))),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(api: Api, body: &str) -> Result<Call, GatewayError> {
+        Call::parse(api, Bytes::from(body.to_owned()), |_| 1000)
+    }
+
+    fn param_of(err: GatewayError) -> Option<&'static str> {
+        match err {
+            GatewayError::BadRequest { param, .. } => param,
+            other => panic!("not a bad request: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sets_the_output_limit_when_missing() {
+        let call = parse(
+            Api::ChatCompletions,
+            r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(call.output_limit, 1000);
+        let forwarded: Value = serde_json::from_slice(&call.forward_body()).unwrap();
+        assert_eq!(forwarded["max_completion_tokens"], 1000);
+
+        let call = parse(
+            Api::Messages,
+            r#"{"model":"claude-haiku-4-5","messages":[{"role":"user","content":"hi"}]}"#,
+        )
+        .unwrap();
+        let forwarded: Value = serde_json::from_slice(&call.forward_body()).unwrap();
+        assert_eq!(forwarded["max_tokens"], 1000);
+
+        let call = parse(Api::Responses, r#"{"model":"gpt-4o-mini","input":"hi"}"#).unwrap();
+        let forwarded: Value = serde_json::from_slice(&call.forward_body()).unwrap();
+        assert_eq!(forwarded["max_output_tokens"], 1000);
+
+        let call = parse(
+            Api::Completions,
+            r#"{"model":"gpt-3.5-turbo-instruct","prompt":"hi"}"#,
+        )
+        .unwrap();
+        assert_eq!(call.output_limit, COMPLETIONS_DEFAULT_MAX_TOKENS);
+    }
+
+    #[test]
+    fn keeps_the_client_limit_and_bytes() {
+        let raw = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":7,"n":3}"#;
+        let call = parse(Api::ChatCompletions, raw).unwrap();
+        assert_eq!((call.output_limit, call.choices), (7, 3));
+        assert_eq!(call.forward_body(), raw.as_bytes());
+        let both = r#"{"model":"m","messages":[{}],"max_tokens":70,"max_completion_tokens":9}"#;
+        assert_eq!(parse(Api::ChatCompletions, both).unwrap().output_limit, 9);
+    }
+
+    #[test]
+    fn asks_for_stream_usage_and_hides_it() {
+        let call = parse(
+            Api::ChatCompletions,
+            r#"{"model":"m","messages":[{}],"stream":true,"max_tokens":5}"#,
+        )
+        .unwrap();
+        assert!(call.hide_usage_chunk);
+        let forwarded: Value = serde_json::from_slice(&call.forward_body()).unwrap();
+        assert_eq!(forwarded["stream_options"]["include_usage"], true);
+
+        let asked = r#"{"model":"m","messages":[{}],"stream":true,"max_tokens":5,"stream_options":{"include_usage":true}}"#;
+        let call = parse(Api::ChatCompletions, asked).unwrap();
+        assert!(!call.hide_usage_chunk);
+        assert_eq!(call.forward_body(), asked.as_bytes());
+    }
+
+    #[test]
+    fn rejects_bad_fields_naming_them() {
+        let cases = [
+            (Api::ChatCompletions, r#"{"messages":[{}]}"#, Some("model")),
+            (
+                Api::ChatCompletions,
+                r#"{"model":3,"messages":[{}]}"#,
+                Some("model"),
+            ),
+            (Api::ChatCompletions, r#"{"model":"m"}"#, Some("messages")),
+            (
+                Api::ChatCompletions,
+                r#"{"model":"m","messages":[]}"#,
+                Some("messages"),
+            ),
+            (
+                Api::ChatCompletions,
+                r#"{"model":"m","messages":[{}],"max_tokens":-1}"#,
+                Some("max_tokens"),
+            ),
+            (
+                Api::ChatCompletions,
+                r#"{"model":"m","messages":[{}],"max_tokens":0}"#,
+                Some("max_tokens"),
+            ),
+            (
+                Api::ChatCompletions,
+                r#"{"model":"m","messages":[{}],"max_tokens":1.5}"#,
+                Some("max_tokens"),
+            ),
+            (
+                Api::ChatCompletions,
+                r#"{"model":"m","messages":[{}],"n":0}"#,
+                Some("n"),
+            ),
+            (
+                Api::ChatCompletions,
+                r#"{"model":"m","messages":[{}],"n":1000}"#,
+                Some("n"),
+            ),
+            (
+                Api::ChatCompletions,
+                r#"{"model":"m","messages":[{}],"stream":"yes"}"#,
+                Some("stream"),
+            ),
+            (
+                Api::Messages,
+                r#"{"model":"m","messages":[{}],"max_tokens":"10"}"#,
+                Some("max_tokens"),
+            ),
+            (Api::Responses, r#"{"model":"m"}"#, Some("input")),
+            (
+                Api::Responses,
+                r#"{"model":"m","input":"x","max_output_tokens":-5}"#,
+                Some("max_output_tokens"),
+            ),
+            (Api::Embeddings, r#"{"model":"m"}"#, Some("input")),
+            (
+                Api::Embeddings,
+                r#"{"model":"m","input":""}"#,
+                Some("input"),
+            ),
+            (
+                Api::Embeddings,
+                r#"{"model":"m","input":"x","stream":true}"#,
+                Some("stream"),
+            ),
+            (
+                Api::Completions,
+                r#"{"model":"m","prompt":"x","best_of":0}"#,
+                Some("best_of"),
+            ),
+            (Api::ChatCompletions, "[1,2]", None),
+            (Api::ChatCompletions, "{not json", None),
+        ];
+        for (api, body, param) in cases {
+            let err = parse(api, body).expect_err(body);
+            assert_eq!(err.status(), http::StatusCode::BAD_REQUEST, "{body}");
+            assert_eq!(param_of(err), param, "{body}");
+        }
+    }
+
+    #[test]
+    fn best_of_multiplies_choices() {
+        let call = parse(
+            Api::Completions,
+            r#"{"model":"m","prompt":"x","n":2,"best_of":5}"#,
+        )
+        .unwrap();
+        assert_eq!(call.choices, 5);
+    }
+
+    #[test]
+    fn responses_may_continue_server_side_state() {
+        assert!(parse(
+            Api::Responses,
+            r#"{"model":"m","previous_response_id":"resp_1"}"#
+        )
+        .is_ok());
+    }
+}

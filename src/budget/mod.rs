@@ -1,0 +1,234 @@
+//! The budget protocol: reserve an upper bound before a call, settle the
+//! actual cost after it, exactly once, against every cap that applies.
+//!
+//! [`BudgetStore`] is one enum with a variant per backend, so the request
+//! path calls plain async methods and each backend is an addition, not a
+//! rewrite. Every backend implements the same semantics (see DESIGN.md,
+//! "Budget protocol") and passes the same contract tests:
+//!
+//! - `reserve` checks `spent + reserved + amount <= cap` for the key and its
+//!   org and charges both, all or nothing; a retry with the same `exec_id`
+//!   returns the first answer.
+//! - `settle` re-checks ownership, moves the counters by `actual - amount`,
+//!   writes one ledger entry and marks the reservation settled; a retry
+//!   changes nothing and returns the first result.
+//! - A reservation past its deadline is expired: released, with an `expired`
+//!   ledger entry. A settle that arrives after that is charged as `late`.
+
+#[cfg(test)]
+mod contract;
+pub mod memory;
+pub mod period;
+
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+pub use memory::MemoryStore;
+pub use period::Period;
+
+use crate::money::UsdMicros;
+use crate::usage::Usage;
+
+/// Which backend holds the counters.
+#[derive(Clone)]
+pub enum BudgetStore {
+    Memory(MemoryStore),
+}
+
+impl BudgetStore {
+    /// Reserves `request.amount` against the key and its org, or says which
+    /// scope denies it.
+    pub async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.reserve(request)),
+        }
+    }
+
+    /// Settles a reservation with the actual cost, exactly once.
+    pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => store.settle(settlement),
+        }
+    }
+
+    /// The scope's counters for its current period.
+    pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.scope_state(scope)),
+        }
+    }
+
+    /// Whether the store answers (for `/readyz`).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            BudgetStore::Memory(_) => Ok(()),
+        }
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        match self {
+            BudgetStore::Memory(_) => "memory",
+        }
+    }
+}
+
+/// Whether a scope is a gateway key or an org.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ScopeKind {
+    Key,
+    Org,
+}
+
+impl ScopeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScopeKind::Key => "key",
+            ScopeKind::Org => "org",
+        }
+    }
+}
+
+impl fmt::Display for ScopeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A capped budget: a key or an org, with its cap per period.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scope {
+    pub kind: ScopeKind,
+    pub id: String,
+    pub cap: UsdMicros,
+    pub period: Period,
+}
+
+/// One call's reservation.
+#[derive(Clone, Debug)]
+pub struct ReserveRequest {
+    /// Minted by the gateway before reserving; the idempotency key of both
+    /// reserve and settle.
+    pub exec_id: String,
+    pub key: Scope,
+    pub org: Option<Scope>,
+    pub amount: UsdMicros,
+    /// How long the reservation holds its headroom if it is never settled.
+    pub ttl: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReserveOutcome {
+    /// The amount is held against every scope (also the answer to a retry of
+    /// a reserve that succeeded).
+    Reserved,
+    /// A scope would go over its cap; nothing was charged anywhere.
+    Denied(Denial),
+}
+
+/// Which scope refused a reservation, and its state at that moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub kind: ScopeKind,
+    pub id: String,
+    pub period: Period,
+    pub cap: UsdMicros,
+    /// `cap - spent - reserved`, never below zero.
+    pub remaining: UsdMicros,
+    /// When the period rolls over; `None` for `total`.
+    pub resets_at: Option<DateTime<Utc>>,
+}
+
+/// The actual cost of a reserved call.
+#[derive(Clone, Debug)]
+pub struct Settlement {
+    pub exec_id: String,
+    /// Must match the reservation's key and org, or the settle is rejected.
+    pub key: String,
+    pub org: Option<String>,
+    pub model: String,
+    pub usage: Usage,
+    pub actual: UsdMicros,
+    /// The usage was counted by the gateway (stream cut, client gone), not
+    /// reported by the provider.
+    pub estimated: bool,
+}
+
+/// How a settled call is recorded in the ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LedgerStatus {
+    /// Settled at or below its reservation (plus epsilon).
+    Ok,
+    /// Cost more than its reservation: charged in full, counted as overrun.
+    Overrun,
+    /// Usage counted by the gateway because the provider's never came.
+    Estimated,
+    /// Arrived after the reservation expired: charged in full.
+    Late,
+    /// Never settled by its deadline: the reservation was released.
+    Expired,
+}
+
+impl LedgerStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LedgerStatus::Ok => "ok",
+            LedgerStatus::Overrun => "overrun",
+            LedgerStatus::Estimated => "estimated",
+            LedgerStatus::Late => "late",
+            LedgerStatus::Expired => "expired",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettleOutcome {
+    pub status: LedgerStatus,
+    pub reserved: UsdMicros,
+    pub actual: UsdMicros,
+    /// False when this settle was a retry of one already applied.
+    pub applied: bool,
+    /// What the key scope has left after this settle, in the period the
+    /// reservation was made in: `cap - spent - reserved`, never below zero.
+    /// (The reservation record keeps the key's cap from reserve time, so the
+    /// gateway's `x-tollgate-budget-remaining-usd-micros` header costs no
+    /// extra store round trip.)
+    pub key_remaining: UsdMicros,
+}
+
+/// One ledger line; `counter == Σ actual + Σ open reservations` per scope
+/// and period.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerEntry {
+    pub exec_id: String,
+    pub key: String,
+    pub org: Option<String>,
+    pub model: String,
+    pub usage: Usage,
+    pub reserved: UsdMicros,
+    pub actual: UsdMicros,
+    pub status: LedgerStatus,
+    pub at: DateTime<Utc>,
+}
+
+/// A scope's counters in its current period.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopeState {
+    pub period_id: String,
+    pub spent: UsdMicros,
+    pub reserved: UsdMicros,
+    pub resets_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("budget store unavailable: {0}")]
+    Unavailable(String),
+    #[error("budget store timed out")]
+    Timeout,
+    #[error("no reservation {0} to settle")]
+    UnknownReservation(String),
+    #[error("reservation {exec_id} belongs to another key or org")]
+    OwnershipMismatch { exec_id: String },
+}

@@ -1,0 +1,455 @@
+//! Checking a raw config: defaults applied, every value parsed and
+//! validated, every error naming the file and the field.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use glob::Pattern;
+
+use super::raw::{RawConfig, RawKey, RawOrg, RawProvider, RawServer, RawStore};
+use super::{
+    hash_key, Config, ConfigError, KeyConfig, OnStoreError, OrgConfig, Provider, ProviderKind,
+    Secret, ServerConfig, StoreBackend, StoreConfig,
+};
+use crate::budget::Period;
+use crate::money::{parse_usd, UsdMicros};
+use crate::prices::PriceTable;
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+const DEFAULT_MAX_REQUEST_BYTES: u64 = 10 * 1024 * 1024;
+const DEFAULT_UPSTREAM_TIMEOUT_SECS: u64 = 600;
+const DEFAULT_ADMIN_KEY_ENV: &str = "TOLLGATE_ADMIN_KEY";
+/// Overrides `store.redis_url`, so the URL and its password can stay out of
+/// the file.
+const REDIS_URL_ENV: &str = "TOLLGATE_REDIS_URL";
+const DEFAULT_RESERVATION_TTL_SECS: u64 = 900;
+const DEFAULT_SETTLE_EPSILON_USD: &str = "0.0001";
+const DEFAULT_PRICES_FILE: &str = "config/prices.toml";
+
+/// Turns the raw file into a [`Config`], one section at a time.
+pub(super) struct Checker<'a> {
+    pub(super) file: String,
+    pub(super) origin: &'a Path,
+    pub(super) env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Checker<'_> {
+    pub(super) fn check(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let server = self.server(&raw.server)?;
+        let store = self.store(&raw.store, &server)?;
+        let prices = self.prices(raw.prices.file.as_deref())?;
+        let providers = self.providers(&raw.providers)?;
+        let orgs = self.orgs(&raw.orgs)?;
+        let keys = self.keys(&raw.keys, &orgs)?;
+        Ok(Config {
+            server,
+            store,
+            prices,
+            providers,
+            orgs,
+            keys,
+        })
+    }
+
+    fn server(&self, raw: &RawServer) -> Result<ServerConfig, ConfigError> {
+        let listen_text = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        let listen = listen_text.parse().map_err(|_| {
+            self.invalid(
+                "server.listen",
+                format!("{listen_text:?} is not an address like \"127.0.0.1:8080\""),
+            )
+        })?;
+        let max_request_bytes = raw.max_request_bytes.unwrap_or(DEFAULT_MAX_REQUEST_BYTES);
+        let max_request_bytes = usize::try_from(max_request_bytes)
+            .ok()
+            .filter(|bytes| *bytes > 0)
+            .ok_or_else(|| {
+                self.invalid(
+                    "server.max_request_bytes",
+                    format!("{max_request_bytes} is not a byte count above 0"),
+                )
+            })?;
+        let timeout_secs = raw
+            .upstream_timeout_secs
+            .unwrap_or(DEFAULT_UPSTREAM_TIMEOUT_SECS);
+        if timeout_secs == 0 {
+            return Err(self.invalid("server.upstream_timeout_secs", "must be above 0"));
+        }
+        let admin_key_env = raw
+            .admin_key_env
+            .as_deref()
+            .unwrap_or(DEFAULT_ADMIN_KEY_ENV);
+        Ok(ServerConfig {
+            listen,
+            max_request_bytes,
+            upstream_timeout: Duration::from_secs(timeout_secs),
+            admin_key: self.secret_var(admin_key_env),
+        })
+    }
+
+    fn store(&self, raw: &RawStore, server: &ServerConfig) -> Result<StoreConfig, ConfigError> {
+        let backend = match raw.backend.as_deref().unwrap_or("memory") {
+            "memory" => StoreBackend::Memory,
+            "redis" => {
+                let url = self
+                    .secret_var(REDIS_URL_ENV)
+                    .or_else(|| raw.redis_url.clone().map(Secret::new))
+                    .ok_or_else(|| {
+                        self.invalid(
+                            "store.redis_url",
+                            format!("backend \"redis\" needs redis_url or env {REDIS_URL_ENV}"),
+                        )
+                    })?;
+                // The URL is not echoed: it may carry a password.
+                let scheme_ok = ["redis://", "rediss://"]
+                    .iter()
+                    .any(|scheme| url.expose().starts_with(scheme));
+                if !scheme_ok {
+                    return Err(
+                        self.invalid("store.redis_url", "must start with redis:// or rediss://")
+                    );
+                }
+                StoreBackend::Redis { url }
+            }
+            other => {
+                return Err(self.invalid(
+                    "store.backend",
+                    format!("{other:?} is not \"memory\" or \"redis\""),
+                ))
+            }
+        };
+        let ttl_secs = raw
+            .reservation_ttl_secs
+            .unwrap_or(DEFAULT_RESERVATION_TTL_SECS);
+        let timeout_secs = server.upstream_timeout.as_secs();
+        if ttl_secs <= timeout_secs {
+            return Err(self.invalid(
+                "store.reservation_ttl_secs",
+                format!(
+                    "{ttl_secs} must exceed server.upstream_timeout_secs ({timeout_secs}), \
+                     or a reservation could expire while its call is still running"
+                ),
+            ));
+        }
+        let default_epsilon = toml::Value::String(DEFAULT_SETTLE_EPSILON_USD.to_owned());
+        let epsilon = raw.settle_epsilon_usd.as_ref().unwrap_or(&default_epsilon);
+        let on_store_error = match raw.on_store_error.as_deref().unwrap_or("reject") {
+            "reject" => OnStoreError::Reject,
+            "allow" => OnStoreError::Allow,
+            other => {
+                return Err(self.invalid(
+                    "store.on_store_error",
+                    format!("{other:?} is not \"reject\" or \"allow\""),
+                ))
+            }
+        };
+        Ok(StoreConfig {
+            backend,
+            reservation_ttl: Duration::from_secs(ttl_secs),
+            settle_epsilon: self.usd("store.settle_epsilon_usd", epsilon)?,
+            on_store_error,
+        })
+    }
+
+    fn prices(&self, file: Option<&str>) -> Result<PriceTable, ConfigError> {
+        let path = self.prices_path(file.unwrap_or(DEFAULT_PRICES_FILE))?;
+        PriceTable::load(&path).map_err(|source| ConfigError::Prices {
+            file: self.file.clone(),
+            source,
+        })
+    }
+
+    /// A relative prices path is tried from the current directory first
+    /// (the usual `tollgate serve` from the repository root), then next to
+    /// the config file.
+    fn prices_path(&self, file: &str) -> Result<PathBuf, ConfigError> {
+        let path = Path::new(file);
+        if path.is_absolute() || path.exists() {
+            return Ok(path.to_path_buf());
+        }
+        let beside_config = self.origin.parent().map(|dir| dir.join(path));
+        match beside_config {
+            Some(candidate) if candidate.exists() => Ok(candidate),
+            _ => Err(self.invalid(
+                "prices.file",
+                format!("{file:?} is neither in the current directory nor next to the config file"),
+            )),
+        }
+    }
+
+    fn providers(&self, raw: &[RawProvider]) -> Result<Vec<Provider>, ConfigError> {
+        if raw.is_empty() {
+            return Err(self.invalid(
+                "providers",
+                "no [[providers]] configured: no model could be served",
+            ));
+        }
+        let mut names = HashSet::new();
+        let mut providers = Vec::with_capacity(raw.len());
+        for (i, raw) in raw.iter().enumerate() {
+            let field = |name: &str| format!("providers[{i}].{name}");
+            if raw.name.trim().is_empty() {
+                return Err(self.invalid(field("name"), "must not be empty"));
+            }
+            if !names.insert(raw.name.as_str()) {
+                return Err(self.invalid(
+                    field("name"),
+                    format!("{:?} is already used by another provider", raw.name),
+                ));
+            }
+            let kind = match raw.kind.as_str() {
+                "openai" => ProviderKind::OpenAi,
+                "anthropic" => ProviderKind::Anthropic,
+                other => {
+                    return Err(self.invalid(
+                        field("kind"),
+                        format!("{other:?} is not \"openai\" or \"anthropic\""),
+                    ))
+                }
+            };
+            let base_url = base_url(&raw.base_url)
+                .map_err(|message| self.invalid(field("base_url"), message))?;
+            if raw.api_key_env.trim().is_empty() {
+                return Err(self.invalid(field("api_key_env"), "must name an environment variable"));
+            }
+            if raw.models.is_empty() {
+                return Err(self.invalid(
+                    field("models"),
+                    "needs at least one model pattern, like \"gpt-*\"",
+                ));
+            }
+            providers.push(Provider {
+                name: raw.name.clone(),
+                kind,
+                base_url,
+                api_key_env: raw.api_key_env.clone(),
+                api_key: self.secret_var(&raw.api_key_env),
+                models: self.patterns(&field("models"), &raw.models)?,
+            });
+        }
+        Ok(providers)
+    }
+
+    fn orgs(&self, raw: &[RawOrg]) -> Result<Vec<OrgConfig>, ConfigError> {
+        let mut ids = HashSet::new();
+        let mut orgs = Vec::with_capacity(raw.len());
+        for (i, raw) in raw.iter().enumerate() {
+            let field = |name: &str| format!("orgs[{i}].{name}");
+            self.id(&field("id"), &raw.id)?;
+            if !ids.insert(raw.id.as_str()) {
+                return Err(self.invalid(
+                    field("id"),
+                    format!("{:?} is already used by another org", raw.id),
+                ));
+            }
+            orgs.push(OrgConfig {
+                id: raw.id.clone(),
+                cap: self.usd(&field("cap_usd"), &raw.cap_usd)?,
+                period: self.period(&field("period"), &raw.period)?,
+            });
+        }
+        Ok(orgs)
+    }
+
+    fn keys(&self, raw: &[RawKey], orgs: &[OrgConfig]) -> Result<Vec<KeyConfig>, ConfigError> {
+        if raw.is_empty() {
+            return Err(self.invalid(
+                "keys",
+                "no [[keys]] configured: no client could call the gateway \
+                 (hash a key with `tollgate hash-key KEY`)",
+            ));
+        }
+        let mut ids = HashSet::new();
+        let mut hashes: HashMap<[u8; 32], &str> = HashMap::new();
+        let mut keys = Vec::with_capacity(raw.len());
+        for (i, raw) in raw.iter().enumerate() {
+            let field = |name: &str| format!("keys[{i}].{name}");
+            self.id(&field("id"), &raw.id)?;
+            if !ids.insert(raw.id.as_str()) {
+                return Err(self.invalid(
+                    field("id"),
+                    format!("{:?} is already used by another key", raw.id),
+                ));
+            }
+            if let Some(org) = &raw.org {
+                if !orgs.iter().any(|o| &o.id == org) {
+                    return Err(self.invalid(
+                        field("org"),
+                        format!("{org:?} is not the id of any [[orgs]] entry"),
+                    ));
+                }
+            }
+            let (key_sha256, source_field) = self.key_hash(raw, &field)?;
+            if let Some(other) = hashes.insert(key_sha256, &raw.id) {
+                return Err(self.invalid(
+                    source_field,
+                    format!("the same key as key {other:?}; every key must be different"),
+                ));
+            }
+            let models = match &raw.models {
+                None => None,
+                Some(list) if list.is_empty() => {
+                    return Err(self.invalid(
+                        field("models"),
+                        "an empty list allows no model; remove the field to allow every model",
+                    ))
+                }
+                Some(list) => Some(self.patterns(&field("models"), list)?),
+            };
+            keys.push(KeyConfig {
+                id: raw.id.clone(),
+                org: raw.org.clone(),
+                key_sha256,
+                cap: self.usd(&field("cap_usd"), &raw.cap_usd)?,
+                period: self.period(&field("period"), &raw.period)?,
+                models,
+            });
+        }
+        Ok(keys)
+    }
+
+    /// The key's hash, from exactly one of `key_sha256` or `key_env`, and
+    /// the field it came from.
+    fn key_hash(
+        &self,
+        raw: &RawKey,
+        field: &dyn Fn(&str) -> String,
+    ) -> Result<([u8; 32], String), ConfigError> {
+        match (&raw.key_sha256, &raw.key_env) {
+            (Some(hex_text), None) => {
+                let mut hash = [0u8; 32];
+                hex::decode_to_slice(hex_text.trim(), &mut hash).map_err(|_| {
+                    self.invalid(
+                        field("key_sha256"),
+                        "must be 64 hex characters, the SHA-256 of the key \
+                         (from `tollgate hash-key KEY`)",
+                    )
+                })?;
+                Ok((hash, field("key_sha256")))
+            }
+            (None, Some(var)) => match self.var(var) {
+                Some(raw_key) => Ok((hash_key(&raw_key), field("key_env"))),
+                None => Err(self.invalid(
+                    field("key_env"),
+                    format!("environment variable {var} is unset or empty"),
+                )),
+            },
+            (Some(_), Some(_)) => {
+                Err(self.invalid(field("key_sha256"), "set key_sha256 or key_env, not both"))
+            }
+            (None, None) => Err(self.invalid(
+                field("key_sha256"),
+                "missing: set key_sha256 (from `tollgate hash-key KEY`) or key_env",
+            )),
+        }
+    }
+
+    // --- field checks ---
+
+    /// Ids become parts of Redis keys and metric labels, hence the narrow
+    /// alphabet.
+    fn id(&self, field: &str, id: &str) -> Result<(), ConfigError> {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if id.is_empty() || !id.chars().all(allowed) {
+            return Err(self.invalid(
+                field,
+                format!("{id:?} is not an id: use only letters, digits, '.', '_' and '-'"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn usd(&self, field: &str, value: &toml::Value) -> Result<UsdMicros, ConfigError> {
+        let text = match value {
+            toml::Value::String(text) => text.clone(),
+            toml::Value::Integer(n) => n.to_string(),
+            other => {
+                return Err(self.invalid(
+                    field,
+                    format!("{other} is not exact: write USD as a decimal string like \"25.00\""),
+                ))
+            }
+        };
+        parse_usd(&text).map_err(|e| self.invalid(field, e.to_string()))
+    }
+
+    fn period(&self, field: &str, text: &str) -> Result<Period, ConfigError> {
+        match text {
+            "hour" => Ok(Period::Hour),
+            "day" => Ok(Period::Day),
+            "week" => Ok(Period::Week),
+            "month" => Ok(Period::Month),
+            "total" => Ok(Period::Total),
+            other => Err(self.invalid(
+                field,
+                format!(
+                    "{other:?} is not one of \"hour\", \"day\", \"week\", \"month\", \"total\""
+                ),
+            )),
+        }
+    }
+
+    fn patterns(&self, field: &str, texts: &[String]) -> Result<Vec<Pattern>, ConfigError> {
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let field = format!("{field}[{i}]");
+                if text.is_empty() {
+                    return Err(self.invalid(field, "an empty pattern matches no model"));
+                }
+                Pattern::new(text).map_err(|e| {
+                    self.invalid(field, format!("{text:?} is not a glob pattern: {e}"))
+                })
+            })
+            .collect()
+    }
+
+    /// An environment variable's value; empty counts as unset.
+    fn var(&self, name: &str) -> Option<String> {
+        (self.env)(name).filter(|value| !value.is_empty())
+    }
+
+    fn secret_var(&self, name: &str) -> Option<Secret> {
+        self.var(name).map(Secret::new)
+    }
+
+    fn invalid(&self, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            file: self.file.clone(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Checks a provider base URL: http or https, a host, no credentials or
+/// query; a trailing slash is dropped so paths append cleanly.
+fn base_url(text: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a URL: {e}"))?;
+    let scheme = match uri.scheme_str() {
+        Some(scheme @ ("http" | "https")) => scheme,
+        _ => return Err(format!("{text:?} must start with http:// or https://")),
+    };
+    let authority = match uri.authority() {
+        Some(authority) if !authority.host().is_empty() => authority,
+        _ => return Err(format!("{text:?} has no host")),
+    };
+    if authority.as_str().contains('@') {
+        return Err("must not carry credentials; the key comes from api_key_env".to_owned());
+    }
+    if uri.query().is_some() {
+        return Err(format!("{text:?} must not carry a query"));
+    }
+    let prefix = uri.path().trim_end_matches('/');
+    let path = if prefix.is_empty() { "/" } else { prefix };
+    http::Uri::builder()
+        .scheme(scheme)
+        .authority(authority.as_str())
+        .path_and_query(path)
+        .build()
+        .map_err(|e| format!("{text:?} is not a URL: {e}"))
+}

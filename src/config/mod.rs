@@ -1,0 +1,228 @@
+//! Configuration: the TOML file, checked into a [`Config`] at load.
+//!
+//! The file is first read into raw serde structs (`raw`) that reject unknown
+//! fields; `check` then turns them into typed values, applying defaults
+//! and naming the file and the field in every error, so a bad config stops
+//! the gateway at start-up with a message a person can act on.
+//!
+//! Secrets (provider keys, the admin key, the Redis URL, raw client keys)
+//! come from the environment, read through one lookup function so tests can
+//! pass a fake environment, and are wrapped in [`Secret`] so `Debug` and
+//! logs never show them.
+
+mod check;
+mod raw;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use glob::Pattern;
+use sha2::{Digest, Sha256};
+
+use crate::budget::Period;
+use crate::money::UsdMicros;
+use crate::prices::{PriceError, PriceTable};
+use check::Checker;
+use raw::RawConfig;
+
+/// The checked configuration of one gateway.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    pub prices: PriceTable,
+    /// In file order: the first provider whose pattern matches a model wins.
+    pub providers: Vec<Provider>,
+    pub orgs: Vec<OrgConfig>,
+    pub keys: Vec<KeyConfig>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub max_request_bytes: usize,
+    pub upstream_timeout: Duration,
+    /// The admin API is off when this is `None`.
+    pub admin_key: Option<Secret>,
+}
+
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    pub backend: StoreBackend,
+    /// How long a reservation holds its amount before it is expired; longer
+    /// than the upstream timeout so a live call is never expired.
+    pub reservation_ttl: Duration,
+    /// How far an actual cost may exceed its reservation before the
+    /// settlement counts as an overrun.
+    pub settle_epsilon: UsdMicros,
+    pub on_store_error: OnStoreError,
+}
+
+#[derive(Clone, Debug)]
+pub enum StoreBackend {
+    Memory,
+    /// The URL may carry a password, hence a [`Secret`].
+    Redis {
+        url: Secret,
+    },
+}
+
+/// What a request gets when the budget store cannot answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnStoreError {
+    /// Fail closed: 503, nothing forwarded.
+    Reject,
+    /// Forward unmetered; an explicit opt-in.
+    Allow,
+}
+
+/// The API shape a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// OpenAI or any OpenAI-compatible API.
+    OpenAi,
+    Anthropic,
+}
+
+#[derive(Clone, Debug)]
+pub struct Provider {
+    pub name: String,
+    pub kind: ProviderKind,
+    /// Scheme, host and optional path prefix. The path is `/` or a prefix
+    /// without a trailing slash (`/openai`), so request paths append to
+    /// `base_url.path().trim_end_matches('/')`.
+    pub base_url: http::Uri,
+    pub api_key_env: String,
+    /// `None` when the variable is unset or empty: the gateway still starts
+    /// and reports the provider as unusable.
+    pub api_key: Option<Secret>,
+    pub models: Vec<Pattern>,
+}
+
+#[derive(Clone, Debug)]
+pub struct OrgConfig {
+    pub id: String,
+    pub cap: UsdMicros,
+    pub period: Period,
+}
+
+#[derive(Clone, Debug)]
+pub struct KeyConfig {
+    pub id: String,
+    /// Always names a configured org.
+    pub org: Option<String>,
+    /// SHA-256 of the raw key: the raw key is never kept.
+    pub key_sha256: [u8; 32],
+    pub cap: UsdMicros,
+    pub period: Period,
+    /// `None` allows every model.
+    pub models: Option<Vec<Pattern>>,
+}
+
+impl KeyConfig {
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.models
+            .as_ref()
+            .is_none_or(|patterns| patterns.iter().any(|p| p.matches(model)))
+    }
+}
+
+/// A credential: usable through [`Secret::expose`], printed as `*****`.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Self {
+        Secret(value)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("*****")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("*****")
+    }
+}
+
+/// The SHA-256 of a raw gateway key, as stored in `key_sha256`.
+pub fn hash_key(raw: &str) -> [u8; 32] {
+    Sha256::digest(raw.as_bytes()).into()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read the config file: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    /// TOML syntax, a wrong type or an unknown field; the message carries
+    /// the line and column.
+    #[error("{file}: {message}")]
+    Parse { file: String, message: String },
+    #[error("{file}: {field}: {message}")]
+    Invalid {
+        file: String,
+        field: String,
+        message: String,
+    },
+    #[error("{file}: prices.file: {source}")]
+    Prices { file: String, source: PriceError },
+}
+
+impl Config {
+    /// Loads and checks a config file, reading secrets from the process
+    /// environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: path.display().to_string(),
+            source,
+        })?;
+        Config::from_toml_str(&text, path)
+    }
+
+    /// Checks config text; `origin` is the file it came from, for messages
+    /// and to find a relative prices file.
+    pub fn from_toml_str(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+        Config::from_toml_str_with_env(text, origin, &|name| std::env::var(name).ok())
+    }
+
+    /// [`Config::from_toml_str`] with `env` in place of the process
+    /// environment.
+    pub fn from_toml_str_with_env(
+        text: &str,
+        origin: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let checker = Checker {
+            file: origin.display().to_string(),
+            origin,
+            env,
+        };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            file: checker.file.clone(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        checker.check(raw)
+    }
+
+    /// The provider serving `model`: the first whose patterns match.
+    pub fn provider_for(&self, model: &str) -> Option<&Provider> {
+        self.providers
+            .iter()
+            .find(|provider| provider.models.iter().any(|p| p.matches(model)))
+    }
+}

@@ -1,0 +1,82 @@
+//! The config file as written: serde structs that mirror the TOML and
+//! reject unknown fields. Nothing here is checked; `super::check`
+//! turns a [`RawConfig`] into a [`super::Config`] or names the bad field.
+//!
+//! Optional settings stay `Option`s so their defaults live in one place,
+//! next to the checks. Money stays a [`toml::Value`] so a float gets a
+//! message saying how to write it, not a bare type error.
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub store: RawStore,
+    #[serde(default)]
+    pub prices: RawPrices,
+    #[serde(default)]
+    pub providers: Vec<RawProvider>,
+    #[serde(default)]
+    pub orgs: Vec<RawOrg>,
+    #[serde(default)]
+    pub keys: Vec<RawKey>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub listen: Option<String>,
+    pub max_request_bytes: Option<u64>,
+    pub upstream_timeout_secs: Option<u64>,
+    pub admin_key_env: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStore {
+    pub backend: Option<String>,
+    pub redis_url: Option<String>,
+    pub reservation_ttl_secs: Option<u64>,
+    pub settle_epsilon_usd: Option<toml::Value>,
+    pub on_store_error: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPrices {
+    pub file: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProvider {
+    pub name: String,
+    pub kind: String,
+    pub base_url: String,
+    pub api_key_env: String,
+    #[serde(default)]
+    pub models: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOrg {
+    pub id: String,
+    pub cap_usd: toml::Value,
+    pub period: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKey {
+    pub id: String,
+    pub org: Option<String>,
+    pub key_sha256: Option<String>,
+    pub key_env: Option<String>,
+    pub cap_usd: toml::Value,
+    pub period: String,
+    pub models: Option<Vec<String>>,
+}

@@ -1,0 +1,188 @@
+//! What can go wrong with a call before it reaches the provider, and how each
+//! error reaches the client: one status per variant, and a body in the
+//! caller's API shape with a message a person can act on.
+//!
+//! Provider errors are not here: they pass through unchanged. Messages never
+//! carry secrets or internal detail; the detail goes to the log.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode};
+use serde_json::json;
+
+use crate::budget::{Denial, ScopeKind};
+use crate::money::format_usd;
+use crate::server::{full, Body};
+
+/// The error body shapes of the two provider families.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// `{"error":{"message","type","param","code"}}`
+    OpenAi,
+    /// `{"type":"error","error":{"type","message"}}`
+    Anthropic,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("missing API key: send your gateway key as `Authorization: Bearer <key>` or `x-api-key: <key>`")]
+    MissingKey,
+    #[error("invalid API key: the key is not known to this gateway")]
+    InvalidKey,
+    #[error("{message}")]
+    BadRequest {
+        message: String,
+        param: Option<&'static str>,
+    },
+    #[error("request body is larger than this gateway's limit of {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("model `{model}` is not allowed for key `{key}`")]
+    ModelNotAllowed { model: String, key: String },
+    #[error("model `{model}` is not available through this gateway: it has no configured price or provider")]
+    UnknownModel { model: String },
+    #[error("{}", budget_message(.0))]
+    BudgetExceeded(Denial),
+    #[error("provider `{provider}` has no API key: the gateway operator must set the environment variable {env}")]
+    ProviderKeyMissing { provider: String, env: String },
+    #[error("the budget store is unavailable, so the call was not sent; retry shortly")]
+    StoreUnavailable,
+    #[error("could not reach provider `{provider}`")]
+    UpstreamUnreachable { provider: String },
+    #[error("provider `{provider}` did not answer within {secs} s")]
+    UpstreamTimeout { provider: String, secs: u64 },
+    #[error("no route for {method} {path}")]
+    NotFound { method: String, path: String },
+}
+
+fn budget_message(denial: &Denial) -> String {
+    let scope = match denial.kind {
+        ScopeKind::Key => "key",
+        ScopeKind::Org => "org",
+    };
+    let resets = match denial.resets_at {
+        Some(at) => format!("; it resets at {}", at.format("%Y-%m-%dT%H:%M:%SZ")),
+        None => "; it does not reset (period total)".to_owned(),
+    };
+    format!(
+        "budget exceeded for {scope} `{}`: cap ${} per {}, ${} remaining, not enough for this call's upper-bound cost{resets}",
+        denial.id,
+        format_usd(denial.cap),
+        denial.period.as_str(),
+        format_usd(denial.remaining),
+    )
+}
+
+impl GatewayError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            GatewayError::MissingKey | GatewayError::InvalidKey => StatusCode::UNAUTHORIZED,
+            GatewayError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            GatewayError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            GatewayError::ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
+            GatewayError::UnknownModel { .. } | GatewayError::NotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
+            GatewayError::BudgetExceeded(_) => StatusCode::PAYMENT_REQUIRED,
+            GatewayError::ProviderKeyMissing { .. } | GatewayError::StoreUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            GatewayError::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
+            GatewayError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// OpenAI's `type` and `code` for this error.
+    fn openai_kind(&self) -> (&'static str, Option<&'static str>) {
+        match self {
+            GatewayError::MissingKey => ("invalid_request_error", Some("missing_api_key")),
+            GatewayError::InvalidKey => ("invalid_request_error", Some("invalid_api_key")),
+            GatewayError::BadRequest { .. } => ("invalid_request_error", None),
+            GatewayError::BodyTooLarge { .. } => {
+                ("invalid_request_error", Some("request_too_large"))
+            }
+            GatewayError::ModelNotAllowed { .. } => ("permission_error", Some("model_not_allowed")),
+            GatewayError::UnknownModel { .. } => ("invalid_request_error", Some("model_not_found")),
+            GatewayError::BudgetExceeded(_) => ("insufficient_quota", Some("budget_exceeded")),
+            GatewayError::ProviderKeyMissing { .. } => {
+                ("server_error", Some("provider_not_configured"))
+            }
+            GatewayError::StoreUnavailable => ("server_error", Some("budget_store_unavailable")),
+            GatewayError::UpstreamUnreachable { .. } => {
+                ("server_error", Some("upstream_unreachable"))
+            }
+            GatewayError::UpstreamTimeout { .. } => ("server_error", Some("upstream_timeout")),
+            GatewayError::NotFound { .. } => ("invalid_request_error", Some("unknown_url")),
+        }
+    }
+
+    /// Anthropic's error `type` for this error.
+    fn anthropic_type(&self) -> &'static str {
+        match self {
+            GatewayError::MissingKey | GatewayError::InvalidKey => "authentication_error",
+            GatewayError::BadRequest { .. } => "invalid_request_error",
+            GatewayError::BodyTooLarge { .. } => "request_too_large",
+            GatewayError::ModelNotAllowed { .. } => "permission_error",
+            GatewayError::UnknownModel { .. } | GatewayError::NotFound { .. } => "not_found_error",
+            GatewayError::BudgetExceeded(_) => "billing_error",
+            GatewayError::UpstreamTimeout { .. } => "timeout_error",
+            GatewayError::ProviderKeyMissing { .. }
+            | GatewayError::StoreUnavailable
+            | GatewayError::UpstreamUnreachable { .. } => "api_error",
+        }
+    }
+
+    /// The body in the caller's API shape.
+    pub fn body(&self, shape: Shape) -> Bytes {
+        let message = self.to_string();
+        let value = match shape {
+            Shape::OpenAi => {
+                let (kind, code) = self.openai_kind();
+                let param = match self {
+                    GatewayError::BadRequest { param, .. } => *param,
+                    GatewayError::UnknownModel { .. } | GatewayError::ModelNotAllowed { .. } => {
+                        Some("model")
+                    }
+                    _ => None,
+                };
+                json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
+            }
+            Shape::Anthropic => {
+                json!({"type": "error", "error": {"type": self.anthropic_type(), "message": message}})
+            }
+        };
+        Bytes::from(value.to_string())
+    }
+
+    pub fn into_response(self, shape: Shape, request_id: &str) -> Response<Body> {
+        let mut response = Response::new(full(self.body(shape)));
+        *response.status_mut() = self.status();
+        let headers = response.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Ok(id) = HeaderValue::from_str(request_id) {
+            headers.insert("x-tollgate-request-id", id);
+        }
+        if let GatewayError::BudgetExceeded(denial) = &self {
+            // A cap is not a transient limit: tell SDKs not to retry, and
+            // when the money comes back.
+            headers.insert("x-should-retry", HeaderValue::from_static("false"));
+            if let Some(at) = denial.resets_at {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                let secs = (at.timestamp() - now).max(1);
+                headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+        }
+        if matches!(self, GatewayError::MissingKey | GatewayError::InvalidKey) {
+            headers.insert(
+                http::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}

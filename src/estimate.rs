@@ -1,0 +1,347 @@
+//! The upper bound of a call's cost, computed before it is sent.
+//!
+//! Input tokens are counted over every string and key of the request body
+//! (OpenAI's tokenizer for OpenAI models, a conservative byte heuristic
+//! elsewhere) plus per-message framing, so the count is at or above what the
+//! provider bills for the same text. Input the gateway cannot see — images,
+//! files, server-side conversation state — gets a fixed allowance. Output is
+//! the call's output limit times its choices. The bound is priced at the
+//! dearest input rate, so prompt-cache writes cannot push a call past it.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use serde_json::{Map, Value};
+use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer};
+use tiktoken_rs::CoreBPE;
+
+use crate::api::{Api, Call};
+use crate::config::ProviderKind;
+use crate::money::{Cost, UsdMicros};
+use crate::prices::ModelPrice;
+use crate::usage::Usage;
+
+/// Tokens framing each message or input item (role markers, separators):
+/// OpenAI's chat format uses 3 to 4; 4 covers every shape.
+const TOKENS_PER_ITEM: u64 = 4;
+/// Tokens priming the reply.
+const TOKENS_PER_REPLY: u64 = 3;
+/// An image costs at most about this many tokens at the providers' largest
+/// accepted size (Anthropic ~1,600; OpenAI's tiled images stay below this
+/// for the models priced here). More is charged as an overrun.
+const TOKENS_PER_IMAGE: u64 = 2_000;
+/// Context window assumed for a model the price table gives none.
+const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+/// Bytes per token of the heuristic count: well below the 3.5 to 4 bytes
+/// an English token averages, and one token per 3-byte CJK character.
+const HEURISTIC_BYTES_PER_TOKEN: u64 = 3;
+
+/// Content parts carrying media the gateway does not tokenize.
+const IMAGE_TYPES: &[&str] = &["image_url", "input_image", "image"];
+/// Content parts whose text lives at the provider (uploads, documents):
+/// bounded by the model's context window.
+const UNSEEN_TYPES: &[&str] = &[
+    "input_file",
+    "file",
+    "document",
+    "input_audio",
+    "container_upload",
+];
+
+/// How input tokens are counted for a model.
+#[derive(Clone, Copy)]
+pub enum TokenCounter {
+    Tiktoken(&'static CoreBPE),
+    Heuristic,
+}
+
+impl TokenCounter {
+    /// OpenAI's own tokenizer for OpenAI models; the heuristic for every
+    /// other model, including other models behind OpenAI-compatible APIs.
+    pub fn for_model(kind: ProviderKind, model: &str) -> TokenCounter {
+        match (kind, get_tokenizer(model)) {
+            (ProviderKind::OpenAi, Some(Tokenizer::O200kBase)) => {
+                TokenCounter::Tiktoken(tiktoken_rs::o200k_base_singleton())
+            }
+            (ProviderKind::OpenAi, Some(Tokenizer::Cl100kBase)) => {
+                TokenCounter::Tiktoken(tiktoken_rs::cl100k_base_singleton())
+            }
+            _ => TokenCounter::Heuristic,
+        }
+    }
+
+    pub fn count(self, text: &str) -> u64 {
+        let heuristic = || (text.len() as u64).div_ceil(HEURISTIC_BYTES_PER_TOKEN);
+        match self {
+            TokenCounter::Heuristic => heuristic(),
+            // The tokenizer's regex engine can give up on pathological input
+            // (it panics then); such text is counted by the heuristic.
+            TokenCounter::Tiktoken(bpe) => {
+                catch_unwind(AssertUnwindSafe(|| bpe.encode_ordinary(text).len() as u64))
+                    .unwrap_or_else(|_| heuristic())
+            }
+        }
+    }
+}
+
+/// Loads the tokenizers once, at startup, rather than on the first call.
+pub fn warm_up() {
+    let _ = tiktoken_rs::o200k_base_singleton();
+    let _ = tiktoken_rs::cl100k_base_singleton();
+}
+
+/// A call's upper bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Estimate {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// The amount to reserve.
+    pub amount: UsdMicros,
+}
+
+impl Estimate {
+    /// What a call is charged when its usage never comes: the estimated
+    /// input plus the output the gateway counted.
+    pub fn fallback_usage(&self, output_tokens: u64) -> Usage {
+        Usage {
+            input: self.input_tokens,
+            output: output_tokens.min(self.output_tokens),
+            ..Usage::default()
+        }
+    }
+}
+
+pub fn estimate(call: &Call, price: &ModelPrice, counter: TokenCounter) -> Estimate {
+    let context_window = price.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
+    let input_tokens = input_tokens(call.api, &call.body, counter, context_window);
+    let output_tokens = call.output_limit.saturating_mul(call.choices);
+    let input_price = price.input.max(price.cache_write).max(price.cached_input);
+    let mut cost = Cost::default();
+    cost.add(input_tokens, input_price);
+    cost.add(output_tokens, price.output);
+    Estimate {
+        input_tokens,
+        output_tokens,
+        amount: cost.usd_micros(),
+    }
+}
+
+fn input_tokens(
+    api: Api,
+    body: &Map<String, Value>,
+    counter: TokenCounter,
+    context_window: u64,
+) -> u64 {
+    let mut tally = Tally {
+        counter,
+        context_window,
+        tokens: TOKENS_PER_REPLY,
+    };
+    for (key, value) in body {
+        match key.as_str() {
+            "model" => {}
+            "messages" | "input" => {
+                if let Value::Array(items) = value {
+                    tally.add(TOKENS_PER_ITEM.saturating_mul(items.len() as u64));
+                }
+                tally.walk(value);
+            }
+            // Server-side state the gateway cannot see.
+            "previous_response_id" | "conversation" if api == Api::Responses => {
+                tally.add(context_window)
+            }
+            "prompt" if api == Api::Responses => tally.add(context_window),
+            _ => {
+                tally.add(counter.count(key));
+                tally.walk(value);
+            }
+        }
+    }
+    tally.tokens
+}
+
+struct Tally {
+    counter: TokenCounter,
+    context_window: u64,
+    tokens: u64,
+}
+
+impl Tally {
+    fn add(&mut self, tokens: u64) {
+        self.tokens = self.tokens.saturating_add(tokens);
+    }
+
+    fn walk(&mut self, value: &Value) {
+        match value {
+            Value::Null => {}
+            Value::Bool(_) | Value::Number(_) => self.add(1),
+            Value::String(text) if is_inline_media(text) => self.add(TOKENS_PER_IMAGE),
+            Value::String(text) => self.add(self.counter.count(text)),
+            Value::Array(items) => items.iter().for_each(|item| self.walk(item)),
+            Value::Object(map) => {
+                let kind = map.get("type").and_then(Value::as_str).unwrap_or("");
+                if IMAGE_TYPES.contains(&kind) {
+                    self.add(TOKENS_PER_IMAGE);
+                } else if UNSEEN_TYPES.contains(&kind) || map.contains_key("file_id") {
+                    self.add(self.context_window);
+                } else {
+                    for (key, value) in map {
+                        self.add(self.counter.count(key));
+                        self.walk(value);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A data URL (an image or file inlined as base64): tokenizing it would
+/// overstate the call a thousandfold.
+fn is_inline_media(text: &str) -> bool {
+    text.len() > 256 && text.starts_with("data:")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn price() -> ModelPrice {
+        use crate::money::Price;
+        ModelPrice {
+            input: Price::per_mtok("1").unwrap(),
+            cached_input: Price::per_mtok("0.1").unwrap(),
+            cache_write: Price::per_mtok("1.25").unwrap(),
+            output: Price::per_mtok("5").unwrap(),
+            max_output_tokens: Some(100),
+            context_window: Some(10_000),
+        }
+    }
+
+    fn call(api: Api, body: serde_json::Value) -> Call {
+        Call::parse(api, Bytes::from(body.to_string()), |_| 100).unwrap()
+    }
+
+    fn tiktoken() -> TokenCounter {
+        TokenCounter::for_model(ProviderKind::OpenAi, "gpt-4o-mini")
+    }
+
+    #[test]
+    fn counts_every_text_with_framing() {
+        let text = "The quick brown fox jumps over the lazy dog. ".repeat(20);
+        let c = call(
+            Api::ChatCompletions,
+            serde_json::json!({
+                "model": "gpt-4o-mini", "max_tokens": 10,
+                "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}],
+            }),
+        );
+        let e = estimate(&c, &price(), tiktoken());
+        let exact = tiktoken().count(&text) + tiktoken().count("Be brief.") + 2 * 3 + 3;
+        assert!(e.input_tokens >= exact, "{} < {exact}", e.input_tokens);
+        assert!(
+            e.input_tokens < exact + 40,
+            "framing overhead too large: {}",
+            e.input_tokens
+        );
+        assert_eq!(e.output_tokens, 10);
+    }
+
+    #[test]
+    fn prices_input_at_the_dearest_rate_and_output_per_choice() {
+        let c = call(
+            Api::ChatCompletions,
+            serde_json::json!({
+                "model": "m", "max_tokens": 1000, "n": 3, "messages": [{"role": "user", "content": "hi"}],
+            }),
+        );
+        let e = estimate(&c, &price(), TokenCounter::Heuristic);
+        assert_eq!(e.output_tokens, 3000);
+        // input at $1.25/Mtok (the cache-write rate), output at $5/Mtok
+        let mut cost = Cost::default();
+        cost.add(
+            e.input_tokens,
+            crate::money::Price::per_mtok("1.25").unwrap(),
+        );
+        cost.add(3000, crate::money::Price::per_mtok("5").unwrap());
+        assert_eq!(e.amount, cost.usd_micros());
+    }
+
+    #[test]
+    fn heuristic_is_above_four_bytes_per_token() {
+        let text = "x".repeat(3000);
+        let c = call(
+            Api::Messages,
+            serde_json::json!({
+                "model": "claude-haiku-4-5", "max_tokens": 1, "messages": [{"role": "user", "content": text}],
+            }),
+        );
+        let e = estimate(&c, &price(), TokenCounter::Heuristic);
+        assert!(e.input_tokens >= 1000);
+    }
+
+    #[test]
+    fn media_and_unseen_input_get_allowances() {
+        let data_url = format!("data:image/png;base64,{}", "A".repeat(100_000));
+        let c = call(
+            Api::ChatCompletions,
+            serde_json::json!({
+                "model": "gpt-4o-mini", "max_tokens": 1,
+                "messages": [{"role": "user", "content": [
+                    {"type": "text", "text": "what is this?"},
+                    {"type": "image_url", "image_url": {"url": data_url}},
+                ]}],
+            }),
+        );
+        let e = estimate(&c, &price(), tiktoken());
+        assert!(
+            e.input_tokens >= TOKENS_PER_IMAGE && e.input_tokens < TOKENS_PER_IMAGE + 50,
+            "{}",
+            e.input_tokens
+        );
+
+        let c = call(
+            Api::Responses,
+            serde_json::json!({
+                "model": "gpt-4o-mini", "max_output_tokens": 1, "previous_response_id": "resp_1", "input": "go on",
+            }),
+        );
+        assert!(estimate(&c, &price(), tiktoken()).input_tokens >= 10_000);
+
+        let c = call(
+            Api::Responses,
+            serde_json::json!({
+                "model": "gpt-4o-mini", "max_output_tokens": 1,
+                "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}],
+            }),
+        );
+        assert!(estimate(&c, &price(), tiktoken()).input_tokens >= 10_000);
+    }
+
+    #[test]
+    fn embeddings_have_no_output() {
+        let c = call(
+            Api::Embeddings,
+            serde_json::json!({"model": "text-embedding-3-small", "input": ["a", "b"]}),
+        );
+        let e = estimate(&c, &price(), tiktoken());
+        assert_eq!(e.output_tokens, 0);
+        assert!(e.input_tokens >= 2);
+    }
+
+    #[test]
+    fn fallback_usage_caps_counted_output() {
+        let e = Estimate {
+            input_tokens: 10,
+            output_tokens: 5,
+            amount: 1,
+        };
+        assert_eq!(
+            e.fallback_usage(9),
+            Usage {
+                input: 10,
+                output: 5,
+                ..Usage::default()
+            }
+        );
+    }
+}

@@ -1,0 +1,311 @@
+//! A fake OpenAI + Anthropic provider for tests, demos and load runs
+//! (`tollgate mock-upstream`): it speaks the providers' wire formats closely
+//! enough for the official SDKs, answers deterministically, reports usage
+//! that reflects the request, and records what it was sent.
+//!
+//! # Routes
+//!
+//! - `POST /v1/chat/completions`, `POST /v1/completions`,
+//!   `POST /v1/responses`, `POST /v1/embeddings`: OpenAI, JSON or SSE
+//!   (`stream: true`), errors as `{"error":{"message","type","param","code"}}`.
+//! - `POST /v1/messages`: Anthropic, JSON or SSE, `max_tokens` required,
+//!   errors as `{"type":"error","error":{"type","message"}}`.
+//! - `GET /v1/models`: a fixed model list, in Anthropic's shape when the
+//!   request carries `anthropic-version`, else OpenAI's.
+//! - Anything else: 404 in OpenAI's shape.
+//!
+//! # Replies and usage
+//!
+//! A reply is `reply_tokens` words (" lorem ipsum dolor ..."), each word
+//! exactly one output token, cut to the request's output limit
+//! (`max_tokens`, `max_completion_tokens`, `max_output_tokens`), which ends
+//! it with `length` / `max_tokens` / `incomplete` instead of `stop` /
+//! `end_turn` / `completed`. With `n` choices every choice is the same
+//! reply and the output tokens are their sum.
+//!
+//! Input tokens are counted with o200k_base on the OpenAI routes: chat
+//! counts each message's role and content texts plus 3 per message and 3
+//! for the reply; responses counts `instructions` as a `system` message and
+//! each input item's role, content texts, `output` and `arguments` the same
+//! way (a string `input` is one `user` message); completions and
+//! embeddings count each prompt or input string (token arrays count their
+//! length). Each text is counted on its own and the counts summed.
+//! `/v1/messages` counts ceil(bytes of the system and message texts / 4)
+//! plus 3 per message.
+//!
+//! # Test directives
+//!
+//! Words of the form `mock:NAME=N` in the text of the last user message (the
+//! last prompt or input string on completions and embeddings) change the
+//! answer:
+//!
+//! - `mock:tokens=N`: reply with N tokens per choice.
+//! - `mock:status=CODE`: answer with that status (400..=599) and a realistic
+//!   error body in the route's shape; OpenAI types: 429 `requests` with code
+//!   `rate_limit_exceeded`, 5xx `server_error`, 401 code `invalid_api_key`,
+//!   other 4xx `invalid_request_error`; Anthropic types: 401
+//!   `authentication_error`, 403 `permission_error`, 404 `not_found_error`,
+//!   413 `request_too_large`, 429 `rate_limit_error`, 529
+//!   `overloaded_error`, other 5xx `api_error`, other 4xx
+//!   `invalid_request_error`.
+//! - `mock:cut=N`: a stream sends N content tokens, then the connection is
+//!   dropped with no terminal event and no usage; a non-stream request gets
+//!   its connection closed without a response.
+//! - `mock:cached=N`: report N input tokens (at most all) as cache reads.
+//! - `mock:cache_write=N`: report N input tokens as cache writes
+//!   (`/v1/messages` only).
+//! - `mock:sleep_ms=N`: pause N ms between streamed tokens.
+//!
+//! [`MockStats::billed`] sums the usage each answer reported; a stream bills
+//! when its generation ends (also when the client did not ask for usage),
+//! and a cut stream, a stream whose client went away, or a non-stream
+//! request cut short bills its input plus the tokens sent, as a provider
+//! bills an interrupted call.
+//!
+//! # Layout
+//!
+//! This file is the public API and the accept loop; `handler` reads,
+//! checks and routes one request; `openai`, `responses` and `anthropic`
+//! build each provider's bodies and events; `reply` decides the reply and
+//! counts tokens; `stream` writes event streams.
+
+mod anthropic;
+mod handler;
+mod openai;
+mod reply;
+mod responses;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::usage::Usage;
+
+pub use stream::StreamCut;
+
+/// How long in-flight requests may finish after shutdown before their
+/// connections are dropped.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Pause after a failed accept (such as too many open files) so the loop
+/// does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// How the mock behaves for every request.
+#[derive(Clone, Debug)]
+pub struct MockOptions {
+    /// Delay before the response headers.
+    pub latency: Duration,
+    /// Pace of streamed tokens; `None` streams as fast as possible.
+    pub tokens_per_sec: Option<u32>,
+    /// When set, requests must carry this key (`Authorization: Bearer` on
+    /// the OpenAI routes, `x-api-key` on `/v1/messages`), else 401.
+    pub expect_key: Option<String>,
+    /// Reply length in tokens when no directive says otherwise.
+    pub reply_tokens: u64,
+}
+
+impl Default for MockOptions {
+    fn default() -> Self {
+        Self {
+            latency: Duration::ZERO,
+            tokens_per_sec: None,
+            expect_key: None,
+            reply_tokens: 12,
+        }
+    }
+}
+
+/// One request as the mock received it.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    pub path: String,
+    pub headers: http::HeaderMap,
+    /// The parsed JSON body; `null` when the body was empty or not JSON.
+    pub body: serde_json::Value,
+}
+
+/// The raw form kept per request: parsing happens only when a test asks.
+#[derive(Debug)]
+struct Received {
+    path: String,
+    headers: http::HeaderMap,
+    body: Bytes,
+}
+
+/// What the mock has seen and billed, for tests.
+#[derive(Debug, Default)]
+pub struct MockStats {
+    requests: std::sync::atomic::AtomicU64,
+    // std mutexes: held only to copy a value in or out, never across an await.
+    last: Mutex<Option<Received>>,
+    billed: Mutex<Usage>,
+}
+
+impl MockStats {
+    /// Requests received, on any path.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The most recent request, with its body parsed.
+    pub fn last_request(&self) -> Option<RecordedRequest> {
+        let last = lock(&self.last);
+        last.as_ref().map(|received| RecordedRequest {
+            path: received.path.clone(),
+            headers: received.headers.clone(),
+            body: serde_json::from_slice(&received.body).unwrap_or(serde_json::Value::Null),
+        })
+    }
+
+    /// The sum of all usage the mock reported or would have billed.
+    pub fn billed(&self) -> Usage {
+        *lock(&self.billed)
+    }
+
+    fn count_request(&self) {
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn record(&self, received: Received) {
+        *lock(&self.last) = Some(received);
+    }
+
+    fn bill(&self, usage: Usage) {
+        let mut billed = lock(&self.billed);
+        billed.input = billed.input.saturating_add(usage.input);
+        billed.cached_input = billed.cached_input.saturating_add(usage.cached_input);
+        billed.cache_write = billed.cache_write.saturating_add(usage.cache_write);
+        billed.output = billed.output.saturating_add(usage.output);
+    }
+}
+
+/// Stats stay readable after a panicking test thread poisoned a lock.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A mock running in this process; dropping it (or [`MockServer::shutdown`])
+/// stops it.
+#[derive(Debug)]
+pub struct MockServer {
+    pub addr: SocketAddr,
+    pub stats: Arc<MockStats>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl MockServer {
+    /// The base URL, e.g. `http://127.0.0.1:41234`; OpenAI clients add `/v1`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, lets in-flight requests finish and waits for that.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        self.stop.take();
+        match self.task.take() {
+            Some(task) => task.await.map_err(std::io::Error::other)?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        // Dropping the sender resolves the server's shutdown future.
+        self.stop.take();
+    }
+}
+
+/// Starts a mock on 127.0.0.1 on a free port.
+pub async fn spawn(opts: MockOptions) -> std::io::Result<MockServer> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    let stats = Arc::new(MockStats::default());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve(listener, opts, stats.clone(), async move {
+        let _ = stopped.await;
+    }));
+    Ok(MockServer {
+        addr,
+        stats,
+        stop: Some(stop),
+        task: Some(task),
+    })
+}
+
+/// Serves the mock on `listener` until `shutdown` resolves, then lets
+/// in-flight requests finish for a few seconds.
+pub async fn serve(
+    listener: TcpListener,
+    opts: MockOptions,
+    stats: Arc<MockStats>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    // Build the tokenizer off the runtime before the first request needs it.
+    tokio::task::spawn_blocking(reply::tokenizer);
+    let shared = Arc::new(handler::Shared { opts, stats });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new());
+    builder.http2().timer(TokioTimer::new());
+    let graceful = GracefulShutdown::new();
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let (tcp, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        tracing::warn!(%error, "mock: accept failed");
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        continue;
+                    }
+                };
+                // SSE events are small writes that must not wait for Nagle.
+                if let Err(error) = tcp.set_nodelay(true) {
+                    tracing::debug!(%error, "mock: TCP_NODELAY not set");
+                }
+                let shared = shared.clone();
+                let service = service_fn(move |request| handler::handle(request, shared.clone()));
+                let connection = builder
+                    .serve_connection(TokioIo::new(tcp), service)
+                    .into_owned();
+                let connection = graceful.watch(connection);
+                connections.spawn(async move {
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%peer, %error, "mock: connection ended with an error");
+                    }
+                });
+            }
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::debug!("mock: dropping connections still busy after the grace period");
+    }
+    connections.shutdown().await;
+    Ok(())
+}

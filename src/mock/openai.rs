@@ -1,0 +1,514 @@
+//! OpenAI's chat completions, legacy completions, embeddings and model list,
+//! and its error shape, as the official SDKs parse them. The Responses API
+//! lives in `responses`.
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::handler::{directed_answer, new_id, unix_now, Answer, ApiError};
+use super::reply::{count_tokens, last_user_directives, u64_field, word, Directives, Reply, Tally};
+use super::stream::{data, Event, EventStream, Events};
+use super::MockOptions;
+
+/// Stands in for the backend configuration OpenAI fingerprints.
+const SYSTEM_FINGERPRINT: &str = "fp_7d3a1c0b5e";
+
+/// The most choices OpenAI accepts in one request.
+const MAX_CHOICES: u64 = 128;
+
+/// Embedding length when the request names no `dimensions`: short, since
+/// tests only need vectors that are deterministic.
+const DEFAULT_DIMENSIONS: u64 = 8;
+
+/// The longest embedding the mock produces.
+const MAX_DIMENSIONS: u64 = 4096;
+
+/// What `GET /v1/models` lists.
+const MODELS: [&str; 7] = [
+    "gpt-4o-mini",
+    "gpt-4o",
+    "gpt-4.1",
+    "gpt-4.1-mini",
+    "o4-mini",
+    "text-embedding-3-small",
+    "text-embedding-3-large",
+];
+
+/// `POST /v1/chat/completions`.
+pub(crate) fn chat(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError> {
+    let model = model(body)?;
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::invalid("Missing required parameter: 'messages'.", "messages"))?;
+    let choices = choices(body)?;
+    let limit = lower(
+        u64_field(body, "max_completion_tokens"),
+        u64_field(body, "max_tokens"),
+    );
+    let directives = last_user_directives(messages);
+    let reply = opts.reply(&directives, limit);
+    let tally = Tally::new(
+        chat_prompt_tokens(messages),
+        &directives,
+        reply.tokens.saturating_mul(choices),
+    );
+    let stream = flag(body, "stream");
+    if let Some(answer) = directed_answer(&directives, stream, tally) {
+        return answer;
+    }
+    let chunks = Chunks {
+        id: new_id("chatcmpl-"),
+        object: "chat.completion.chunk",
+        created: unix_now(),
+        model,
+        include_usage: stream && include_usage(body),
+    };
+    if stream {
+        let shape = ChunkShape {
+            opening: Some(|index| {
+                json!({"index": index, "delta": {"role": "assistant", "content": "", "refusal": null},
+                       "logprobs": null, "finish_reason": null})
+            }),
+            token: |index, token| json!({"index": index, "delta": {"content": token}, "logprobs": null, "finish_reason": null}),
+            finish: |index, reason| json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": reason}),
+        };
+        return Ok(stream_answer(
+            chunks,
+            shape,
+            choices,
+            reply,
+            tally,
+            &directives,
+            opts,
+        ));
+    }
+    let text = super::reply::text(reply.tokens);
+    let body = json!({
+        "id": chunks.id,
+        "object": "chat.completion",
+        "created": chunks.created,
+        "model": chunks.model,
+        "choices": (0..choices).map(|index| json!({
+            "index": index,
+            "message": {"role": "assistant", "content": text, "refusal": null, "annotations": []},
+            "logprobs": null,
+            "finish_reason": finish_reason(reply),
+        })).collect::<Vec<_>>(),
+        "usage": chat_usage(&tally),
+        "service_tier": "default",
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+    });
+    Ok(Answer::Json { body, tally })
+}
+
+/// `POST /v1/completions`, the legacy text completions.
+pub(crate) fn completions(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError> {
+    let model = model(body)?;
+    let prompts = body
+        .get("prompt")
+        .and_then(inputs)
+        .ok_or_else(|| ApiError::invalid("Missing required parameter: 'prompt'.", "prompt"))?;
+    let choices = choices(body)?.saturating_mul(prompts.len() as u64);
+    let directives = last_text_directives(&prompts);
+    let reply = opts.reply(&directives, u64_field(body, "max_tokens"));
+    let prompt_tokens = prompts.iter().map(Input::tokens).sum();
+    let tally = Tally::new(
+        prompt_tokens,
+        &directives,
+        reply.tokens.saturating_mul(choices),
+    );
+    let stream = flag(body, "stream");
+    if let Some(answer) = directed_answer(&directives, stream, tally) {
+        return answer;
+    }
+    let chunks = Chunks {
+        id: new_id("cmpl-"),
+        object: "text_completion",
+        created: unix_now(),
+        model,
+        include_usage: stream && include_usage(body),
+    };
+    if stream {
+        let shape = ChunkShape {
+            opening: None,
+            token: |index, token| json!({"text": token, "index": index, "logprobs": null, "finish_reason": null}),
+            finish: |index, reason| json!({"text": "", "index": index, "logprobs": null, "finish_reason": reason}),
+        };
+        return Ok(stream_answer(
+            chunks,
+            shape,
+            choices,
+            reply,
+            tally,
+            &directives,
+            opts,
+        ));
+    }
+    let text = super::reply::text(reply.tokens);
+    let body = json!({
+        "id": chunks.id,
+        "object": "text_completion",
+        "created": chunks.created,
+        "model": chunks.model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "choices": (0..choices).map(|index| json!({
+            "text": text,
+            "index": index,
+            "logprobs": null,
+            "finish_reason": finish_reason(reply),
+        })).collect::<Vec<_>>(),
+        "usage": {
+            "prompt_tokens": tally.prompt,
+            "completion_tokens": tally.output,
+            "total_tokens": tally.prompt + tally.output,
+        },
+    });
+    Ok(Answer::Json { body, tally })
+}
+
+/// `POST /v1/embeddings`: one deterministic vector per input, as floats or
+/// as base64 of little-endian f32s (what the Python SDK asks for by default).
+pub(crate) fn embeddings(body: &Value) -> Result<Answer, ApiError> {
+    let model = model(body)?;
+    let inputs = body
+        .get("input")
+        .and_then(inputs)
+        .ok_or_else(|| ApiError::invalid("Missing required parameter: 'input'.", "input"))?;
+    let dimensions = u64_field(body, "dimensions")
+        .unwrap_or(DEFAULT_DIMENSIONS)
+        .clamp(1, MAX_DIMENSIONS);
+    let base64 = body.get("encoding_format").and_then(Value::as_str) == Some("base64");
+    let directives = last_text_directives(&inputs);
+    let tally = Tally {
+        prompt: inputs.iter().map(Input::tokens).sum(),
+        ..Tally::default()
+    };
+    if let Some(answer) = directed_answer(&directives, false, tally) {
+        return answer;
+    }
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(index, input)| {
+            let vector = input.embedding(dimensions);
+            let embedding = if base64 {
+                json!(base64_f32(&vector))
+            } else {
+                json!(vector)
+            };
+            json!({"object": "embedding", "index": index, "embedding": embedding})
+        })
+        .collect();
+    let body = json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tally.prompt, "total_tokens": tally.prompt},
+    });
+    Ok(Answer::Json { body, tally })
+}
+
+/// `GET /v1/models`.
+pub(crate) fn models() -> Value {
+    let data: Vec<Value> = MODELS
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 1_715_367_049, "owned_by": "system"}))
+        .collect();
+    json!({"object": "list", "data": data})
+}
+
+/// OpenAI's error body; the type and code follow the status as OpenAI's do.
+pub(crate) fn error_body(error: &ApiError) -> Value {
+    let (kind, code) = match error.status.as_u16() {
+        401 => ("invalid_request_error", Some("invalid_api_key")),
+        429 => ("requests", Some("rate_limit_exceeded")),
+        500..=599 => ("server_error", None),
+        _ => ("invalid_request_error", None),
+    };
+    json!({"error": {
+        "message": error.message,
+        "type": kind,
+        "param": error.param,
+        "code": error.code.or(code),
+    }})
+}
+
+/// The `model` field, which every OpenAI route requires.
+pub(crate) fn model(body: &Value) -> Result<String, ApiError> {
+    body.get("model")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| ApiError::invalid("you must provide a model parameter", "model"))
+}
+
+/// A boolean field, false when absent.
+pub(crate) fn flag(body: &Value, name: &str) -> bool {
+    body.get(name).and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// The smaller of two optional limits.
+fn lower(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn include_usage(body: &Value) -> bool {
+    body.pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// The `n` field, 1 when absent.
+fn choices(body: &Value) -> Result<u64, ApiError> {
+    match body.get("n") {
+        None | Some(Value::Null) => Ok(1),
+        Some(n) => n
+            .as_u64()
+            .filter(|n| (1..=MAX_CHOICES).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    format!("Invalid 'n': expected an integer from 1 to {MAX_CHOICES}."),
+                    "n",
+                )
+            }),
+    }
+}
+
+fn finish_reason(reply: Reply) -> &'static str {
+    if reply.capped {
+        "length"
+    } else {
+        "stop"
+    }
+}
+
+/// Role names and content texts, plus OpenAI's framing of 3 tokens per
+/// message and 3 priming the reply.
+fn chat_prompt_tokens(messages: &[Value]) -> u64 {
+    let mut texts = Vec::new();
+    let mut framing = 3;
+    for message in messages {
+        framing += 3;
+        if let Some(Value::String(role)) = message.get("role") {
+            texts.push(role.as_str());
+        }
+        if let Some(content) = message.get("content") {
+            super::reply::content_texts(content, &mut texts);
+        }
+    }
+    framing + texts.into_iter().map(count_tokens).sum::<u64>()
+}
+
+fn chat_usage(tally: &Tally) -> Value {
+    json!({
+        "prompt_tokens": tally.prompt,
+        "completion_tokens": tally.output,
+        "total_tokens": tally.prompt + tally.output,
+        "prompt_tokens_details": {"cached_tokens": tally.cached, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    })
+}
+
+/// One prompt or embedding input.
+enum Input<'a> {
+    Text(&'a str),
+    Tokens(&'a [Value]),
+}
+
+impl Input<'_> {
+    fn tokens(&self) -> u64 {
+        match self {
+            Input::Text(text) => count_tokens(text),
+            Input::Tokens(tokens) => tokens.len() as u64,
+        }
+    }
+
+    /// A vector that depends only on the input, with components in
+    /// [-1, 1) that print exactly (multiples of 1/1024).
+    fn embedding(&self, dimensions: u64) -> Vec<f32> {
+        let mut state = match self {
+            Input::Text(text) => fnv1a(text.as_bytes()),
+            Input::Tokens(tokens) => fnv1a(Value::Array(tokens.to_vec()).to_string().as_bytes()),
+        };
+        (0..dimensions)
+            .map(|_| {
+                state = splitmix64(state);
+                let step = (state >> 53) as i32 - 1024;
+                step as f32 / 1024.0
+            })
+            .collect()
+    }
+}
+
+/// A string, an array of strings, an array of token ids, or an array of
+/// token-id arrays; `None` for anything else or an empty array.
+fn inputs(value: &Value) -> Option<Vec<Input<'_>>> {
+    let token_ids = |items: &[Value]| items.iter().all(Value::is_u64);
+    match value {
+        Value::String(text) => Some(vec![Input::Text(text)]),
+        Value::Array(items) if items.is_empty() => None,
+        Value::Array(items) if token_ids(items) => Some(vec![Input::Tokens(items)]),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(text) => Some(Input::Text(text)),
+                Value::Array(ids) if token_ids(ids) => Some(Input::Tokens(ids)),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}
+
+/// The directives of the last text input.
+fn last_text_directives(inputs: &[Input<'_>]) -> Directives {
+    inputs
+        .iter()
+        .rev()
+        .find_map(|input| match input {
+            Input::Text(text) => Some(Directives::parse(text)),
+            Input::Tokens(_) => None,
+        })
+        .unwrap_or_default()
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn splitmix64(state: u64) -> u64 {
+    let mut z = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Standard padded base64 of the vector's little-endian f32 bytes.
+pub(super) fn base64_f32(vector: &[f32]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for group in bytes.chunks(3) {
+        let packed = group.iter().enumerate().fold(0u32, |acc, (i, byte)| {
+            acc | u32::from(*byte) << (16 - 8 * i)
+        });
+        for i in 0..4 {
+            if i <= group.len() {
+                let sextet = (packed >> (18 - 6 * i)) & 0x3f;
+                out.push(char::from(ALPHABET[sextet as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The fields every chunk of a chat or completions stream repeats.
+struct Chunks {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: String,
+    /// The client asked for usage: every chunk carries `"usage": null`
+    /// until the usage-only chunk, as OpenAI sends them.
+    include_usage: bool,
+}
+
+impl Chunks {
+    fn frame(&self, choices: Vec<Value>, usage: Option<Value>) -> Bytes {
+        let mut chunk = json!({
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+            "choices": choices,
+        });
+        if self.include_usage {
+            chunk["usage"] = usage.unwrap_or(Value::Null);
+        }
+        data(&chunk)
+    }
+}
+
+/// How one choice looks in each kind of chunk.
+#[derive(Clone, Copy)]
+struct ChunkShape {
+    /// The chunk before the first token (chat's role announcement).
+    opening: Option<fn(u64) -> Value>,
+    token: fn(u64, &str) -> Value,
+    finish: fn(u64, &str) -> Value,
+}
+
+/// The event stream of chat and legacy completions: opening chunks, one
+/// chunk per token and choice, a finishing chunk per choice, the usage-only
+/// chunk when asked for, then `[DONE]`.
+fn stream_answer(
+    chunks: Chunks,
+    shape: ChunkShape,
+    choices: u64,
+    reply: Reply,
+    tally: Tally,
+    directives: &Directives,
+    opts: &MockOptions,
+) -> Answer {
+    let chunks = std::sync::Arc::new(chunks);
+    let reason = finish_reason(reply);
+    let usage = if chunks.object == "text_completion" {
+        json!({
+            "prompt_tokens": tally.prompt,
+            "completion_tokens": tally.output,
+            "total_tokens": tally.prompt + tally.output,
+        })
+    } else {
+        chat_usage(&tally)
+    };
+    let (opening, tokens, finish, ending) =
+        (chunks.clone(), chunks.clone(), chunks.clone(), chunks);
+    let events: Events = Box::new(
+        shape
+            .opening
+            .into_iter()
+            .flat_map(move |opening_choice| {
+                let chunks = opening.clone();
+                (0..choices)
+                    .map(move |index| Event::Frame(chunks.frame(vec![opening_choice(index)], None)))
+            })
+            .chain((0..reply.tokens).flat_map(move |position| {
+                let chunks = tokens.clone();
+                (0..choices).map(move |index| {
+                    Event::Token(chunks.frame(vec![(shape.token)(index, word(position))], None))
+                })
+            }))
+            .chain(std::iter::once(Event::Generated))
+            .chain((0..choices).map(move |index| {
+                Event::Frame(finish.frame(vec![(shape.finish)(index, reason)], None))
+            }))
+            .chain(
+                ending
+                    .include_usage
+                    .then(|| Event::Frame(ending.frame(Vec::new(), Some(usage))))
+                    .into_iter(),
+            )
+            .chain(std::iter::once(Event::Frame(Bytes::from_static(
+                b"data: [DONE]\n\n",
+            )))),
+    );
+    Answer::Stream(EventStream {
+        events,
+        tally,
+        cut: directives.cut,
+        pace: opts.pace(directives),
+    })
+}

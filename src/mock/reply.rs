@@ -1,0 +1,384 @@
+//! What the mock answers, independent of the wire format: the test
+//! directives found in the prompt, the deterministic reply text, the reply
+//! length after the request's output limit, and the token counts it reports.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::Value;
+use tiktoken_rs::CoreBPE;
+
+use super::MockOptions;
+use crate::usage::Usage;
+
+/// The reply vocabulary. Every word is a single token in both o200k_base
+/// and cl100k_base (checked by a test), so a client that counts the tokens
+/// of the text it saw gets exactly the output tokens the mock reports.
+const WORDS: [&str; 43] = [
+    " lorem",
+    " ipsum",
+    " dolor",
+    " sit",
+    " amet",
+    " consectetur",
+    " adipiscing",
+    " elit",
+    " sed",
+    " do",
+    " eiusmod",
+    " tempor",
+    " incididunt",
+    " ut",
+    " labore",
+    " et",
+    " dolore",
+    " magna",
+    " aliqua",
+    " enim",
+    " ad",
+    " minim",
+    " veniam",
+    " quis",
+    " exercitation",
+    " nisi",
+    " ex",
+    " ea",
+    " commodo",
+    " consequat",
+    " aute",
+    " in",
+    " velit",
+    " esse",
+    " nulla",
+    " sint",
+    " non",
+    " sunt",
+    " culpa",
+    " qui",
+    " anim",
+    " id",
+    " est",
+];
+
+/// The `i`-th output token of every reply.
+pub(crate) fn word(i: u64) -> &'static str {
+    let len = WORDS.len() as u64;
+    WORDS[usize::try_from(i % len).unwrap_or(0)]
+}
+
+/// The full text of a reply of `tokens` tokens.
+pub(crate) fn text(tokens: u64) -> String {
+    (0..tokens).map(word).collect()
+}
+
+/// Instructions a test embeds in the last user message, as `mock:NAME=N`
+/// words anywhere in its text.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Directives {
+    /// `mock:tokens=N`: reply length, before the request's output limit.
+    pub tokens: Option<u64>,
+    /// `mock:status=CODE`: answer with this error status (400..=599).
+    pub status: Option<StatusCode>,
+    /// `mock:cut=N`: drop the connection after N streamed content tokens.
+    pub cut: Option<u64>,
+    /// `mock:cached=N`: input tokens reported as read from the cache.
+    pub cached: Option<u64>,
+    /// `mock:cache_write=N`: input tokens reported as written to the cache
+    /// (Anthropic only).
+    pub cache_write: Option<u64>,
+    /// `mock:sleep_ms=N`: pause between streamed tokens for this request.
+    pub sleep_ms: Option<u64>,
+}
+
+impl Directives {
+    /// Reads every `mock:NAME=N` word of `text`; unknown names and values
+    /// that are not numbers are ignored, as is a status below 400.
+    pub(crate) fn parse(text: &str) -> Self {
+        let mut directives = Self::default();
+        for (name, value) in text
+            .split_whitespace()
+            .filter_map(|word| word.strip_prefix("mock:"))
+            .filter_map(|directive| directive.split_once('='))
+        {
+            let Ok(value) = value.parse::<u64>() else {
+                continue;
+            };
+            match name {
+                "tokens" => directives.tokens = Some(value),
+                "status" => {
+                    directives.status = u16::try_from(value)
+                        .ok()
+                        .and_then(|code| StatusCode::from_u16(code).ok())
+                        .filter(|status| status.is_client_error() || status.is_server_error());
+                }
+                "cut" => directives.cut = Some(value),
+                "cached" => directives.cached = Some(value),
+                "cache_write" => directives.cache_write = Some(value),
+                "sleep_ms" => directives.sleep_ms = Some(value),
+                _ => {}
+            }
+        }
+        directives
+    }
+}
+
+/// How long each reply choice is and why it ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reply {
+    /// Output tokens of one choice.
+    pub tokens: u64,
+    /// The request's output limit cut the reply short.
+    pub capped: bool,
+}
+
+impl Reply {
+    /// A reply of `wanted` tokens, cut to the request's output `limit`.
+    pub(crate) fn plan(wanted: u64, limit: Option<u64>) -> Self {
+        match limit {
+            Some(limit) if limit < wanted => Self {
+                tokens: limit,
+                capped: true,
+            },
+            _ => Self {
+                tokens: wanted,
+                capped: false,
+            },
+        }
+    }
+}
+
+impl MockOptions {
+    /// The reply for a request with these directives and output limit.
+    pub(crate) fn reply(&self, directives: &Directives, limit: Option<u64>) -> Reply {
+        Reply::plan(directives.tokens.unwrap_or(self.reply_tokens), limit)
+    }
+
+    /// Time between streamed tokens: the request's `mock:sleep_ms`, else
+    /// the configured rate.
+    pub(crate) fn pace(&self, directives: &Directives) -> Duration {
+        match (directives.sleep_ms, self.tokens_per_sec) {
+            (Some(ms), _) => Duration::from_millis(ms),
+            (None, Some(rate)) if rate > 0 => Duration::from_secs(1) / rate,
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// The token counts of one answer, as the provider reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    /// Every input token, cached and cache writes included.
+    pub prompt: u64,
+    /// Input tokens read from the cache (part of `prompt`).
+    pub cached: u64,
+    /// Input tokens written to the cache (part of `prompt`).
+    pub cache_write: u64,
+    /// Output tokens, all choices together.
+    pub output: u64,
+}
+
+impl Tally {
+    /// Counts for a prompt of `prompt` tokens with the cache directives
+    /// applied; the cached and written parts never exceed the prompt.
+    pub(crate) fn new(prompt: u64, directives: &Directives, output: u64) -> Self {
+        let cached = directives.cached.unwrap_or(0).min(prompt);
+        let cache_write = directives.cache_write.unwrap_or(0).min(prompt - cached);
+        Self {
+            prompt,
+            cached,
+            cache_write,
+            output,
+        }
+    }
+
+    /// Input tokens billed at the full input price.
+    pub(crate) fn uncached(&self) -> u64 {
+        self.prompt - self.cached - self.cache_write
+    }
+
+    /// The same call with `output` tokens generated instead.
+    pub(crate) fn with_output(self, output: u64) -> Self {
+        Self { output, ..self }
+    }
+
+    /// The usage a provider bills for these counts.
+    pub(crate) fn usage(&self) -> Usage {
+        Usage {
+            input: self.uncached(),
+            cached_input: self.cached,
+            cache_write: self.cache_write,
+            output: self.output,
+        }
+    }
+}
+
+/// The o200k_base tokenizer, built once (it takes about 100 ms).
+pub(crate) fn tokenizer() -> Option<&'static CoreBPE> {
+    static TOKENIZER: OnceLock<Option<CoreBPE>> = OnceLock::new();
+    TOKENIZER
+        .get_or_init(|| match tiktoken_rs::o200k_base() {
+            Ok(bpe) => Some(bpe),
+            Err(error) => {
+                tracing::error!(%error, "o200k_base tokenizer unavailable; counting 4 bytes per token");
+                None
+            }
+        })
+        .as_ref()
+}
+
+/// Tokens of `text` in o200k_base.
+pub(crate) fn count_tokens(text: &str) -> u64 {
+    if text.is_empty() {
+        return 0;
+    }
+    match tokenizer() {
+        Some(bpe) => bpe.encode_ordinary(text).len() as u64,
+        None => (text.len() as u64).div_ceil(4),
+    }
+}
+
+/// Pushes every text of a message `content`: a string, or an array of
+/// strings and parts carrying `text` (nested `content`, as in tool
+/// results, is searched too). Images and other parts carry no text.
+pub(crate) fn content_texts<'a>(content: &'a Value, out: &mut Vec<&'a str>) {
+    match content {
+        Value::String(text) => out.push(text),
+        Value::Array(parts) => {
+            for part in parts {
+                match part {
+                    Value::String(text) => out.push(text),
+                    Value::Object(fields) => {
+                        if let Some(Value::String(text)) = fields.get("text") {
+                            out.push(text);
+                        }
+                        if let Some(nested) = fields.get("content") {
+                            content_texts(nested, out);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The text of a message `content`, parts joined by newlines.
+pub(crate) fn content_text(content: &Value) -> String {
+    let mut texts = Vec::new();
+    content_texts(content, &mut texts);
+    texts.join("\n")
+}
+
+/// The directives of the last message whose role is `user`.
+pub(crate) fn last_user_directives(messages: &[Value]) -> Directives {
+    messages
+        .iter()
+        .rev()
+        .find(|message| message.get("role").and_then(Value::as_str) == Some("user"))
+        .and_then(|message| message.get("content"))
+        .map(|content| Directives::parse(&content_text(content)))
+        .unwrap_or_default()
+}
+
+/// A non-negative integer field of the request, if present.
+pub(crate) fn u64_field(body: &Value, name: &str) -> Option<u64> {
+    body.get(name).and_then(Value::as_u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_word_is_one_token_in_both_openai_encodings() {
+        let o200k = tiktoken_rs::o200k_base().unwrap();
+        let cl100k = tiktoken_rs::cl100k_base().unwrap();
+        for word in WORDS {
+            assert_eq!(o200k.encode_ordinary(word).len(), 1, "{word:?}");
+            assert_eq!(cl100k.encode_ordinary(word).len(), 1, "{word:?}");
+        }
+        let reply = text(100);
+        assert_eq!(count_tokens(&reply), 100);
+    }
+
+    #[test]
+    fn directives_are_read_from_anywhere_in_the_text() {
+        let directives =
+            Directives::parse("hello mock:tokens=5\nmock:cut=2 mock:cached=7 mock:sleep_ms=3");
+        assert_eq!(directives.tokens, Some(5));
+        assert_eq!(directives.cut, Some(2));
+        assert_eq!(directives.cached, Some(7));
+        assert_eq!(directives.sleep_ms, Some(3));
+        assert_eq!(directives.status, None);
+        assert_eq!(
+            Directives::parse("mock:status=529").status,
+            Some(StatusCode::from_u16(529).unwrap())
+        );
+        assert_eq!(Directives::parse("mock:status=200").status, None);
+        assert_eq!(
+            Directives::parse("mock:tokens=x mock:nope=1"),
+            Directives::default()
+        );
+    }
+
+    #[test]
+    fn the_output_limit_caps_the_reply() {
+        assert_eq!(
+            Reply::plan(12, Some(5)),
+            Reply {
+                tokens: 5,
+                capped: true
+            }
+        );
+        assert_eq!(
+            Reply::plan(12, Some(12)),
+            Reply {
+                tokens: 12,
+                capped: false
+            }
+        );
+        assert_eq!(
+            Reply::plan(12, None),
+            Reply {
+                tokens: 12,
+                capped: false
+            }
+        );
+    }
+
+    #[test]
+    fn cache_directives_never_exceed_the_prompt() {
+        let directives = Directives {
+            cached: Some(8),
+            cache_write: Some(8),
+            ..Directives::default()
+        };
+        let tally = Tally::new(10, &directives, 3);
+        assert_eq!(
+            (tally.cached, tally.cache_write, tally.uncached()),
+            (8, 2, 0)
+        );
+        assert_eq!(
+            tally.usage(),
+            Usage {
+                input: 0,
+                cached_input: 8,
+                cache_write: 2,
+                output: 3
+            }
+        );
+    }
+
+    #[test]
+    fn the_last_user_message_carries_the_directives() {
+        let messages = vec![
+            json!({"role": "user", "content": "mock:tokens=1"}),
+            json!({"role": "assistant", "content": "mock:tokens=2"}),
+            json!({"role": "user", "content": [{"type": "text", "text": "mock:tokens=3"}]}),
+        ];
+        assert_eq!(last_user_directives(&messages).tokens, Some(3));
+    }
+}

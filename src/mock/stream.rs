@@ -1,0 +1,186 @@
+//! Response bodies and the server-sent event streams: a stream is a lazy
+//! sequence of events fed into a channel body by its own task, one frame
+//! per event, so the client sees each event as it is generated. The task
+//! paces content tokens, cuts the connection on `mock:cut` and bills the
+//! usage a provider would bill for what was generated.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::Frame;
+use http_body_util::{Either, Full};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::reply::Tally;
+use super::MockStats;
+
+/// Every response body of the mock: a whole JSON document, or an event
+/// stream written as it is generated.
+pub(crate) type MockBody = Either<Full<Bytes>, EventBody>;
+
+/// The error a cut stream ends with, so the server drops the connection
+/// (HTTP/1.1) or resets the stream (HTTP/2) instead of ending it cleanly.
+#[derive(Debug, thiserror::Error)]
+#[error("stream cut by the mock:cut directive")]
+pub struct StreamCut;
+
+/// An event stream's body: the frames its generating task sends, ending
+/// with an error when the stream is cut.
+pub(crate) struct EventBody {
+    frames: mpsc::Receiver<Result<Bytes, StreamCut>>,
+}
+
+impl http_body::Body for EventBody {
+    type Data = Bytes;
+    type Error = StreamCut;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, StreamCut>>> {
+        self.frames
+            .poll_recv(cx)
+            .map(|next| next.map(|frame| frame.map(Frame::data)))
+    }
+}
+
+/// Frames buffered ahead of a slow client before generation waits.
+const STREAM_BUFFER: usize = 16;
+
+/// One step of an event stream.
+pub(crate) enum Event {
+    /// An event that carries no content token.
+    Frame(Bytes),
+    /// An event that carries one output token: paced, and counted by
+    /// `mock:cut`.
+    Token(Bytes),
+    /// Generation is over: the usage is billed here, before the events
+    /// that end the stream and report it. A cut stream stops here at the
+    /// latest.
+    Generated,
+}
+
+/// The events of one stream, generated as they are sent.
+pub(crate) type Events = Box<dyn Iterator<Item = Event> + Send>;
+
+/// A planned event stream.
+pub(crate) struct EventStream {
+    pub events: Events,
+    /// What the whole stream bills once generated.
+    pub tally: Tally,
+    /// Drop the connection after this many content tokens.
+    pub cut: Option<u64>,
+    /// Time between content tokens.
+    pub pace: Duration,
+}
+
+/// An SSE event with only a data line, as OpenAI's chat streams send.
+pub(crate) fn data(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+/// An SSE event with a name, as Anthropic and the Responses API send.
+pub(crate) fn named(name: &str, value: &Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {value}\n\n"))
+}
+
+/// A whole body.
+pub(crate) fn full(bytes: impl Into<Bytes>) -> MockBody {
+    Either::Left(Full::new(bytes.into()))
+}
+
+/// Starts generating `stream` into a new body.
+pub(crate) fn spawn(stream: EventStream, stats: Arc<MockStats>) -> MockBody {
+    let (sender, frames) = mpsc::channel(STREAM_BUFFER);
+    tokio::spawn(generate(stream, sender, stats));
+    Either::Right(EventBody { frames })
+}
+
+/// Bills a stream exactly once: the whole tally when generation ends, or
+/// the input and the tokens sent so far when the stream stops early (cut,
+/// or the client went away), as a provider bills an interrupted call.
+struct Billing {
+    stats: Arc<MockStats>,
+    tally: Tally,
+    tokens_sent: u64,
+    billed: bool,
+}
+
+impl Billing {
+    fn bill(&mut self, tally: Tally) {
+        if !self.billed {
+            self.billed = true;
+            self.stats.bill(tally.usage());
+        }
+    }
+
+    fn bill_generated(&mut self) {
+        self.bill(self.tally);
+    }
+
+    fn bill_sent(&mut self) {
+        self.bill(self.tally.with_output(self.tokens_sent));
+    }
+}
+
+impl Drop for Billing {
+    fn drop(&mut self) {
+        self.bill_sent();
+    }
+}
+
+async fn generate(
+    stream: EventStream,
+    sender: mpsc::Sender<Result<Bytes, StreamCut>>,
+    stats: Arc<MockStats>,
+) {
+    let EventStream {
+        events,
+        tally,
+        cut,
+        pace,
+    } = stream;
+    let mut billing = Billing {
+        stats,
+        tally,
+        tokens_sent: 0,
+        billed: false,
+    };
+    let mut due = Instant::now();
+    for event in events {
+        let frame = match event {
+            Event::Frame(frame) => frame,
+            Event::Token(frame) => {
+                if cut == Some(billing.tokens_sent) {
+                    break;
+                }
+                if !pace.is_zero() {
+                    tokio::time::sleep_until(due).await;
+                    due += pace;
+                }
+                billing.tokens_sent += 1;
+                frame
+            }
+            Event::Generated => {
+                if cut.is_some() {
+                    break;
+                }
+                billing.bill_generated();
+                continue;
+            }
+        };
+        if sender.send(Ok(frame)).await.is_err() {
+            return;
+        }
+    }
+    if cut.is_some() {
+        billing.bill_sent();
+        // Ignored: a client already gone needs no cut.
+        let _ = sender.send(Err(StreamCut)).await;
+    }
+}

@@ -1,0 +1,456 @@
+//! The price table: what one token of each class costs, per model.
+//!
+//! Two file formats load into the same [`PriceTable`]: tollgate's own TOML
+//! (`[models."gpt-4o-mini"]`, prices as decimal strings in USD per million
+//! tokens) and LiteLLM's `model_prices_and_context_window.json` (USD per
+//! token as JSON numbers). Both are converted to exact [`Price`]s; a price
+//! that cannot be held exactly is rounded up, never down, so the gateway
+//! never under-charges.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::money::{Cost, Price, UsdMicros};
+use crate::usage::Usage;
+
+mod litellm;
+
+/// What one model charges per token class, and its token limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelPrice {
+    pub input: Price,
+    pub cached_input: Price,
+    pub cache_write: Price,
+    pub output: Price,
+    /// The model's own output ceiling: the output allowance when a request
+    /// sets no limit.
+    pub max_output_tokens: Option<u64>,
+    /// Bounds input the gateway cannot see (server-side conversation state).
+    pub context_window: Option<u64>,
+}
+
+impl ModelPrice {
+    /// The exact cost of a call, rounded up to a whole µUSD once.
+    pub fn cost(&self, usage: &Usage) -> UsdMicros {
+        let mut cost = Cost::default();
+        cost.add(usage.input, self.input);
+        cost.add(usage.cached_input, self.cached_input);
+        cost.add(usage.cache_write, self.cache_write);
+        cost.add(usage.output, self.output);
+        cost.usd_micros()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PriceError {
+    #[error("{file}: cannot read the price file: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    /// A syntax or shape error; TOML messages carry the line and column.
+    #[error("{file}: {message}")]
+    Parse { file: String, message: String },
+    #[error("{file}: model {model:?}, field {field}: {message}")]
+    Field {
+        file: String,
+        model: String,
+        field: String,
+        message: String,
+    },
+    #[error("{file}: no model has a price")]
+    Empty { file: String },
+}
+
+/// Prices by model name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PriceTable {
+    models: BTreeMap<String, ModelPrice>,
+}
+
+/// Names the source in messages when a table is parsed from a string.
+const INLINE_ORIGIN: &str = "<prices>";
+
+impl PriceTable {
+    /// Loads a price file: LiteLLM's JSON when the name ends in `.json`,
+    /// tollgate's TOML otherwise.
+    pub fn load(path: &Path) -> Result<PriceTable, PriceError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| PriceError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        let is_json = path
+            .extension()
+            .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
+        if is_json {
+            litellm::parse(&text, &file)
+        } else {
+            parse_toml(&text, &file)
+        }
+    }
+
+    pub fn from_toml_str(text: &str) -> Result<PriceTable, PriceError> {
+        parse_toml(text, INLINE_ORIGIN)
+    }
+
+    pub fn from_litellm_json(text: &str) -> Result<PriceTable, PriceError> {
+        litellm::parse(text, INLINE_ORIGIN)
+    }
+
+    /// The price of `model`, or of the same name without a trailing date
+    /// snapshot (`-2024-07-18`, `-20250929`): providers answer with dated
+    /// names and publish one price for every snapshot of a model.
+    pub fn get(&self, model: &str) -> Option<&ModelPrice> {
+        self.models
+            .get(model)
+            .or_else(|| self.models.get(strip_date_snapshot(model)?))
+    }
+
+    /// Every priced model, sorted by name.
+    pub fn models(&self) -> impl Iterator<Item = (&str, &ModelPrice)> {
+        self.models
+            .iter()
+            .map(|(name, price)| (name.as_str(), price))
+    }
+
+    pub fn len(&self) -> usize {
+        self.models.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.models.is_empty()
+    }
+}
+
+/// `gpt-4o-mini-2024-07-18` → `gpt-4o-mini`, `claude-sonnet-4-5-20250929`
+/// → `claude-sonnet-4-5`; `None` when the name ends in no date.
+fn strip_date_snapshot(model: &str) -> Option<&str> {
+    // `d` stands for any digit.
+    const SNAPSHOT_SHAPES: [&[u8]; 2] = [b"-dddd-dd-dd", b"-dddddddd"];
+    SNAPSHOT_SHAPES.iter().find_map(|shape| {
+        let at = model.len().checked_sub(shape.len()).filter(|at| *at > 0)?;
+        let tail = model.as_bytes().get(at..)?;
+        let fits = tail
+            .iter()
+            .zip(shape.iter())
+            .all(|(byte, want)| match want {
+                b'd' => byte.is_ascii_digit(),
+                _ => byte == want,
+            });
+        // The tail starts with an ASCII '-', so `at` is a char boundary.
+        fits.then(|| model.get(..at)).flatten()
+    })
+}
+
+// === TOML ===
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPriceFile {
+    #[serde(default)]
+    models: BTreeMap<String, RawModelPrice>,
+}
+
+/// Prices stay [`toml::Value`]s until checked so a float or a negative gets
+/// a message naming the model and field, not a bare type error.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModelPrice {
+    input_per_mtok: toml::Value,
+    output_per_mtok: toml::Value,
+    cached_input_per_mtok: Option<toml::Value>,
+    cache_write_per_mtok: Option<toml::Value>,
+    max_output_tokens: Option<toml::Value>,
+    context_window: Option<toml::Value>,
+}
+
+fn parse_toml(text: &str, file: &str) -> Result<PriceTable, PriceError> {
+    let raw: RawPriceFile = toml::from_str(text).map_err(|e| PriceError::Parse {
+        file: file.to_owned(),
+        message: e.to_string(),
+    })?;
+    let mut models = BTreeMap::new();
+    for (model, raw) in raw.models {
+        let field_error = |field: &str, message: String| PriceError::Field {
+            file: file.to_owned(),
+            model: model.clone(),
+            field: field.to_owned(),
+            message,
+        };
+        if model.trim().is_empty() {
+            return Err(field_error("name", "a model name must not be empty".into()));
+        }
+        let price = |field: &str, value: &toml::Value| {
+            toml_price(value).map_err(|message| field_error(field, message))
+        };
+        let tokens = |field: &str, value: Option<&toml::Value>| {
+            value
+                .map(toml_token_count)
+                .transpose()
+                .map_err(|message| field_error(field, message))
+        };
+        let input = price("input_per_mtok", &raw.input_per_mtok)?;
+        let output = price("output_per_mtok", &raw.output_per_mtok)?;
+        let cached_input = match &raw.cached_input_per_mtok {
+            Some(value) => price("cached_input_per_mtok", value)?,
+            None => input,
+        };
+        let cache_write = match &raw.cache_write_per_mtok {
+            Some(value) => price("cache_write_per_mtok", value)?,
+            None => input,
+        };
+        let max_output_tokens = tokens("max_output_tokens", raw.max_output_tokens.as_ref())?;
+        let context_window = tokens("context_window", raw.context_window.as_ref())?;
+        let entry = ModelPrice {
+            input,
+            cached_input,
+            cache_write,
+            output,
+            max_output_tokens,
+            context_window,
+        };
+        models.insert(model, entry);
+    }
+    non_empty(models, file)
+}
+
+fn toml_price(value: &toml::Value) -> Result<Price, String> {
+    match value {
+        toml::Value::String(text) => Price::per_mtok(text).map_err(|e| e.to_string()),
+        toml::Value::Integer(n) if *n >= 0 => {
+            Price::per_mtok(&n.to_string()).map_err(|e| e.to_string())
+        }
+        toml::Value::Integer(n) => Err(format!("{n} is negative; a price is zero or more")),
+        toml::Value::Float(x) => Err(format!(
+            "{x} is a float; write the price as a decimal string like \"0.15\" so it is exact"
+        )),
+        other => Err(format!(
+            "expected a decimal string like \"0.15\" (USD per million tokens), found a {}",
+            other.type_str()
+        )),
+    }
+}
+
+fn toml_token_count(value: &toml::Value) -> Result<u64, String> {
+    match value {
+        toml::Value::Integer(n) if *n > 0 => u64::try_from(*n).map_err(|e| e.to_string()),
+        toml::Value::Integer(n) => Err(format!("{n} is not a positive token count")),
+        other => Err(format!(
+            "expected a whole number of tokens, found a {}",
+            other.type_str()
+        )),
+    }
+}
+
+fn non_empty(models: BTreeMap<String, ModelPrice>, file: &str) -> Result<PriceTable, PriceError> {
+    if models.is_empty() {
+        return Err(PriceError::Empty {
+            file: file.to_owned(),
+        });
+    }
+    Ok(PriceTable { models })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn price(text: &str) -> Price {
+        Price::per_mtok(text).unwrap()
+    }
+
+    const TABLE: &str = r#"
+        [models."gpt-4o-mini"]
+        input_per_mtok = "0.15"
+        cached_input_per_mtok = "0.075"
+        output_per_mtok = "0.60"
+        max_output_tokens = 16384
+        context_window = 128000
+
+        [models."claude-sonnet-4-5"]
+        input_per_mtok = "3"
+        cached_input_per_mtok = "0.30"
+        cache_write_per_mtok = "3.75"
+        output_per_mtok = "15"
+
+        [models."text-embedding-3-small"]
+        input_per_mtok = "0.02"
+        output_per_mtok = 0
+    "#;
+
+    #[test]
+    fn loads_toml_with_defaults() {
+        let table = PriceTable::from_toml_str(TABLE).unwrap();
+        assert_eq!(table.len(), 3);
+        let mini = table.get("gpt-4o-mini").unwrap();
+        assert_eq!(mini.input, price("0.15"));
+        assert_eq!(mini.cached_input, price("0.075"));
+        assert_eq!(
+            mini.cache_write,
+            price("0.15"),
+            "defaults to the input price"
+        );
+        assert_eq!(mini.max_output_tokens, Some(16384));
+        assert_eq!(mini.context_window, Some(128_000));
+        let embedding = table.get("text-embedding-3-small").unwrap();
+        assert_eq!(embedding.cached_input, price("0.02"));
+        assert_eq!(embedding.output, Price::ZERO);
+        assert_eq!(embedding.max_output_tokens, None);
+        let names: Vec<&str> = table.models().map(|(name, _)| name).collect();
+        assert_eq!(
+            names,
+            ["claude-sonnet-4-5", "gpt-4o-mini", "text-embedding-3-small"]
+        );
+    }
+
+    #[test]
+    fn cost_is_exact_and_rounded_up_once() {
+        let table = PriceTable::from_toml_str(TABLE).unwrap();
+        let mini = table.get("gpt-4o-mini").unwrap();
+        // 3 × 0.15 + 2 × 0.075 + 1 × 0.60 = 1.2 µUSD → 2, where rounding
+        // each class up would give 1 + 1 + 1 = 3.
+        let usage = Usage {
+            input: 3,
+            cached_input: 2,
+            cache_write: 0,
+            output: 1,
+        };
+        assert_eq!(mini.cost(&usage), 2);
+        let sonnet = table.get("claude-sonnet-4-5").unwrap();
+        let usage = Usage {
+            input: 1_000_000,
+            cached_input: 1_000_000,
+            cache_write: 1_000_000,
+            output: 1_000_000,
+        };
+        assert_eq!(
+            sonnet.cost(&usage),
+            3_000_000 + 300_000 + 3_750_000 + 15_000_000
+        );
+        assert_eq!(sonnet.cost(&Usage::default()), 0);
+    }
+
+    #[test]
+    fn dated_snapshots_price_as_their_base_model() {
+        let table = PriceTable::from_toml_str(TABLE).unwrap();
+        let base = table.get("gpt-4o-mini").unwrap();
+        assert_eq!(table.get("gpt-4o-mini-2024-07-18"), Some(base));
+        assert_eq!(
+            table.get("claude-sonnet-4-5-20250929"),
+            table.get("claude-sonnet-4-5")
+        );
+        assert_eq!(table.get("gpt-4o-mini-2024-7-18"), None);
+        assert_eq!(table.get("gpt-4o-mini-x"), None);
+        assert_eq!(table.get("gpt-4o"), None);
+        assert_eq!(strip_date_snapshot("-20250929"), None);
+        assert_eq!(strip_date_snapshot("o3-2025-04-16"), Some("o3"));
+        assert_eq!(
+            strip_date_snapshot("claude-opus-4-1-20250805"),
+            Some("claude-opus-4-1")
+        );
+    }
+
+    #[test]
+    fn an_exact_name_wins_over_its_base() {
+        let text = format!(
+            "{TABLE}\n[models.\"gpt-4o-mini-2024-07-18\"]\ninput_per_mtok = \"1\"\noutput_per_mtok = \"2\"\n"
+        );
+        let table = PriceTable::from_toml_str(&text).unwrap();
+        assert_eq!(
+            table.get("gpt-4o-mini-2024-07-18").unwrap().input,
+            price("1")
+        );
+    }
+
+    fn toml_error(body: &str) -> String {
+        let text = format!("[models.\"m1\"]\n{body}\n");
+        PriceTable::from_toml_str(&text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let float = toml_error("input_per_mtok = 0.15\noutput_per_mtok = \"1\"");
+        assert!(
+            float.contains("\"m1\"") && float.contains("input_per_mtok"),
+            "{float}"
+        );
+        assert!(float.contains("decimal string"), "{float}");
+
+        let negative = toml_error("input_per_mtok = \"1\"\noutput_per_mtok = \"-1\"");
+        assert!(
+            negative.contains("output_per_mtok") && negative.contains("\"-1\""),
+            "{negative}"
+        );
+
+        let negative_int = toml_error("input_per_mtok = -1\noutput_per_mtok = \"1\"");
+        assert!(negative_int.contains("negative"), "{negative_int}");
+
+        let precise = toml_error("input_per_mtok = \"0.0000001\"\noutput_per_mtok = \"1\"");
+        assert!(precise.contains("decimal places"), "{precise}");
+
+        let tokens =
+            toml_error("input_per_mtok = \"1\"\noutput_per_mtok = \"1\"\ncontext_window = \"big\"");
+        assert!(
+            tokens.contains("context_window") && tokens.contains("\"m1\""),
+            "{tokens}"
+        );
+
+        let missing = toml_error("input_per_mtok = \"1\"");
+        assert!(missing.contains("output_per_mtok"), "{missing}");
+
+        let unknown = toml_error("input_per_mtok = \"1\"\noutput_per_mtok = \"1\"\noutput = \"1\"");
+        assert!(unknown.contains("unknown field `output`"), "{unknown}");
+        assert!(unknown.contains("line 4"), "{unknown}");
+
+        let empty = PriceTable::from_toml_str("").unwrap_err();
+        assert!(matches!(empty, PriceError::Empty { .. }));
+    }
+
+    #[test]
+    fn load_picks_the_format_by_extension() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("prices.json");
+        let litellm =
+            r#"{"gpt-4o-mini": {"input_cost_per_token": 1.5e-07, "output_cost_per_token": 6e-07}}"#;
+        std::fs::write(&json, litellm).unwrap();
+        let table = PriceTable::load(&json).unwrap();
+        assert_eq!(table.get("gpt-4o-mini").unwrap().output, price("0.60"));
+        let toml = dir.path().join("prices.toml");
+        std::fs::write(&toml, TABLE).unwrap();
+        assert_eq!(PriceTable::load(&toml).unwrap().len(), 3);
+        let missing = dir.path().join("missing.toml");
+        let message = PriceTable::load(&missing).unwrap_err().to_string();
+        assert!(message.contains("missing.toml"), "{message}");
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, "{").unwrap();
+        let message = PriceTable::load(&bad).unwrap_err().to_string();
+        assert!(message.contains("bad.json"), "{message}");
+    }
+
+    #[test]
+    fn shipped_price_file_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml");
+        let table = PriceTable::load(&path).unwrap();
+        for model in [
+            "gpt-4o-mini",
+            "gpt-5",
+            "o3",
+            "text-embedding-3-small",
+            "claude-sonnet-4-5",
+        ] {
+            assert!(table.get(model).is_some(), "{model} is priced");
+        }
+        let sonnet = table.get("claude-sonnet-4-20250514").unwrap();
+        assert_eq!(sonnet.cache_write, price("3.75"));
+        assert_eq!(
+            table
+                .get("text-embedding-3-small")
+                .unwrap()
+                .max_output_tokens,
+            None
+        );
+    }
+}

@@ -1,0 +1,237 @@
+//! LiteLLM's price file (`model_prices_and_context_window.json`): model
+//! name → costs in USD per token as JSON numbers, converted to exact
+//! [`Price`]s by shifting decimal digits, never by float arithmetic.
+
+use std::collections::BTreeMap;
+
+use super::{non_empty, ModelPrice, PriceError, PriceTable};
+use crate::money::Price;
+
+/// LiteLLM documents its schema in this entry; it prices nothing.
+const LITELLM_SAMPLE_ENTRY: &str = "sample_spec";
+
+pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
+    let entries: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| PriceError::Parse {
+            file: file.to_owned(),
+            message: format!("not a LiteLLM price file: {e}"),
+        })?;
+    let mut models = BTreeMap::new();
+    for (model, entry) in &entries {
+        if model == LITELLM_SAMPLE_ENTRY {
+            continue;
+        }
+        let field_error = |field: &str, message: String| PriceError::Field {
+            file: file.to_owned(),
+            model: model.clone(),
+            field: field.to_owned(),
+            message,
+        };
+        let cost = |field: &str| -> Result<Option<Price>, PriceError> {
+            entry
+                .get(field)
+                .filter(|value| !value.is_null())
+                .map(|value| per_token_price(value).map_err(|message| field_error(field, message)))
+                .transpose()
+        };
+        // Image, audio and rerank entries price other units; without both
+        // token costs an entry says nothing about a token-metered call.
+        let (Some(input), Some(output)) = (
+            cost("input_cost_per_token")?,
+            cost("output_cost_per_token")?,
+        ) else {
+            continue;
+        };
+        let tokens = |field: &str| {
+            entry
+                .get(field)
+                .and_then(serde_json::Value::as_u64)
+                .filter(|n| *n > 0)
+        };
+        let entry_price = ModelPrice {
+            input,
+            cached_input: cost("cache_read_input_token_cost")?.unwrap_or(input),
+            cache_write: cost("cache_creation_input_token_cost")?.unwrap_or(input),
+            output,
+            max_output_tokens: tokens("max_output_tokens"),
+            context_window: tokens("max_input_tokens").or_else(|| tokens("max_tokens")),
+        };
+        models.insert(model.clone(), entry_price);
+    }
+    non_empty(models, file)
+}
+
+/// Converts a LiteLLM cost (USD per token, a JSON number such as `1.5e-07`)
+/// to a [`Price`] by shifting the digits of its decimal text: no float
+/// arithmetic.
+///
+/// The text is the shortest representation of the parsed double, so a
+/// short literal such as `1.5e-07` comes back as itself. A price finer than
+/// 10⁻⁶ USD per million tokens is rounded up to the next step.
+fn per_token_price(value: &serde_json::Value) -> Result<Price, String> {
+    let text = match value {
+        serde_json::Value::Number(n) => n.to_string(),
+        serde_json::Value::String(s) => s.trim().to_owned(),
+        other => return Err(format!("expected a number of USD per token, found {other}")),
+    };
+    let units = micros_per_mtok(&text).ok_or_else(|| {
+        format!("{text} is not a non-negative number of USD per token within range")
+    })?;
+    Ok(Price::from_micros_per_mtok(units))
+}
+
+/// USD per token (decimal text, scientific notation allowed) → µUSD per
+/// million tokens, rounded up; `None` for a negative, malformed or absurdly
+/// large value.
+fn micros_per_mtok(text: &str) -> Option<u64> {
+    // µUSD per Mtok = USD per token × 10^12.
+    const SCALE_EXPONENT: i64 = 12;
+    let (mantissa, exponent) = match text.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.strip_prefix('+').unwrap_or(e).parse::<i64>().ok()?),
+        None => (text, 0),
+    };
+    let (whole, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let is_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() && frac.is_empty() || !is_digits(whole) || !is_digits(frac) {
+        return None;
+    }
+    let digits = format!("{whole}{frac}");
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Some(0);
+    }
+    let significand: u128 = digits.parse().ok()?;
+    let frac_len = i64::try_from(frac.len()).ok()?;
+    let shift = exponent
+        .checked_sub(frac_len)?
+        .checked_add(SCALE_EXPONENT)?;
+    let units = if shift >= 0 {
+        let factor = 10u128.checked_pow(u32::try_from(shift).ok()?)?;
+        significand.checked_mul(factor)?
+    } else {
+        match u32::try_from(-shift)
+            .ok()
+            .and_then(|s| 10u128.checked_pow(s))
+        {
+            Some(divisor) => significand.div_ceil(divisor),
+            // Smaller than one unit but not zero: the smallest step up.
+            None => 1,
+        }
+    };
+    u64::try_from(units).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn price(text: &str) -> Price {
+        Price::per_mtok(text).unwrap()
+    }
+
+    #[test]
+    fn converts_litellm_costs_by_digit_shifting() {
+        let units = |text: &str| micros_per_mtok(text).unwrap();
+        assert_eq!(units("1.5e-7"), 150_000);
+        assert_eq!(units("1.5e-07"), 150_000);
+        assert_eq!(units("3e-06"), 3_000_000);
+        assert_eq!(units("1.25e-06"), 1_250_000);
+        assert_eq!(units("0.000015"), 15_000_000);
+        assert_eq!(units("7.5e-8"), 75_000);
+        assert_eq!(units("0"), 0);
+        assert_eq!(units("0.0"), 0);
+        assert_eq!(units("2E+0"), 2_000_000_000_000);
+        // Finer than 10⁻⁶ USD/Mtok: rounded up, never down.
+        assert_eq!(units("1.0000001e-7"), 100_001);
+        assert_eq!(units("1e-19"), 1);
+        assert_eq!(units("1e-400"), 1);
+        assert_eq!(micros_per_mtok("-1e-6"), None);
+        assert_eq!(micros_per_mtok("1e400"), None);
+        assert_eq!(micros_per_mtok("abc"), None);
+        assert_eq!(micros_per_mtok("."), None);
+    }
+
+    const LITELLM: &str = r#"{
+        "sample_spec": {
+            "max_tokens": "LEGACY parameter. set to max_output_tokens if provider specifies it.",
+            "input_cost_per_token": 0.0000,
+            "output_cost_per_token": 0.0,
+            "litellm_provider": "one of https://docs.litellm.ai/docs/providers"
+        },
+        "gpt-4o-mini": {
+            "max_tokens": 16384,
+            "max_input_tokens": 128000,
+            "max_output_tokens": 16384,
+            "input_cost_per_token": 1.5e-07,
+            "output_cost_per_token": 6e-07,
+            "cache_read_input_token_cost": 7.5e-08,
+            "litellm_provider": "openai",
+            "mode": "chat",
+            "supports_vision": true
+        },
+        "claude-sonnet-4-5": {
+            "max_tokens": 64000,
+            "max_output_tokens": 64000,
+            "input_cost_per_token": 3e-06,
+            "output_cost_per_token": 1.5e-05,
+            "cache_creation_input_token_cost": 3.75e-06,
+            "cache_read_input_token_cost": 3e-07,
+            "mode": "chat"
+        },
+        "some-image-model": {
+            "input_cost_per_pixel": 1e-08,
+            "output_cost_per_token": 0.0,
+            "mode": "image_generation"
+        },
+        "priced-by-the-million": {
+            "input_cost_per_token": 1.25e-06,
+            "output_cost_per_token": 1e-05
+        }
+    }"#;
+
+    #[test]
+    fn loads_litellm_json() {
+        let table = parse(LITELLM, "prices.json").unwrap();
+        assert_eq!(
+            table.len(),
+            3,
+            "sample_spec and the image model are skipped"
+        );
+        assert!(table.get("sample_spec").is_none());
+        let mini = table.get("gpt-4o-mini-2024-07-18").unwrap();
+        assert_eq!(mini.input, price("0.15"));
+        assert_eq!(mini.output, price("0.60"));
+        assert_eq!(mini.cached_input, price("0.075"));
+        assert_eq!(mini.cache_write, price("0.15"));
+        assert_eq!(mini.max_output_tokens, Some(16384));
+        assert_eq!(mini.context_window, Some(128_000));
+        let sonnet = table.get("claude-sonnet-4-5").unwrap();
+        assert_eq!(sonnet.input, price("3"));
+        assert_eq!(sonnet.output, price("15"));
+        assert_eq!(sonnet.cache_write, price("3.75"));
+        assert_eq!(sonnet.cached_input, price("0.30"));
+        assert_eq!(
+            sonnet.context_window,
+            Some(64000),
+            "falls back to max_tokens"
+        );
+        assert_eq!(
+            table.get("priced-by-the-million").unwrap().input,
+            price("1.25")
+        );
+    }
+
+    #[test]
+    fn litellm_errors_name_model_and_field() {
+        let negative = r#"{"m2": {"input_cost_per_token": -1e-6, "output_cost_per_token": 1e-6}}"#;
+        let message = parse(negative, "prices.json").unwrap_err().to_string();
+        assert!(
+            message.contains("\"m2\"") && message.contains("input_cost_per_token"),
+            "{message}"
+        );
+        let wrong_type = r#"{"m3": {"input_cost_per_token": 1e-6, "output_cost_per_token": true}}"#;
+        let message = parse(wrong_type, "prices.json").unwrap_err().to_string();
+        assert!(message.contains("output_cost_per_token"), "{message}");
+        assert!(parse("[1, 2]", "prices.json").is_err());
+    }
+}

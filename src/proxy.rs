@@ -1,0 +1,341 @@
+//! One proxied call, from the client's request to its settlement:
+//!
+//! 1. authenticate the gateway key;
+//! 2. read the body (bounded) and check it, setting an output limit if the
+//!    client gave none;
+//! 3. find the model's price and provider, and the key's right to it;
+//! 4. estimate the call's upper bound and reserve it against every cap;
+//! 5. forward it with the provider's credential;
+//! 6. settle the actual cost — before the body of a plain response, before
+//!    the terminal event of a stream (see [`crate::metered`]).
+//!
+//! Every error before step 4 costs nothing and forwards nothing. From step
+//! 4 on, a [`SettleTicket`] guarantees exactly one settlement on every path.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{Request, Response};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use tokio::time::{timeout_at, Instant};
+use uuid::Uuid;
+
+use crate::api::{Api, Call};
+use crate::budget::{ReserveOutcome, ReserveRequest};
+use crate::config::{KeyConfig, OnStoreError, ProviderKind};
+use crate::error::GatewayError;
+use crate::estimate::{estimate, TokenCounter};
+use crate::metered::{MeteredBody, SettleTicket};
+use crate::server::{full, Body, BoxError, Gateway};
+use crate::upstream;
+use crate::usage::parse_body_usage;
+
+/// Output allowance for a model whose price entry gives no maximum.
+const DEFAULT_OUTPUT_LIMIT: u64 = 4_096;
+
+pub async fn handle(
+    gateway: &Arc<Gateway>,
+    api: Api,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let exec_id = Uuid::now_v7().to_string();
+    let mut response = match proxy(gateway, api, request, &exec_id).await {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::info!(%exec_id, status = error.status().as_u16(), %error, "refused");
+            return error.into_response(api.shape(), &exec_id);
+        }
+    };
+    if let Ok(id) = HeaderValue::from_str(&exec_id) {
+        response.headers_mut().insert("x-tollgate-request-id", id);
+    }
+    response
+}
+
+async fn proxy(
+    gateway: &Gateway,
+    api: Api,
+    request: Request<Incoming>,
+    exec_id: &str,
+) -> Result<Response<Body>, GatewayError> {
+    let (parts, body) = request.into_parts();
+    let key = gateway.keys.authenticate(&parts.headers)?;
+    let body = read_body(
+        &parts.headers,
+        body,
+        gateway.config.server.max_request_bytes,
+    )
+    .await?;
+    let prices = &gateway.config.prices;
+    let call = Call::parse(api, body, |model| {
+        prices
+            .get(model)
+            .and_then(|price| price.max_output_tokens)
+            .unwrap_or(DEFAULT_OUTPUT_LIMIT)
+    })?;
+    if !key.allows_model(&call.model) {
+        return Err(GatewayError::ModelNotAllowed {
+            model: call.model,
+            key: key.id.clone(),
+        });
+    }
+    let unknown = || GatewayError::UnknownModel {
+        model: call.model.clone(),
+    };
+    let price = prices.get(&call.model).ok_or_else(unknown)?;
+    let provider = gateway
+        .config
+        .provider_for(&call.model)
+        .ok_or_else(unknown)?;
+    check_api_matches(api, provider.kind, &call.model)?;
+    let provider_key =
+        provider
+            .api_key
+            .as_ref()
+            .ok_or_else(|| GatewayError::ProviderKeyMissing {
+                provider: provider.name.clone(),
+                env: provider.api_key_env.clone(),
+            })?;
+
+    let estimate = estimate(
+        &call,
+        price,
+        TokenCounter::for_model(provider.kind, &call.model),
+    );
+    if !reserve(gateway, key, exec_id, estimate.amount).await? {
+        // The store is down and the operator chose to let calls through
+        // unmetered; each one is logged.
+        return forward_unmetered(gateway, api, &call, provider, provider_key, &parts.headers)
+            .await;
+    }
+    let mut ticket = SettleTicket::new(
+        gateway.store.clone(),
+        exec_id.to_owned(),
+        key.id.clone(),
+        key.org.clone(),
+        call.model.clone(),
+        price.clone(),
+        estimate,
+    );
+
+    let timeout = gateway.config.server.upstream_timeout;
+    let deadline = Instant::now() + timeout;
+    let upstream_request = upstream::request(
+        provider,
+        provider_key,
+        api,
+        &parts.headers,
+        call.forward_body(),
+    )
+    .map_err(|error| {
+        tracing::error!(%error, "could not build the provider request");
+        GatewayError::UpstreamUnreachable {
+            provider: provider.name.clone(),
+        }
+    })?;
+    let response = match timeout_at(deadline, gateway.client.request(upstream_request)).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => {
+            tracing::warn!(%exec_id, provider = %provider.name, %error, "provider unreachable");
+            if error.is_connect() {
+                // Nothing reached the provider: nothing to pay.
+                ticket.settle_nothing().await;
+            } else if let Some(settling) = ticket.settle_seen(Default::default()) {
+                settling.await;
+            }
+            return Err(GatewayError::UpstreamUnreachable {
+                provider: provider.name.clone(),
+            });
+        }
+        Err(_) => {
+            if let Some(settling) = ticket.settle_seen(Default::default()) {
+                settling.await;
+            }
+            return Err(GatewayError::UpstreamTimeout {
+                provider: provider.name.clone(),
+                secs: timeout.as_secs(),
+            });
+        }
+    };
+
+    let (mut head, body) = response.into_parts();
+    upstream::strip_response_headers(&mut head.headers);
+    if !head.status.is_success() {
+        // The provider refused the call: it bills nothing, and its error
+        // reaches the client unchanged.
+        ticket.settle_nothing().await;
+        return Ok(Response::from_parts(
+            head,
+            body.map_err(BoxError::from).boxed_unsync(),
+        ));
+    }
+    if call.stream && is_event_stream(&head.headers) {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let metered = MeteredBody::new(body, call.stream_kind(), ticket, remaining);
+        return Ok(Response::from_parts(head, metered.boxed_unsync()));
+    }
+
+    let body = match timeout_at(deadline, body.collect()).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(error)) => {
+            tracing::warn!(%exec_id, %error, "provider response cut");
+            if let Some(settling) = ticket.settle_seen(Default::default()) {
+                settling.await;
+            }
+            return Err(GatewayError::UpstreamUnreachable {
+                provider: provider.name.clone(),
+            });
+        }
+        Err(_) => {
+            if let Some(settling) = ticket.settle_seen(Default::default()) {
+                settling.await;
+            }
+            return Err(GatewayError::UpstreamTimeout {
+                provider: provider.name.clone(),
+                secs: timeout.as_secs(),
+            });
+        }
+    };
+    let settling = match parse_body_usage(api.usage_kind(), &body) {
+        Some(usage) => ticket.settle(usage, false),
+        // A response without usage is charged its full upper bound.
+        None => ticket.settle(estimate.fallback_usage(estimate.output_tokens), true),
+    };
+    let outcome = match settling {
+        Some(settling) => settling.await,
+        None => None,
+    };
+    if let Some(outcome) = outcome {
+        head.headers.insert(
+            "x-tollgate-cost-usd-micros",
+            HeaderValue::from(outcome.actual),
+        );
+        head.headers.insert(
+            "x-tollgate-budget-remaining-usd-micros",
+            HeaderValue::from(outcome.key_remaining),
+        );
+    }
+    Ok(Response::from_parts(head, full(body)))
+}
+
+/// Reads the request body, refusing one over `limit` before reading it when
+/// its length is declared.
+async fn read_body(
+    headers: &HeaderMap,
+    body: Incoming,
+    limit: usize,
+) -> Result<Bytes, GatewayError> {
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(GatewayError::BodyTooLarge { limit });
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+            Err(GatewayError::BodyTooLarge { limit })
+        }
+        Err(error) => Err(GatewayError::BadRequest {
+            message: format!("could not read the request body: {error}"),
+            param: None,
+        }),
+    }
+}
+
+/// Reserves the call's upper bound. `Ok(false)`: the store is down and the
+/// operator opted to let calls through (`on_store_error = "allow"`).
+async fn reserve(
+    gateway: &Gateway,
+    key: &KeyConfig,
+    exec_id: &str,
+    amount: u64,
+) -> Result<bool, GatewayError> {
+    let (key_scope, org_scope) = gateway.scopes(key);
+    let request = ReserveRequest {
+        exec_id: exec_id.to_owned(),
+        key: key_scope,
+        org: org_scope,
+        amount,
+        ttl: gateway.config.store.reservation_ttl,
+    };
+    match gateway.store.reserve(&request).await {
+        Ok(ReserveOutcome::Reserved) => Ok(true),
+        Ok(ReserveOutcome::Denied(denial)) => Err(GatewayError::BudgetExceeded(denial)),
+        Err(error) => match gateway.config.store.on_store_error {
+            OnStoreError::Reject => {
+                tracing::error!(%exec_id, %error, "budget store error: call refused");
+                Err(GatewayError::StoreUnavailable)
+            }
+            OnStoreError::Allow => {
+                tracing::error!(%exec_id, key = %key.id, amount_usd_micros = amount, %error,
+                    "budget store error: call let through UNMETERED (on_store_error = \"allow\")");
+                Ok(false)
+            }
+        },
+    }
+}
+
+/// A call forwarded with no reservation, when the operator chose that over
+/// refusing calls while the store is down.
+async fn forward_unmetered(
+    gateway: &Gateway,
+    api: Api,
+    call: &Call,
+    provider: &crate::config::Provider,
+    provider_key: &crate::config::Secret,
+    headers: &HeaderMap,
+) -> Result<Response<Body>, GatewayError> {
+    let unreachable = || GatewayError::UpstreamUnreachable {
+        provider: provider.name.clone(),
+    };
+    let request = upstream::request(provider, provider_key, api, headers, call.forward_body())
+        .map_err(|_| unreachable())?;
+    let timeout = gateway.config.server.upstream_timeout;
+    let response = tokio::time::timeout(timeout, gateway.client.request(request))
+        .await
+        .map_err(|_| GatewayError::UpstreamTimeout {
+            provider: provider.name.clone(),
+            secs: timeout.as_secs(),
+        })?
+        .map_err(|_| unreachable())?;
+    let (mut head, body) = response.into_parts();
+    upstream::strip_response_headers(&mut head.headers);
+    Ok(Response::from_parts(
+        head,
+        body.map_err(BoxError::from).boxed_unsync(),
+    ))
+}
+
+/// An OpenAI-shaped route can only reach an OpenAI-compatible provider, and
+/// `/v1/messages` only Anthropic.
+fn check_api_matches(api: Api, kind: ProviderKind, model: &str) -> Result<(), GatewayError> {
+    let (expected, hint) = match kind {
+        ProviderKind::Anthropic => (Api::Messages == api, "/v1/messages"),
+        ProviderKind::OpenAi => (
+            Api::Messages != api,
+            "/v1/chat/completions, /v1/responses, /v1/completions or /v1/embeddings",
+        ),
+    };
+    if expected {
+        Ok(())
+    } else {
+        Err(GatewayError::BadRequest {
+            message: format!(
+                "model `{model}` is not served on {}: call {hint}",
+                api.path()
+            ),
+            param: Some("model"),
+        })
+    }
+}
+
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}

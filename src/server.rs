@@ -1,0 +1,266 @@
+//! The gateway's HTTP server: accepts connections on a listener it is
+//! given, routes each request, and on shutdown stops accepting and waits
+//! for every in-flight call to finish and settle.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use crate::api::Api;
+use crate::auth::Keys;
+use crate::budget::{BudgetStore, Scope, ScopeKind};
+use crate::config::{Config, KeyConfig};
+use crate::error::{GatewayError, Shape};
+use crate::upstream::{self, UpstreamClient};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Every response body the gateway sends.
+pub type Body = UnsyncBoxBody<Bytes, BoxError>;
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// Everything a request needs, shared by all connections.
+pub struct Gateway {
+    pub config: Config,
+    pub keys: Keys,
+    pub store: BudgetStore,
+    pub client: UpstreamClient,
+}
+
+impl Gateway {
+    pub fn new(config: Config, store: BudgetStore) -> std::io::Result<Gateway> {
+        for provider in &config.providers {
+            if provider.api_key.is_none() {
+                tracing::warn!(
+                    provider = %provider.name,
+                    "provider has no API key: set {} (calls routed to it are refused until then)",
+                    provider.api_key_env
+                );
+            }
+        }
+        crate::estimate::warm_up();
+        Ok(Gateway {
+            keys: Keys::new(config.keys.clone()),
+            client: upstream::client()?,
+            store,
+            config,
+        })
+    }
+
+    /// The scopes a key spends from: itself and its org.
+    pub fn scopes(&self, key: &KeyConfig) -> (Scope, Option<Scope>) {
+        let key_scope = Scope {
+            kind: ScopeKind::Key,
+            id: key.id.clone(),
+            cap: key.cap,
+            period: key.period,
+        };
+        let org_scope = key.org.as_ref().and_then(|id| {
+            self.config
+                .orgs
+                .iter()
+                .find(|o| &o.id == id)
+                .map(|org| Scope {
+                    kind: ScopeKind::Org,
+                    id: org.id.clone(),
+                    cap: org.cap,
+                    period: org.period,
+                })
+        });
+        (key_scope, org_scope)
+    }
+}
+
+/// Serves until `shutdown` completes, then waits for in-flight requests.
+pub async fn run(
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off, go on.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let gateway = gateway.clone();
+        let service = service_fn(move |request| {
+            let gateway = gateway.clone();
+            async move { Ok::<_, Infallible>(route(&gateway, request).await) }
+        });
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: waiting for in-flight calls to finish");
+    graceful.shutdown().await;
+    Ok(())
+}
+
+async fn route(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response<Body> {
+    let path = request.uri().path();
+    if request.method() == Method::POST {
+        if let Some(api) = Api::from_path(path) {
+            return crate::proxy::handle(gateway, api, request).await;
+        }
+    }
+    let shape = caller_shape(&request);
+    let result = match (request.method(), path) {
+        (&Method::GET, "/healthz") => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        (&Method::GET, "/readyz") => Ok(readiness(gateway).await),
+        (&Method::GET, "/v1/models") => models(gateway, &request, shape),
+        (&Method::GET, "/v1/budget") => budget(gateway, &request).await,
+        (method, path) => Err(GatewayError::NotFound {
+            method: method.to_string(),
+            path: path.to_owned(),
+        }),
+    };
+    result.unwrap_or_else(|error| error.into_response(shape, ""))
+}
+
+/// Anthropic's SDK always sends `anthropic-version`; anything else is
+/// answered in OpenAI's shape.
+fn caller_shape<B>(request: &Request<B>) -> Shape {
+    if request.headers().contains_key("anthropic-version")
+        || request.uri().path().starts_with("/v1/messages")
+    {
+        Shape::Anthropic
+    } else {
+        Shape::OpenAi
+    }
+}
+
+pub fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+    let mut response = Response::new(full(value.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn readiness(gateway: &Gateway) -> Response<Body> {
+    match gateway.store.ping().await {
+        Ok(()) => json_response(
+            StatusCode::OK,
+            &json!({"status": "ready", "store": gateway.store.backend_name()}),
+        ),
+        Err(error) => {
+            tracing::warn!(%error, "not ready");
+            json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &json!({"status": "unavailable", "store": gateway.store.backend_name()}),
+            )
+        }
+    }
+}
+
+/// The models the calling key may use: priced, routed to a provider, and on
+/// the key's allow-list.
+fn models(
+    gateway: &Gateway,
+    request: &Request<Incoming>,
+    shape: Shape,
+) -> Result<Response<Body>, GatewayError> {
+    let key = gateway.keys.authenticate(request.headers())?;
+    let available = gateway
+        .config
+        .prices
+        .models()
+        .filter(|(model, _)| key.allows_model(model))
+        .filter_map(|(model, _)| gateway.config.provider_for(model).map(|p| (model, p)));
+    let body = match shape {
+        Shape::OpenAi => {
+            let data: Vec<Value> = available
+                .map(|(model, provider)| json!({"id": model, "object": "model", "created": 0, "owned_by": provider.name}))
+                .collect();
+            json!({"object": "list", "data": data})
+        }
+        Shape::Anthropic => {
+            let data: Vec<Value> = available
+                .map(|(model, _)| {
+                    json!({"type": "model", "id": model, "display_name": model, "created_at": "1970-01-01T00:00:00Z"})
+                })
+                .collect();
+            let first = data.first().and_then(|m| m.get("id")).cloned();
+            let last = data.last().and_then(|m| m.get("id")).cloned();
+            json!({"data": data, "has_more": false, "first_id": first, "last_id": last})
+        }
+    };
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+/// `GET /v1/budget`: the calling key's scopes in their current periods.
+async fn budget(
+    gateway: &Gateway,
+    request: &Request<Incoming>,
+) -> Result<Response<Body>, GatewayError> {
+    let key = gateway.keys.authenticate(request.headers())?;
+    let (key_scope, org_scope) = gateway.scopes(key);
+    let key_json = scope_json(gateway, &key_scope).await?;
+    let org_json = match &org_scope {
+        Some(scope) => scope_json(gateway, scope).await?,
+        None => Value::Null,
+    };
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"key": key_json, "org": org_json}),
+    ))
+}
+
+async fn scope_json(gateway: &Gateway, scope: &Scope) -> Result<Value, GatewayError> {
+    let state = gateway.store.scope_state(scope).await.map_err(|error| {
+        tracing::error!(%error, "budget store error");
+        GatewayError::StoreUnavailable
+    })?;
+    let remaining = scope
+        .cap
+        .saturating_sub(state.spent.saturating_add(state.reserved));
+    Ok(json!({
+        "id": scope.id,
+        "period": scope.period.as_str(),
+        "period_id": state.period_id,
+        "cap_usd_micros": scope.cap,
+        "spent_usd_micros": state.spent,
+        "reserved_usd_micros": state.reserved,
+        "remaining_usd_micros": remaining,
+        "resets_at": state.resets_at.map(|at| at.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+    }))
+}

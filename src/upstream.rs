@@ -1,0 +1,150 @@
+//! The one pooled HTTP client to every provider, and how a checked call
+//! becomes the provider's request: the provider's credential replaces the
+//! client's, and nothing that could change the response's encoding (so
+//! usage could not be read) is passed on.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Uri};
+use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::api::Api;
+use crate::config::{Provider, ProviderKind, Secret};
+
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// Anthropic's API version when the client sends none.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Builds the shared client: TCP_NODELAY so streamed tokens are not held
+/// back by Nagle's algorithm, HTTP/2 where the provider offers it.
+pub fn client() -> Result<UpstreamClient, std::io::Error> {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    http.set_keepalive(Some(Duration::from_secs(60)));
+    http.set_connect_timeout(Some(Duration::from_secs(10)));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+        .map_err(std::io::Error::other)?
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build(https))
+}
+
+/// Headers never passed from the client to the provider: hop-by-hop
+/// headers, the client's gateway credential, and content negotiation that
+/// would compress the response past the usage reader.
+const DROPPED_REQUEST_HEADERS: &[&str] = &[
+    "host",
+    "authorization",
+    "x-api-key",
+    "content-length",
+    "accept-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "cookie",
+];
+
+/// The provider's request for a call.
+pub fn request(
+    provider: &Provider,
+    key: &Secret,
+    api: Api,
+    client_headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Request<Full<Bytes>>, http::Error> {
+    let mut request = Request::new(Full::new(body));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = provider_uri(&provider.base_url, api.path())?;
+    let headers = request.headers_mut();
+    for (name, value) in client_headers {
+        if !DROPPED_REQUEST_HEADERS.contains(&name.as_str()) {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
+    match provider.kind {
+        ProviderKind::OpenAi => {
+            let mut value = HeaderValue::try_from(format!("Bearer {}", key.expose()))?;
+            value.set_sensitive(true);
+            headers.insert(header::AUTHORIZATION, value);
+        }
+        ProviderKind::Anthropic => {
+            let mut value = HeaderValue::try_from(key.expose())?;
+            value.set_sensitive(true);
+            headers.insert(HeaderName::from_static("x-api-key"), value);
+            headers
+                .entry(HeaderName::from_static("anthropic-version"))
+                .or_insert(HeaderValue::from_static(ANTHROPIC_VERSION));
+        }
+    }
+    Ok(request)
+}
+
+/// `base_url` (which may carry a path prefix) joined with the API path.
+fn provider_uri(base: &Uri, path: &str) -> Result<Uri, http::Error> {
+    let prefix = base.path().trim_end_matches('/');
+    let mut parts = base.clone().into_parts();
+    parts.path_and_query = Some(format!("{prefix}{path}").parse()?);
+    Ok(Uri::from_parts(parts)?)
+}
+
+/// Removes the response headers not passed back to the client: hop-by-hop
+/// headers, and the length of a body the gateway may change.
+pub fn strip_response_headers(headers: &mut HeaderMap) {
+    for name in [
+        header::CONNECTION,
+        HeaderName::from_static("keep-alive"),
+        header::TRANSFER_ENCODING,
+        header::CONTENT_LENGTH,
+        header::TRAILER,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins_base_path_and_api_path() {
+        let uri = provider_uri(
+            &"https://api.openai.com".parse().unwrap(),
+            "/v1/chat/completions",
+        )
+        .unwrap();
+        assert_eq!(uri, "https://api.openai.com/v1/chat/completions");
+        let uri = provider_uri(
+            &"http://127.0.0.1:9/openai/".parse().unwrap(),
+            "/v1/embeddings",
+        )
+        .unwrap();
+        assert_eq!(uri, "http://127.0.0.1:9/openai/v1/embeddings");
+    }
+}

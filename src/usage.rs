@@ -1,0 +1,349 @@
+//! Token usage: what a call consumed, by price class, as the provider
+//! reports it in a response body or in the events of a stream.
+//!
+//! Every API shape names its counts differently; here they all become one
+//! [`Usage`]. OpenAI counts cached tokens inside `prompt_tokens`, so they are
+//! subtracted out; Anthropic's `input_tokens` already excludes cache reads
+//! and writes. Reasoning tokens are inside the output count in every shape.
+//!
+//! Parsing uses small typed structs that name only the fields read, so the
+//! rest of a body (the generated text, tool definitions) is skipped, never
+//! built into a tree.
+
+mod stream;
+
+pub use stream::{count_output_tokens, EventAction, StreamKind, StreamMeter};
+
+use serde::Deserialize;
+
+/// Tokens of one call, by price class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Input tokens billed at the input price (not cached, not cache writes).
+    pub input: u64,
+    /// Input tokens read from the provider's prompt cache.
+    pub cached_input: u64,
+    /// Input tokens written to the provider's prompt cache.
+    pub cache_write: u64,
+    /// Output tokens, reasoning included.
+    pub output: u64,
+}
+
+/// The API shape of a proxied call, fixed by its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ApiKind {
+    /// `POST /v1/chat/completions`
+    ChatCompletions,
+    /// `POST /v1/completions`
+    Completions,
+    /// `POST /v1/responses`
+    Responses,
+    /// `POST /v1/embeddings`
+    Embeddings,
+    /// `POST /v1/messages` (Anthropic)
+    Messages,
+}
+
+/// The usage of a non-streaming response body; `None` when the body is not
+/// JSON or carries no `usage` object.
+pub fn parse_body_usage(api: ApiKind, body: &[u8]) -> Option<Usage> {
+    match api {
+        ApiKind::ChatCompletions | ApiKind::Completions | ApiKind::Embeddings => {
+            usage_field::<OpenAiUsage>(body).map(OpenAiUsage::to_usage)
+        }
+        ApiKind::Responses => usage_field::<ResponsesUsage>(body).map(ResponsesUsage::to_usage),
+        ApiKind::Messages => usage_field::<AnthropicUsage>(body).map(AnthropicUsage::to_usage),
+    }
+}
+
+/// The top-level `usage` object of a JSON body, nothing else.
+fn usage_field<U: for<'de> Deserialize<'de>>(body: &[u8]) -> Option<U> {
+    #[derive(Deserialize)]
+    struct WithUsage<U> {
+        usage: Option<U>,
+    }
+    serde_json::from_slice::<WithUsage<U>>(body).ok()?.usage
+}
+
+// Token counts are `Option` so that an explicit `null`, which some
+// OpenAI-compatible servers send, reads as absent instead of failing the parse.
+
+/// `usage` of OpenAI chat completions, legacy completions and embeddings.
+#[derive(Clone, Copy, Debug, Deserialize)]
+struct OpenAiUsage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    prompt_tokens_details: Option<CachedTokens>,
+}
+
+/// `usage` of the OpenAI Responses API.
+#[derive(Clone, Copy, Debug, Deserialize)]
+struct ResponsesUsage {
+    input_tokens: Option<u64>,
+    input_tokens_details: Option<CachedTokens>,
+    output_tokens: Option<u64>,
+}
+
+/// `prompt_tokens_details` / `input_tokens_details`.
+#[derive(Clone, Copy, Debug, Deserialize)]
+struct CachedTokens {
+    cached_tokens: Option<u64>,
+}
+
+/// `usage` of Anthropic Messages, in a body, `message_start` or
+/// `message_delta`.
+#[derive(Clone, Copy, Debug, Deserialize)]
+struct AnthropicUsage {
+    input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+impl CachedTokens {
+    fn of(details: Option<&CachedTokens>) -> u64 {
+        details.and_then(|d| d.cached_tokens).unwrap_or(0)
+    }
+}
+
+impl OpenAiUsage {
+    fn to_usage(self) -> Usage {
+        let cached = CachedTokens::of(self.prompt_tokens_details.as_ref());
+        Usage {
+            input: self.prompt_tokens.unwrap_or(0).saturating_sub(cached),
+            cached_input: cached,
+            cache_write: 0,
+            output: self.completion_tokens.unwrap_or(0),
+        }
+    }
+}
+
+impl ResponsesUsage {
+    fn to_usage(self) -> Usage {
+        let cached = CachedTokens::of(self.input_tokens_details.as_ref());
+        Usage {
+            input: self.input_tokens.unwrap_or(0).saturating_sub(cached),
+            cached_input: cached,
+            cache_write: 0,
+            output: self.output_tokens.unwrap_or(0),
+        }
+    }
+}
+
+impl AnthropicUsage {
+    fn to_usage(self) -> Usage {
+        Usage {
+            input: self.input_tokens.unwrap_or(0),
+            cached_input: self.cache_read_input_tokens.unwrap_or(0),
+            cache_write: self.cache_creation_input_tokens.unwrap_or(0),
+            output: self.output_tokens.unwrap_or(0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(input: u64, cached_input: u64, cache_write: u64, output: u64) -> Usage {
+        Usage {
+            input,
+            cached_input,
+            cache_write,
+            output,
+        }
+    }
+
+    #[test]
+    fn chat_completion_body_subtracts_cached_tokens() {
+        let body = br#"{
+  "id": "chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG",
+  "object": "chat.completion",
+  "created": 1741570283,
+  "model": "gpt-4o-2024-08-06",
+  "choices": [
+    {
+      "index": 0,
+      "message": {
+        "role": "assistant",
+        "content": "The image shows a wooden boardwalk path running through a lush green field or meadow.",
+        "refusal": null,
+        "annotations": []
+      },
+      "logprobs": null,
+      "finish_reason": "stop"
+    }
+  ],
+  "usage": {
+    "prompt_tokens": 1117,
+    "completion_tokens": 46,
+    "total_tokens": 1163,
+    "prompt_tokens_details": {
+      "cached_tokens": 1024,
+      "audio_tokens": 0
+    },
+    "completion_tokens_details": {
+      "reasoning_tokens": 0,
+      "audio_tokens": 0,
+      "accepted_prediction_tokens": 0,
+      "rejected_prediction_tokens": 0
+    }
+  },
+  "service_tier": "default",
+  "system_fingerprint": "fp_fc9f1d7035"
+}"#;
+        assert_eq!(
+            parse_body_usage(ApiKind::ChatCompletions, body),
+            Some(usage(93, 1024, 0, 46))
+        );
+    }
+
+    #[test]
+    fn reasoning_tokens_stay_inside_completion_tokens() {
+        let body = br#"{"id":"chatcmpl-AaWGMnYt3OJGUoQQUw5wHGd6hNnLP","object":"chat.completion","created":1733162510,"model":"o1-2024-12-17","choices":[{"index":0,"message":{"role":"assistant","content":"42","refusal":null},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":1271,"total_tokens":1295,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":1216,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"system_fingerprint":"fp_9e5e5b1e2f"}"#;
+        assert_eq!(
+            parse_body_usage(ApiKind::ChatCompletions, body),
+            Some(usage(24, 0, 0, 1271))
+        );
+    }
+
+    #[test]
+    fn legacy_completion_body_without_details() {
+        let body = br#"{"id":"cmpl-uqkvlQyYK7bGYrRHQ0eXlWi7","object":"text_completion","created":1589478378,"model":"gpt-3.5-turbo-instruct","system_fingerprint":"fp_44709d6fcb","choices":[{"text":"\n\nThis is indeed a test","index":0,"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}"#;
+        assert_eq!(
+            parse_body_usage(ApiKind::Completions, body),
+            Some(usage(5, 0, 0, 7))
+        );
+    }
+
+    #[test]
+    fn embeddings_body_has_no_output() {
+        let body = br#"{
+  "object": "list",
+  "data": [
+    {
+      "object": "embedding",
+      "index": 0,
+      "embedding": [-0.006929283495992422, -0.005336422007530928, -4.547132266452536e-05, -0.024047505110502243]
+    }
+  ],
+  "model": "text-embedding-3-small",
+  "usage": {
+    "prompt_tokens": 8,
+    "total_tokens": 8
+  }
+}"#;
+        assert_eq!(
+            parse_body_usage(ApiKind::Embeddings, body),
+            Some(usage(8, 0, 0, 0))
+        );
+    }
+
+    #[test]
+    fn responses_body_maps_input_details() {
+        let body = br#"{
+  "id": "resp_67ccd3a9da748190baa7f1570fe91ac604becb25c45c1d41",
+  "object": "response",
+  "created_at": 1741476777,
+  "status": "completed",
+  "error": null,
+  "incomplete_details": null,
+  "instructions": null,
+  "max_output_tokens": null,
+  "model": "gpt-4o-2024-08-06",
+  "output": [
+    {
+      "type": "message",
+      "id": "msg_67ccd3acc8d48190a77525dc6de64b4104becb25c45c1d41",
+      "status": "completed",
+      "role": "assistant",
+      "content": [
+        {
+          "type": "output_text",
+          "text": "The image depicts a scenic landscape with a wooden boardwalk or pathway.",
+          "annotations": []
+        }
+      ]
+    }
+  ],
+  "parallel_tool_calls": true,
+  "previous_response_id": null,
+  "reasoning": {"effort": null, "summary": null},
+  "store": true,
+  "temperature": 1.0,
+  "text": {"format": {"type": "text"}},
+  "tool_choice": "auto",
+  "tools": [],
+  "top_p": 1.0,
+  "truncation": "disabled",
+  "usage": {
+    "input_tokens": 328,
+    "input_tokens_details": {"cached_tokens": 128},
+    "output_tokens": 52,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 380
+  },
+  "user": null,
+  "metadata": {}
+}"#;
+        assert_eq!(
+            parse_body_usage(ApiKind::Responses, body),
+            Some(usage(200, 128, 0, 52))
+        );
+    }
+
+    #[test]
+    fn anthropic_body_keeps_cache_classes_apart() {
+        let body = br#"{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","model":"claude-sonnet-4-20250514","content":[{"type":"text","text":"Hello! How can I help you today?"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":21,"cache_creation_input_tokens":188086,"cache_read_input_tokens":2048,"cache_creation":{"ephemeral_5m_input_tokens":188086,"ephemeral_1h_input_tokens":0},"output_tokens":393,"service_tier":"standard"}}"#;
+        assert_eq!(
+            parse_body_usage(ApiKind::Messages, body),
+            Some(usage(21, 2048, 188086, 393))
+        );
+    }
+
+    #[test]
+    fn null_and_missing_counts_read_as_zero() {
+        let body = br#"{"usage":{"input_tokens":12,"cache_creation_input_tokens":null,"output_tokens":3}}"#;
+        assert_eq!(
+            parse_body_usage(ApiKind::Messages, body),
+            Some(usage(12, 0, 0, 3))
+        );
+        let body =
+            br#"{"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":null}}"#;
+        assert_eq!(
+            parse_body_usage(ApiKind::ChatCompletions, body),
+            Some(usage(9, 0, 0, 2))
+        );
+    }
+
+    #[test]
+    fn cached_beyond_prompt_saturates() {
+        let body = br#"{"usage":{"prompt_tokens":10,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":20}}}"#;
+        assert_eq!(
+            parse_body_usage(ApiKind::ChatCompletions, body),
+            Some(usage(0, 20, 0, 1))
+        );
+    }
+
+    #[test]
+    fn bodies_without_usage_give_none() {
+        let error = br#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#;
+        assert_eq!(parse_body_usage(ApiKind::ChatCompletions, error), None);
+        let anthropic_error =
+            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        assert_eq!(parse_body_usage(ApiKind::Messages, anthropic_error), None);
+        assert_eq!(
+            parse_body_usage(ApiKind::Responses, br#"{"usage":null}"#),
+            None
+        );
+        assert_eq!(parse_body_usage(ApiKind::Embeddings, b"not json"), None);
+        assert_eq!(parse_body_usage(ApiKind::Messages, b""), None);
+        assert_eq!(
+            parse_body_usage(
+                ApiKind::ChatCompletions,
+                br#"{"usage":{"prompt_tokens":-1}}"#
+            ),
+            None
+        );
+    }
+}

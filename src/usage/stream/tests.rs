@@ -1,0 +1,386 @@
+use super::*;
+use crate::sse::SseSplitter;
+
+const OPENAI_CHAT: &[u8] = include_bytes!("../fixtures/openai_chat.sse");
+const OPENAI_TOOLS: &[u8] = include_bytes!("../fixtures/openai_chat_tools.sse");
+const OPENAI_COMPLETIONS: &[u8] = include_bytes!("../fixtures/openai_completions.sse");
+const RESPONSES: &[u8] = include_bytes!("../fixtures/responses.sse");
+const ANTHROPIC: &[u8] = include_bytes!("../fixtures/anthropic.sse");
+
+const CHAT: StreamKind = StreamKind::OpenAiChat {
+    hide_usage_chunk: false,
+};
+const CHAT_HIDING_USAGE: StreamKind = StreamKind::OpenAiChat {
+    hide_usage_chunk: true,
+};
+
+/// Everything a meter concluded from one stream.
+#[derive(Debug, PartialEq)]
+struct Metered {
+    actions: Vec<EventAction>,
+    reported: Option<Usage>,
+    partial: Usage,
+    text_bytes: u64,
+}
+
+fn meter<'a>(kind: StreamKind, chunks: impl IntoIterator<Item = &'a [u8]>) -> Metered {
+    let mut splitter = SseSplitter::new();
+    let mut meter = StreamMeter::new(kind);
+    let mut actions = Vec::new();
+    for chunk in chunks {
+        splitter.push(chunk);
+        while let Some(event) = splitter.next_event() {
+            actions.push(meter.observe(&event));
+        }
+    }
+    assert!(splitter.take_rest().is_empty());
+    Metered {
+        actions,
+        reported: meter.reported_usage(),
+        partial: meter.partial_usage(),
+        text_bytes: meter.output_text_bytes(),
+    }
+}
+
+/// Metering gives the same result wherever the stream is split, and in
+/// one-byte chunks.
+fn meter_at_every_split(kind: StreamKind, input: &[u8]) -> Metered {
+    let whole = meter(kind, [input]);
+    for at in 0..=input.len() {
+        let (head, tail) = input.split_at(at);
+        assert_eq!(meter(kind, [head, tail]), whole, "split at byte {at}");
+    }
+    assert_eq!(meter(kind, input.chunks(1)), whole, "one-byte chunks");
+    whole
+}
+
+fn usage(input: u64, cached_input: u64, cache_write: u64, output: u64) -> Usage {
+    Usage {
+        input,
+        cached_input,
+        cache_write,
+        output,
+    }
+}
+
+/// `Forward` for every event but the ones named by index.
+fn forwards(count: usize, exceptions: &[(usize, EventAction)]) -> Vec<EventAction> {
+    let mut actions = vec![EventAction::Forward; count];
+    for (index, action) in exceptions {
+        actions[*index] = *action;
+    }
+    actions
+}
+
+/// The events of `input` up to, not including, the `cut`-th blank line.
+fn cut_before_event(input: &[u8], cut: usize) -> &[u8] {
+    let mut splitter = SseSplitter::new();
+    splitter.push(input);
+    let kept: usize = (0..cut)
+        .map(|_| splitter.next_event().map_or(0, |e| e.len()))
+        .sum();
+    &input[..kept]
+}
+
+fn without_event_lines(input: &[u8]) -> Vec<u8> {
+    input
+        .split_inclusive(|b| *b == b'\n')
+        .filter(|line| !line.starts_with(b"event:"))
+        .flatten()
+        .copied()
+        .collect()
+}
+
+// === OpenAI chat and completions ===
+
+#[test]
+fn chat_stream_with_include_usage() {
+    let metered = meter_at_every_split(CHAT, OPENAI_CHAT);
+    assert_eq!(
+        metered.actions,
+        forwards(26, &[(25, EventAction::Terminal)])
+    );
+    assert_eq!(metered.reported, Some(usage(109, 1024, 0, 24)));
+    // The text, with its `\n`, `"` and `\u2014` escapes decoded.
+    assert_eq!(metered.text_bytes, 94);
+}
+
+#[test]
+fn injected_usage_chunk_is_dropped() {
+    let metered = meter_at_every_split(CHAT_HIDING_USAGE, OPENAI_CHAT);
+    assert_eq!(
+        metered.actions,
+        forwards(26, &[(24, EventAction::Drop), (25, EventAction::Terminal)])
+    );
+    assert_eq!(metered.reported, Some(usage(109, 1024, 0, 24)));
+}
+
+#[test]
+fn chat_tool_call_arguments_are_counted() {
+    let metered = meter_at_every_split(CHAT_HIDING_USAGE, OPENAI_TOOLS);
+    assert_eq!(
+        metered.actions,
+        forwards(11, &[(9, EventAction::Drop), (10, EventAction::Terminal)])
+    );
+    assert_eq!(metered.reported, Some(usage(68, 0, 0, 17)));
+    assert_eq!(
+        metered.text_bytes,
+        br#"{"location":"Paris, France"}"#.len() as u64
+    );
+}
+
+#[test]
+fn legacy_completions_stream() {
+    let metered = meter_at_every_split(CHAT_HIDING_USAGE, OPENAI_COMPLETIONS);
+    assert_eq!(
+        metered.actions,
+        forwards(9, &[(7, EventAction::Drop), (8, EventAction::Terminal)])
+    );
+    assert_eq!(metered.reported, Some(usage(5, 0, 0, 7)));
+    assert_eq!(metered.text_bytes, b"\n\nThis is a test.".len() as u64);
+}
+
+#[test]
+fn usage_on_a_chunk_with_choices_is_never_dropped() {
+    let mut meter = StreamMeter::new(CHAT_HIDING_USAGE);
+    let chunk = br#"data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}
+
+"#;
+    assert_eq!(meter.observe(chunk), EventAction::Forward);
+    assert_eq!(meter.reported_usage(), Some(usage(3, 0, 0, 1)));
+    assert_eq!(meter.output_text_bytes(), 2);
+}
+
+#[test]
+fn azure_filter_chunk_without_usage_is_forwarded() {
+    let mut meter = StreamMeter::new(CHAT_HIDING_USAGE);
+    let chunk = br#"data: {"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[{"prompt_index":0,"content_filter_results":{"hate":{"filtered":false,"severity":"safe"}}}]}
+
+"#;
+    assert_eq!(meter.observe(chunk), EventAction::Forward);
+    assert_eq!(meter.reported_usage(), None);
+}
+
+#[test]
+fn chat_stream_cut_before_usage_counts_text_seen() {
+    let cut = cut_before_event(OPENAI_CHAT, 12);
+    let metered = meter_at_every_split(CHAT_HIDING_USAGE, cut);
+    assert_eq!(metered.reported, None);
+    let seen = "Here's a haiku:\n\nAutumn moonlight\u{2014}\na worm".len() as u64;
+    assert_eq!(metered.text_bytes, seen);
+    assert_eq!(metered.partial, usage(0, 0, 0, seen.div_ceil(3)));
+}
+
+#[test]
+fn reasoning_under_two_names_is_counted_once() {
+    let mut meter = StreamMeter::new(CHAT);
+    let chunk = br#"data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":null,"reasoning_content":"Let me think","reasoning":"Let me think"},"finish_reason":null}]}
+
+"#;
+    meter.observe(chunk);
+    assert_eq!(meter.output_text_bytes(), 12);
+    let refusal = br#"data: {"choices":[{"index":0,"delta":{"refusal":"I can\u2019t help"}}]}
+
+"#;
+    meter.observe(refusal);
+    assert_eq!(
+        meter.output_text_bytes(),
+        12 + "I can\u{2019}t help".len() as u64
+    );
+}
+
+#[test]
+fn unusual_content_shapes_do_not_cost_the_usage() {
+    let mut meter = StreamMeter::new(CHAT_HIDING_USAGE);
+    let chunk = br#"data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9,"prompt_tokens_details":null}}
+
+"#;
+    assert_eq!(meter.observe(chunk), EventAction::Drop);
+    let chunk = br#"data: {"choices":[{"delta":{"content":[{"type":"thinking","thinking":"hm"}],"tool_calls":null}}],"usage":null}
+
+"#;
+    assert_eq!(meter.observe(chunk), EventAction::Forward);
+    assert_eq!(meter.reported_usage(), Some(usage(7, 0, 0, 2)));
+}
+
+#[test]
+fn malformed_chat_events_are_forwarded() {
+    let mut meter = StreamMeter::new(CHAT_HIDING_USAGE);
+    let events: [&[u8]; 7] = [
+        b"data: {\"choices\":[{\"delta\":{\"content\":\"trunc\n\n",
+        b"data: {\"usage\":{\"prompt_tokens\":\"many\"},\"choices\":[]}\n\n",
+        b"data: not json\n\n",
+        b": keep-alive\n\n",
+        b"\n",
+        b"data: {\"error\":{\"message\":\"The server had an error\",\"type\":\"server_error\"}}\n\n",
+        b"\xff\xfe\n\n",
+    ];
+    for event in events {
+        assert_eq!(meter.observe(event), EventAction::Forward);
+    }
+    assert_eq!(meter.reported_usage(), None);
+    assert_eq!(
+        meter.observe(b"data: [DONE]\r\n\r\n"),
+        EventAction::Terminal
+    );
+}
+
+// === OpenAI Responses ===
+
+#[test]
+fn responses_stream() {
+    let metered = meter_at_every_split(StreamKind::OpenAiResponses, RESPONSES);
+    assert_eq!(
+        metered.actions,
+        forwards(20, &[(19, EventAction::Terminal)])
+    );
+    assert_eq!(metered.reported, Some(usage(270, 2048, 0, 19)));
+    assert_eq!(metered.text_bytes, 47);
+}
+
+#[test]
+fn responses_stream_without_event_lines_reads_the_type_field() {
+    let stripped = without_event_lines(RESPONSES);
+    let metered = meter_at_every_split(StreamKind::OpenAiResponses, &stripped);
+    assert_eq!(metered, meter(StreamKind::OpenAiResponses, [RESPONSES]));
+}
+
+#[test]
+fn responses_stream_cut_before_completion() {
+    let cut = cut_before_event(RESPONSES, 9);
+    let metered = meter(StreamKind::OpenAiResponses, [cut]);
+    assert_eq!(metered.reported, None);
+    let seen = "Hi there! How can".len() as u64;
+    assert_eq!(metered.text_bytes, seen);
+    assert_eq!(metered.partial, usage(0, 0, 0, 6));
+}
+
+#[test]
+fn responses_other_terminal_events() {
+    let mut meter = StreamMeter::new(StreamKind::OpenAiResponses);
+    let incomplete = br#"event: response.incomplete
+data: {"type":"response.incomplete","sequence_number":57,"response":{"id":"resp_1","object":"response","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":40,"input_tokens_details":{"cached_tokens":0},"output_tokens":256,"output_tokens_details":{"reasoning_tokens":192},"total_tokens":296}}}
+
+"#;
+    assert_eq!(meter.observe(incomplete), EventAction::Terminal);
+    assert_eq!(meter.reported_usage(), Some(usage(40, 0, 0, 256)));
+
+    let mut meter = StreamMeter::new(StreamKind::OpenAiResponses);
+    let failed = br#"event: response.failed
+data: {"type":"response.failed","sequence_number":3,"response":{"id":"resp_2","object":"response","status":"failed","error":{"code":"server_error","message":"The model failed to generate a response."},"usage":null}}
+
+"#;
+    assert_eq!(meter.observe(failed), EventAction::Terminal);
+    assert_eq!(meter.reported_usage(), None);
+}
+
+#[test]
+fn responses_deltas_of_other_kinds() {
+    let mut meter = StreamMeter::new(StreamKind::OpenAiResponses);
+    let events: [&[u8]; 4] = [
+        b"event: response.reasoning_summary_text.delta\ndata: {\"type\":\"response.reasoning_summary_text.delta\",\"item_id\":\"rs_1\",\"output_index\":0,\"summary_index\":0,\"delta\":\"**Plan**\"}\n\n",
+        b"event: response.function_call_arguments.delta\ndata: {\"type\":\"response.function_call_arguments.delta\",\"item_id\":\"fc_1\",\"output_index\":1,\"delta\":\"{\\\"a\\\":1}\"}\n\n",
+        b"event: response.refusal.delta\ndata: {\"type\":\"response.refusal.delta\",\"item_id\":\"msg_1\",\"output_index\":2,\"content_index\":0,\"delta\":\"No\"}\n\n",
+        // Audio is base64, not text.
+        b"event: response.audio.delta\ndata: {\"type\":\"response.audio.delta\",\"response_id\":\"resp_1\",\"delta\":\"UklGRiQAAABXQVZF\"}\n\n",
+    ];
+    for event in events {
+        assert_eq!(meter.observe(event), EventAction::Forward);
+    }
+    assert_eq!(meter.output_text_bytes(), 8 + 7 + 2);
+}
+
+// === Anthropic Messages ===
+
+#[test]
+fn anthropic_stream() {
+    let metered = meter_at_every_split(StreamKind::AnthropicMessages, ANTHROPIC);
+    assert_eq!(
+        metered.actions,
+        forwards(19, &[(18, EventAction::Terminal)])
+    );
+    assert_eq!(metered.reported, Some(usage(472, 8192, 1536, 89)));
+    // Thinking, text and tool input; the signature is not counted.
+    assert_eq!(metered.text_bytes, 147);
+}
+
+#[test]
+fn anthropic_stream_without_event_lines_reads_the_type_field() {
+    let stripped = without_event_lines(ANTHROPIC);
+    let metered = meter_at_every_split(StreamKind::AnthropicMessages, &stripped);
+    assert_eq!(metered, meter(StreamKind::AnthropicMessages, [ANTHROPIC]));
+}
+
+const MESSAGE_START: &[u8] = br#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","model":"claude-3-5-haiku-20241022","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}
+
+"#;
+
+#[test]
+fn anthropic_output_is_cumulative_not_summed() {
+    let mut meter = StreamMeter::new(StreamKind::AnthropicMessages);
+    meter.observe(MESSAGE_START);
+    assert_eq!(meter.reported_usage(), None);
+    let first = b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":null,\"stop_sequence\":null},\"usage\":{\"output_tokens\":10}}\n\n";
+    let second = b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":25}}\n\n";
+    assert_eq!(meter.observe(first), EventAction::Forward);
+    assert_eq!(meter.reported_usage(), Some(usage(25, 0, 0, 10)));
+    assert_eq!(meter.observe(second), EventAction::Forward);
+    assert_eq!(meter.reported_usage(), Some(usage(25, 0, 0, 25)));
+    let stop = b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    assert_eq!(meter.observe(stop), EventAction::Terminal);
+}
+
+#[test]
+fn anthropic_delta_repeating_input_counts_replaces_them() {
+    let mut meter = StreamMeter::new(StreamKind::AnthropicMessages);
+    meter.observe(MESSAGE_START);
+    let delta = br#"event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":27,"cache_creation_input_tokens":0,"cache_read_input_tokens":4096,"output_tokens":48,"server_tool_use":{"web_search_requests":0}}}
+
+"#;
+    meter.observe(delta);
+    assert_eq!(meter.reported_usage(), Some(usage(27, 4096, 0, 48)));
+}
+
+#[test]
+fn anthropic_stream_cut_after_start_keeps_reported_input() {
+    let cut = cut_before_event(ANTHROPIC, 10);
+    let metered = meter(StreamKind::AnthropicMessages, [cut]);
+    assert_eq!(metered.reported, None);
+    let seen = "The user wants the weather in Paris.\nI should call get_weather.I'll check the weather in Paris".len() as u64;
+    assert_eq!(metered.text_bytes, seen);
+    assert_eq!(metered.partial, usage(472, 8192, 1536, seen.div_ceil(3)));
+
+    let mut meter = StreamMeter::new(StreamKind::AnthropicMessages);
+    assert!(!meter.input_reported());
+    meter.observe(MESSAGE_START);
+    assert!(meter.input_reported());
+    // Nothing generated yet: the output reported at the start stands.
+    assert_eq!(meter.partial_usage(), usage(25, 0, 0, 1));
+}
+
+#[test]
+fn anthropic_error_and_unknown_events_are_forwarded() {
+    let mut meter = StreamMeter::new(StreamKind::AnthropicMessages);
+    let events: [&[u8]; 4] = [
+        b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+        b"event: ping\ndata: {\"type\": \"ping\"}\n\n",
+        b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\n\n",
+        b"data: {\"type\":\"some_future_event\"}\n\n",
+    ];
+    for event in events {
+        assert_eq!(meter.observe(event), EventAction::Forward);
+    }
+    assert_eq!(meter.output_text_bytes(), 0);
+    assert_eq!(meter.reported_usage(), None);
+}
+
+#[test]
+fn output_tokens_round_up_at_three_bytes() {
+    assert_eq!(count_output_tokens(0), 0);
+    assert_eq!(count_output_tokens(1), 1);
+    assert_eq!(count_output_tokens(3), 1);
+    assert_eq!(count_output_tokens(4), 2);
+    assert_eq!(count_output_tokens(u64::MAX - 1), u64::MAX / 3);
+}

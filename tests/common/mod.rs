@@ -1,0 +1,244 @@
+//! A gateway and a mock provider on port 0, in process, for integration
+//! tests: real sockets, real HTTP, the real server.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use tollgate::budget::{BudgetStore, LedgerEntry, MemoryStore};
+use tollgate::config::Config;
+use tollgate::mock::{self, MockOptions, MockServer};
+use tollgate::server::{self, Gateway};
+
+/// The provider credential the mock expects and the gateway holds.
+pub const PROVIDER_KEY: &str = "sk-provider-secret";
+/// Raw gateway keys of the test config.
+pub const ALICE: &str = "tg-alice";
+pub const BOB: &str = "tg-bob";
+pub const SOLO: &str = "tg-solo";
+
+/// Caps and limits a test can set.
+pub struct Setup {
+    pub alice_cap: &'static str,
+    pub bob_cap: &'static str,
+    pub org_cap: &'static str,
+    pub max_request_bytes: usize,
+    pub mock: MockOptions,
+    /// Leave the Anthropic provider's key unset.
+    pub anthropic_key_missing: bool,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            alice_cap: "10.00",
+            bob_cap: "10.00",
+            org_cap: "100.00",
+            max_request_bytes: 1 << 20,
+            mock: MockOptions {
+                expect_key: Some(PROVIDER_KEY.to_owned()),
+                ..MockOptions::default()
+            },
+            anthropic_key_missing: false,
+        }
+    }
+}
+
+pub struct Harness {
+    pub url: String,
+    pub addr: SocketAddr,
+    pub mock: MockServer,
+    pub store: MemoryStore,
+    pub config_text: String,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+fn sha(raw: &str) -> String {
+    hex::encode(tollgate::config::hash_key(raw))
+}
+
+pub async fn start(setup: Setup) -> Harness {
+    let mock = mock::spawn(setup.mock.clone()).await.unwrap();
+    let prices = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml");
+    let config_text = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+max_request_bytes = {max}
+upstream_timeout_secs = 30
+
+[store]
+backend = "memory"
+reservation_ttl_secs = 60
+
+[prices]
+file = "{prices}"
+
+[[providers]]
+name = "openai"
+kind = "openai"
+base_url = "http://{mock}"
+api_key_env = "TEST_OPENAI_KEY"
+models = ["gpt-*", "text-embedding-*"]
+
+[[providers]]
+name = "anthropic"
+kind = "anthropic"
+base_url = "http://{mock}"
+api_key_env = "TEST_ANTHROPIC_KEY"
+models = ["claude-*"]
+
+[[orgs]]
+id = "acme"
+cap_usd = "{org_cap}"
+period = "month"
+
+[[keys]]
+id = "alice"
+org = "acme"
+key_sha256 = "{alice}"
+cap_usd = "{alice_cap}"
+period = "day"
+
+[[keys]]
+id = "bob"
+org = "acme"
+key_sha256 = "{bob}"
+cap_usd = "{bob_cap}"
+period = "day"
+
+[[keys]]
+id = "solo"
+key_sha256 = "{solo}"
+cap_usd = "1.00"
+period = "total"
+models = ["gpt-4o-mini"]
+"#,
+        max = setup.max_request_bytes,
+        prices = prices.display(),
+        mock = mock.addr,
+        org_cap = setup.org_cap,
+        alice = sha(ALICE),
+        alice_cap = setup.alice_cap,
+        bob = sha(BOB),
+        bob_cap = setup.bob_cap,
+        solo = sha(SOLO),
+    );
+    let anthropic_missing = setup.anthropic_key_missing;
+    let env = move |name: &str| match name {
+        "TEST_OPENAI_KEY" => Some(PROVIDER_KEY.to_owned()),
+        "TEST_ANTHROPIC_KEY" if !anthropic_missing => Some(PROVIDER_KEY.to_owned()),
+        _ => None,
+    };
+    let config =
+        Config::from_toml_str_with_env(&config_text, Path::new("test.toml"), &env).unwrap();
+    let store = MemoryStore::new(config.store.settle_epsilon);
+    let gateway = Gateway::new(config, BudgetStore::Memory(store.clone())).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(server::run(listener, Arc::new(gateway), async move {
+        let _ = rx.await;
+    }));
+    Harness {
+        url: format!("http://{addr}"),
+        addr,
+        mock,
+        store,
+        config_text,
+        shutdown: Some(tx),
+        server: Some(server),
+    }
+}
+
+impl Harness {
+    pub fn client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()
+            .unwrap()
+    }
+
+    /// POST `body` to `path` with `key` as a bearer token (or `x-api-key` for
+    /// `/v1/messages`, as Anthropic's SDK sends it).
+    pub async fn post(&self, path: &str, key: &str, body: &Value) -> reqwest::Response {
+        let request = self.client().post(format!("{}{path}", self.url)).json(body);
+        let request = if path == "/v1/messages" {
+            request
+                .header("x-api-key", key)
+                .header("anthropic-version", "2023-06-01")
+        } else {
+            request.bearer_auth(key)
+        };
+        request.send().await.unwrap()
+    }
+
+    pub async fn budget(&self, key: &str) -> Value {
+        let response = self
+            .client()
+            .get(format!("{}/v1/budget", self.url))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    }
+
+    pub fn ledger(&self) -> Vec<LedgerEntry> {
+        self.store.ledger()
+    }
+
+    /// Waits (bounded) until no reservation is open.
+    pub async fn settled(&self) {
+        for _ in 0..500 {
+            if self.store.open_reservations().0 == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!(
+            "reservations still open: {:?}",
+            self.store.open_reservations()
+        );
+    }
+
+    /// Stops accepting and waits for in-flight calls, as on SIGTERM.
+    pub async fn shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.await.unwrap().unwrap();
+        }
+    }
+}
+
+/// The price table the gateway uses.
+pub fn prices() -> tollgate::prices::PriceTable {
+    tollgate::prices::PriceTable::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml"),
+    )
+    .unwrap()
+}
+
+/// Cost of a usage at `model`'s prices, rounded up once.
+pub fn cost(model: &str, usage: &tollgate::usage::Usage) -> u64 {
+    prices().get(model).unwrap().cost(usage)
+}
+
+pub fn chat(model: &str, text: &str) -> Value {
+    serde_json::json!({"model": model, "messages": [{"role": "user", "content": text}]})
+}
+
+pub fn messages(model: &str, text: &str, max_tokens: u64) -> Value {
+    serde_json::json!({"model": model, "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}]})
+}

@@ -1,0 +1,310 @@
+"""Helpers for the SDK suite: the tollgate processes, the budget endpoint and
+the expected cost of a call.
+
+The expected cost is computed here independently of the gateway, from the
+usage the SDK reports and the decimal prices in config/prices.toml, so that
+an exact-equality assertion on the spent counter means something.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import threading
+import time
+import tomllib
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PRICES_FILE = REPO_ROOT / "config" / "prices.toml"
+
+# Tracing may print the address as a bare value or as a `field=value` pair,
+# quoted or not; ANSI colours are stripped before matching.
+LISTENING = re.compile(r"listening on\s+(?:[A-Za-z_]+=)?\"?((?:\d{1,3}\.){3}\d{1,3}:\d+|\[[0-9A-Fa-f:]+\]:\d+)")
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+# === processes ===
+
+
+def tollgate_bin() -> Path:
+    """The binary under test: `TOLLGATE_BIN` (relative to the repo root when
+    relative), else the debug build."""
+    configured = os.environ.get("TOLLGATE_BIN")
+    path = Path(configured) if configured else Path("target/debug/tollgate")
+    if not path.is_absolute():
+        path = REPO_ROOT / path
+    return path
+
+
+class StartupError(Exception):
+    """A tollgate process exited or stayed silent instead of binding."""
+
+
+class TollgateProcess:
+    """A tollgate subprocess whose combined output is drained by a thread
+    (so a chatty process never blocks on a full pipe) and kept for failure
+    messages."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str]):
+        self.name = name
+        self.args = args
+        self.lines: list[str] = []
+        self.address: str | None = None
+        self._bound = threading.Event()
+        self._lock = threading.Lock()
+        self.proc = subprocess.Popen(
+            args,
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        self._reader = threading.Thread(target=self._drain, name=f"{name}-output", daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = ANSI_ESCAPE.sub("", raw.rstrip("\n"))
+            with self._lock:
+                self.lines.append(line)
+            if self.address is None:
+                found = LISTENING.search(line)
+                if found:
+                    self.address = found.group(1)
+                    self._bound.set()
+        # Output closed: the process is gone; wake any waiter.
+        self._bound.set()
+
+    def output(self) -> str:
+        with self._lock:
+            return "\n".join(self.lines)
+
+    def wait_listening(self, timeout: float = 30.0) -> str:
+        """The bound `host:port`, once the process logged it."""
+        self._bound.wait(timeout)
+        if self.address is not None:
+            return self.address
+        try:
+            # The output closes a moment before the exit status is known.
+            status = self.proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            status = None
+        why = f"exited with status {status}" if status is not None else f"did not log 'listening on' within {timeout:.0f}s"
+        self.stop()
+        raise StartupError(
+            f"{self.name} {why}.\ncommand: {' '.join(self.args)}\n--- output ---\n{self.output() or '(none)'}"
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._reader.join(timeout=5)
+
+
+# === the gateway's own endpoints ===
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One scope of a `/v1/budget` answer, in micro-USD."""
+
+    id: str
+    period: str
+    period_id: str
+    cap: int
+    spent: int
+    reserved: int
+    remaining: int
+    resets_at: str | None
+
+    @classmethod
+    def from_json(cls, scope: dict) -> "Scope":
+        return cls(
+            id=scope["id"],
+            period=scope["period"],
+            period_id=scope["period_id"],
+            cap=scope["cap_usd_micros"],
+            spent=scope["spent_usd_micros"],
+            reserved=scope["reserved_usd_micros"],
+            remaining=scope["remaining_usd_micros"],
+            resets_at=scope["resets_at"],
+        )
+
+
+@dataclass(frozen=True)
+class Budget:
+    key: Scope
+    org: Scope | None
+
+
+def read_budget(gateway_url: str, raw_key: str) -> Budget:
+    request = urllib.request.Request(
+        f"{gateway_url}/v1/budget",
+        headers={"Authorization": f"Bearer {raw_key}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as err:
+        raise AssertionError(f"GET /v1/budget answered {err.code}: {err.read().decode(errors='replace')}") from err
+    org = body.get("org")
+    return Budget(key=Scope.from_json(body["key"]), org=Scope.from_json(org) if org else None)
+
+
+def wait_settled(gateway_url: str, raw_key: str, timeout: float = 5.0) -> Budget:
+    """The budget once no reservation is open.
+
+    The gateway settles before the client sees the end of a response, so
+    this normally returns at once; the short grace only turns a settlement
+    that never happens into a clear assertion instead of a hang.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        budget = read_budget(gateway_url, raw_key)
+        open_reservations = budget.key.reserved or (budget.org.reserved if budget.org else 0)
+        if not open_reservations or time.monotonic() >= deadline:
+            return budget
+        time.sleep(0.05)
+
+
+class SpendMeter:
+    """Spent and reserved counters of one key around a block of calls."""
+
+    def __init__(self, gateway_url: str, raw_key: str):
+        self.gateway_url = gateway_url
+        self.raw_key = raw_key
+        self.restart()
+
+    def restart(self) -> None:
+        """Take a new baseline, e.g. after a call made only to learn its usage."""
+        self.before = wait_settled(self.gateway_url, self.raw_key)
+        assert self.before.key.reserved == 0, f"a reservation is open before the call: {self.before}"
+
+    def after(self) -> Budget:
+        return wait_settled(self.gateway_url, self.raw_key)
+
+    def assert_charged(self, expected_micros: int) -> Budget:
+        """Exactly `expected_micros` was charged to the key and its org, and no
+        reservation is left open."""
+        after = self.after()
+        assert after.key.period_id == self.before.key.period_id, "the budget period rolled over during the test"
+        assert after.key.reserved == 0, f"reservation left open on the key: {after.key}"
+        delta = after.key.spent - self.before.key.spent
+        assert delta == expected_micros, f"key charged {delta} µUSD, usage prices at {expected_micros} µUSD"
+        assert after.key.remaining == after.key.cap - after.key.spent - after.key.reserved
+        if self.before.org is not None:
+            assert after.org is not None
+            assert after.org.reserved == 0, f"reservation left open on the org: {after.org}"
+            org_delta = after.org.spent - self.before.org.spent
+            assert org_delta == expected_micros, f"org charged {org_delta} µUSD, key {delta} µUSD"
+        return after
+
+    def assert_unchanged(self) -> Budget:
+        """Nothing was charged and nothing is held."""
+        return self.assert_charged(0)
+
+
+# === expected costs ===
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    """µUSD per token for each token class, exact."""
+
+    input: Fraction
+    output: Fraction
+    cached_input: Fraction
+    cache_write: Fraction
+
+
+class PriceTable:
+    """The decimal prices of config/prices.toml."""
+
+    def __init__(self, path: Path = PRICES_FILE):
+        with path.open("rb") as file:
+            self.models: dict = tomllib.load(file)["models"]
+
+    def price(self, model: str) -> ModelPrice:
+        entry = self.models.get(model)
+        assert entry is not None, f"{model} is not in {PRICES_FILE}"
+
+        def exact(field: str, fallback: str) -> Fraction:
+            # A decimal string (or number) per million tokens is µUSD per token.
+            return Fraction(Decimal(str(entry.get(field, entry[fallback]))))
+
+        return ModelPrice(
+            input=exact("input_per_mtok", "input_per_mtok"),
+            output=exact("output_per_mtok", "output_per_mtok"),
+            cached_input=exact("cached_input_per_mtok", "input_per_mtok"),
+            cache_write=exact("cache_write_per_mtok", "input_per_mtok"),
+        )
+
+    def cost(self, model: str, *, input: int = 0, cached_input: int = 0, cache_write: int = 0, output: int = 0) -> int:
+        """Σ tokens × price, rounded up to a whole µUSD once per call."""
+        price = self.price(model)
+        exact = (
+            input * price.input
+            + cached_input * price.cached_input
+            + cache_write * price.cache_write
+            + output * price.output
+        )
+        return math.ceil(exact)
+
+    # The usage objects below are the SDKs' own models, read by attribute.
+
+    def chat_cost(self, model: str, usage) -> int:
+        """An OpenAI chat completion's `usage`."""
+        cached = _cached_tokens(getattr(usage, "prompt_tokens_details", None))
+        return self.cost(
+            model,
+            input=usage.prompt_tokens - cached,
+            cached_input=cached,
+            output=usage.completion_tokens,
+        )
+
+    def responses_cost(self, model: str, usage) -> int:
+        """An OpenAI Responses API `usage`."""
+        cached = _cached_tokens(getattr(usage, "input_tokens_details", None))
+        return self.cost(
+            model,
+            input=usage.input_tokens - cached,
+            cached_input=cached,
+            output=usage.output_tokens,
+        )
+
+    def embeddings_cost(self, model: str, usage) -> int:
+        return self.cost(model, input=usage.prompt_tokens)
+
+    def messages_cost(self, model: str, usage) -> int:
+        """An Anthropic message's `usage`."""
+        return self.cost(
+            model,
+            input=usage.input_tokens or 0,
+            cached_input=getattr(usage, "cache_read_input_tokens", None) or 0,
+            cache_write=getattr(usage, "cache_creation_input_tokens", None) or 0,
+            output=usage.output_tokens or 0,
+        )
+
+
+def _cached_tokens(details) -> int:
+    if details is None:
+        return 0
+    return getattr(details, "cached_tokens", None) or 0
