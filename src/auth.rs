@@ -105,9 +105,8 @@ mod tests {
             keys.authenticate(&headers("authorization", "Bearer secret-b")),
             Err(GatewayError::InvalidKey)
         ));
-        assert!(matches!(
-            keys.authenticate(&headers("x-api-key", "secret-a ")),
-            Ok(_)
-        ));
+        assert!(keys
+            .authenticate(&headers("x-api-key", "secret-a "))
+            .is_ok());
     }
 }

@@ -65,6 +65,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
@@ -123,23 +124,48 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
 async fn serve(path: PathBuf) -> Result<(), String> {
     let config = Config::load(&path).map_err(|e| e.to_string())?;
     let store = match &config.store.backend {
-        StoreBackend::Memory => MemoryStore::new(config.store.settle_epsilon),
-        StoreBackend::Redis { .. } => {
-            return Err(format!(
-                "{}: store.backend = \"redis\" is not supported by this build; use \"memory\"",
-                path.display()
-            ))
+        StoreBackend::Memory => BudgetStore::Memory(MemoryStore::new(config.store.settle_epsilon)),
+        StoreBackend::Redis { url } => {
+            // Connects in the background: the gateway starts while Redis is
+            // down, and /readyz answers 503 until Redis does.
+            let store = tollgate::budget::RedisStore::connect(
+                url.expose(),
+                config.store.settle_epsilon,
+                tollgate::budget::DEFAULT_LEDGER_RETENTION,
+            )
+            .await
+            .map_err(|e| format!("{}: store.redis_url: {e}", path.display()))?;
+            for key in &config.keys {
+                store.track_key(&key.id, key.org.as_deref());
+            }
+            tracing::info!(endpoint = store.endpoint(), "budget store: redis");
+            BudgetStore::Redis(store)
         }
     };
+    // Every hash tag budget data can live under: each org, and each key
+    // without one.
+    let tags: Vec<String> = config
+        .orgs
+        .iter()
+        .map(|org| org.id.clone())
+        .chain(
+            config
+                .keys
+                .iter()
+                .filter(|key| key.org.is_none())
+                .map(|key| tollgate::budget::tag_for(None, &key.id)),
+        )
+        .collect();
     // Expired reservations go back to their caps even when no call comes.
-    let _sweeper = store.spawn_sweeper(Duration::from_secs(1));
+    let _sweeper = store.spawn_sweeper(&tags, Duration::from_secs(1));
+    let backend = store.backend_name();
     let listen = config.server.listen;
-    let gateway = Gateway::new(config, BudgetStore::Memory(store)).map_err(|e| e.to_string())?;
+    let gateway = Gateway::new(config, store).map_err(|e| e.to_string())?;
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    tracing::info!(store = "memory", "listening on {addr}");
+    tracing::info!(store = backend, "listening on {addr}");
     server::run(listener, Arc::new(gateway), shutdown_signal())
         .await
         .map_err(|e| e.to_string())

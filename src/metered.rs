@@ -352,11 +352,15 @@ impl HttpBody for MeteredBody {
                     *this.settling = this.ticket.settle_seen(this.meter.partial_usage());
                 }
                 Poll::Ready(None) => {
-                    // Ended without its terminal event: settle on what came,
-                    // then pass on whatever partial event is left.
+                    // The last event may lack its closing blank line (or
+                    // end in a lone `\r` the splitter was waiting on): read
+                    // it too, settle on what came, then pass it on.
                     *this.upstream_done = true;
+                    let mut rest = this.splitter.take_rest();
+                    if !rest.is_empty() && this.meter.observe(&rest) == EventAction::Drop {
+                        rest = Bytes::new();
+                    }
                     let settling = settle_final(this.ticket, this.meter);
-                    let rest = this.splitter.take_rest();
                     hold_until_settled(this.settling, this.held, this.ready, settling, rest);
                 }
             }

@@ -61,57 +61,40 @@ impl SseSplitter {
     /// event of its own, a lone line ending, so no byte is lost; its
     /// [`parse_event`] has no fields.
     pub fn next_event(&mut self) -> Option<Bytes> {
-        let mut pos = self.scanned;
         loop {
-            let Some(&byte) = self.buf.get(pos) else {
-                self.scanned = pos;
-                return None;
-            };
-            let end = match self.state {
-                Scan::InLine => {
-                    match self.buf[pos..]
-                        .iter()
-                        .position(|b| *b == b'\n' || *b == b'\r')
-                    {
-                        Some(offset) => {
-                            pos += offset;
-                            self.state = if self.buf[pos] == b'\r' {
-                                Scan::LineStartAfterCr
-                            } else {
-                                Scan::LineStart
-                            };
-                            pos += 1;
-                        }
-                        None => pos = self.buf.len(),
+            if self.state == Scan::InLine {
+                // The rest of a line cannot end an event: skip to its end.
+                let rest = self.buf.get(self.scanned..).unwrap_or_default();
+                match rest.iter().position(|b| *b == b'\n' || *b == b'\r') {
+                    Some(offset) => self.scanned += offset,
+                    None => {
+                        self.scanned = self.buf.len();
+                        return None;
                     }
-                    continue;
                 }
-                Scan::LineStart | Scan::LineStartAfterCr => match byte {
-                    b'\n' if self.state == Scan::LineStartAfterCr => {
-                        self.state = Scan::LineStart;
-                        pos += 1;
-                        continue;
-                    }
-                    b'\n' => pos + 1,
-                    b'\r' => {
-                        self.state = Scan::BlankCr;
-                        pos += 1;
-                        continue;
-                    }
-                    _ => {
-                        self.state = Scan::InLine;
-                        pos += 1;
-                        continue;
-                    }
-                },
-                Scan::BlankCr if byte == b'\n' => pos + 1,
-                // The byte at `pos` starts the next event and is not scanned yet.
-                Scan::BlankCr => pos,
+            }
+            let &byte = self.buf.get(self.scanned)?;
+            self.state = match (self.state, byte) {
+                (Scan::LineStart, b'\n') | (Scan::BlankCr, b'\n') => {
+                    return Some(self.split_event(self.scanned + 1));
+                }
+                // `byte` starts the next event; it stays unscanned.
+                (Scan::BlankCr, _) => return Some(self.split_event(self.scanned)),
+                (Scan::LineStartAfterCr, b'\n') | (Scan::InLine, b'\n') => Scan::LineStart,
+                (Scan::InLine, b'\r') => Scan::LineStartAfterCr,
+                (_, b'\r') => Scan::BlankCr,
+                (_, _) => Scan::InLine,
             };
-            self.state = Scan::LineStart;
-            self.scanned = 0;
-            return Some(self.buf.split_to(end).freeze());
+            self.scanned += 1;
         }
+    }
+
+    /// Hands out the first `end` bytes as an event; the scan restarts
+    /// after them.
+    fn split_event(&mut self, end: usize) -> Bytes {
+        self.state = Scan::LineStart;
+        self.scanned = 0;
+        self.buf.split_to(end).freeze()
     }
 
     /// At the end of the stream: whatever is still buffered. It is usually
@@ -378,6 +361,8 @@ mod tests {
         splitter.push(b"data: {\"partial\":");
         assert_eq!(splitter.next_event(), None);
         assert_eq!(splitter.buffered(), 17);
+        // The next search resumes where this one stopped.
+        assert_eq!(splitter.scanned, 17);
         splitter.push(b" 1}\n");
         assert_eq!(splitter.next_event(), None);
         assert_eq!(splitter.take_rest().as_ref(), b"data: {\"partial\": 1}\n");

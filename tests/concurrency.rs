@@ -3,6 +3,8 @@
 //! spent stays at or below the cap and equals exactly what the provider
 //! billed, with no reservation left open.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! the provider's credential (never the client's key), and exactly what the
 //! provider reported is charged, settled before the client sees the end.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use common::*;
@@ -482,4 +484,28 @@ async fn shutdown_waits_for_in_flight_streams_to_settle() {
     let entry = only_entry(&h);
     assert_eq!(entry.status, LedgerStatus::Ok);
     assert_eq!(entry.usage.output, 10);
+}
+
+#[tokio::test]
+async fn client_gone_before_the_response_is_settled_once() {
+    let mut setup = Setup::default();
+    setup.mock.latency = std::time::Duration::from_millis(1500);
+    let h = start(setup).await;
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let result = client
+        .post(format!("{}/v1/chat/completions", h.url))
+        .bearer_auth(ALICE)
+        .json(&chat("gpt-4o-mini", "hello there"))
+        .send()
+        .await;
+    assert!(result.is_err(), "the client was meant to give up");
+    h.settled().await;
+    let entry = only_entry(&h);
+    assert_eq!(entry.status, LedgerStatus::Estimated);
+    assert!(entry.usage.input > 0);
+    assert_eq!(entry.usage.output, 0);
+    assert_eq!(spent(&h, ALICE).await, entry.actual);
 }

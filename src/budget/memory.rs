@@ -1,7 +1,7 @@
 //! The in-process budget store: counters, reservation records and the ledger
-//! behind one mutex, with exactly the semantics of the Redis scripts
-//! (DESIGN.md, "Budget protocol"). It is the default when no Redis URL is
-//! set; its state lives and dies with the process.
+//! behind one mutex, with the same semantics as the Redis store (DESIGN.md,
+//! "Budget protocol"). It is the default when no Redis URL is set; its state
+//! lives and dies with the process.
 //!
 //! Every operation takes the lock once and reads the time inside it, so
 //! operations are atomic across all scopes and ordered by the store's clock,
@@ -9,18 +9,18 @@
 //! sweep at the start of every `reserve`) plus an optional periodic sweep
 //! task, like the purge task of mini-redis's `Db`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use tokio::task::AbortHandle;
 use tokio::time::MissedTickBehavior;
 
 use super::{
-    Denial, LedgerEntry, LedgerStatus, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
-    ScopeState, SettleOutcome, Settlement, StoreError,
+    Denial, LedgerEntry, LedgerStatus, Reconciliation, ReserveOutcome, ReserveRequest, Scope,
+    ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, SweeperGuard,
+    DEFAULT_LEDGER_RETENTION,
 };
 use crate::money::UsdMicros;
 use crate::usage::Usage;
@@ -101,41 +101,9 @@ struct Shared {
     settle_epsilon: UsdMicros,
 }
 
-/// Stops the periodic sweep task when dropped.
-pub struct SweeperGuard {
-    task: AbortHandle,
-}
-
-impl Drop for SweeperGuard {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// One scope and period: its counter beside what the ledger and the open
-/// reservations say it should hold (`tollgate reconcile`'s row).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reconciliation {
-    pub kind: ScopeKind,
-    pub id: String,
-    pub period_id: String,
-    /// `spent + reserved`.
-    pub counter: UsdMicros,
-    /// Σ `actual` of the ledger entries charged to this period.
-    pub ledger: UsdMicros,
-    /// Σ amounts of the reservations still open in this period.
-    pub open: UsdMicros,
-}
-
-impl Reconciliation {
-    /// `counter - (ledger + open)`; zero when the books balance.
-    pub fn drift(&self) -> i128 {
-        i128::from(self.counter) - i128::from(self.ledger) - i128::from(self.open)
-    }
-}
-
 impl MemoryStore {
-    /// A store on the system clock, without a sweep task.
+    /// A store on the system clock, without a sweep task, keeping ledger
+    /// entries for [`DEFAULT_LEDGER_RETENTION`].
     pub fn new(settle_epsilon: UsdMicros) -> Self {
         MemoryStore::with_clock(settle_epsilon, Arc::new(SystemClock))
     }
@@ -143,25 +111,34 @@ impl MemoryStore {
     pub fn with_clock(settle_epsilon: UsdMicros, clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
             shared: Arc::new(Shared {
-                state: Mutex::new(State::default()),
+                state: Mutex::new(State {
+                    ledger_retention: to_delta(DEFAULT_LEDGER_RETENTION),
+                    ..State::default()
+                }),
                 clock,
                 settle_epsilon,
             }),
         }
     }
 
+    /// How long a ledger entry stays in [`MemoryStore::ledger`] before the
+    /// sweep folds it into its counters' folded sums.
+    pub fn with_ledger_retention(self, retention: Duration) -> Self {
+        self.shared.lock().ledger_retention = to_delta(retention);
+        self
+    }
+
     /// Starts a task on the current Tokio runtime that expires due
-    /// reservations every `every`, so headroom comes back even when no
-    /// reserve arrives. It holds the store weakly: it ends when the guard
-    /// drops or when the last handle to the store does.
+    /// reservations (and folds old ledger entries) every `every`, so
+    /// headroom comes back even when no reserve arrives. It holds the store
+    /// weakly: it ends when the guard drops or when the last handle to the
+    /// store does.
     ///
     /// Must be called from within a Tokio runtime.
     pub fn spawn_sweeper(&self, every: Duration) -> SweeperGuard {
         let shared = Arc::downgrade(&self.shared);
         let task = tokio::spawn(sweep_periodically(shared, every.max(MIN_SWEEP_INTERVAL)));
-        SweeperGuard {
-            task: task.abort_handle(),
-        }
+        SweeperGuard::new(task.abort_handle())
     }
 
     /// Reserves `req.amount` against the key and its org, all or nothing;
@@ -185,7 +162,9 @@ impl MemoryStore {
             let now = self.shared.clock.now();
             state.settle(settlement, now, self.shared.settle_epsilon)
         }?;
-        if outcome.applied && outcome.status != LedgerStatus::Ok {
+        let outside_reservation =
+            matches!(outcome.status, LedgerStatus::Overrun | LedgerStatus::Late);
+        if outcome.applied && outside_reservation {
             tracing::warn!(
                 exec_id = %settlement.exec_id,
                 key = %settlement.key,
@@ -216,15 +195,16 @@ impl MemoryStore {
         }
     }
 
-    /// Expires every reservation past its deadline and forgets closed
-    /// records past their retention; returns how many expired.
+    /// Expires every reservation past its deadline, forgets closed records
+    /// past their retention and folds ledger entries older than the ledger
+    /// retention; returns how many expired.
     pub fn sweep_expired(&self) -> usize {
         let expired = self.shared.sweep_expired();
         log_expired(expired);
         expired
     }
 
-    /// Every ledger entry, oldest first.
+    /// Every ledger entry not yet folded, oldest first.
     pub fn ledger(&self) -> Vec<LedgerEntry> {
         let state = self.shared.lock();
         state.ledger.iter().map(|line| line.entry.clone()).collect()
@@ -247,13 +227,16 @@ impl MemoryStore {
             .map_or(0, Counter::committed)
     }
 
-    /// Every scope and period with its counter, ledger sum and open sum,
-    /// sorted by scope and period.
+    /// Every scope and period with its counter, folded sum, ledger sum and
+    /// open sum, sorted by scope and period.
     pub fn reconcile(&self) -> Vec<Reconciliation> {
         let state = self.shared.lock();
         let mut rows: HashMap<CounterKey, Reconciliation> = HashMap::new();
         for (key, counter) in &state.counters {
             row(&mut rows, key).counter = counter.committed();
+        }
+        for (key, folded) in &state.folded {
+            row(&mut rows, key).folded = *folded;
         }
         for line in &state.ledger {
             for key in &line.charged_to {
@@ -282,6 +265,7 @@ fn row<'a>(
         id: key.id.clone(),
         period_id: key.period_id.clone(),
         counter: 0,
+        folded: 0,
         ledger: 0,
         open: 0,
     })
@@ -309,6 +293,10 @@ impl Shared {
         let now = self.clock.now();
         let expired = state.expire_due(now, usize::MAX);
         state.forget_due(now, usize::MAX);
+        let cutoff = now
+            .checked_sub_signed(state.ledger_retention)
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        state.fold_before(cutoff);
         expired
     }
 }
@@ -345,7 +333,12 @@ struct State {
     /// Closed records by the time they may be forgotten: kept that long so
     /// retries still get the first answer, then dropped to bound memory.
     retention: BTreeSet<(DateTime<Utc>, String)>,
-    ledger: Vec<LedgerLine>,
+    ledger: VecDeque<LedgerLine>,
+    /// Σ actual of the ledger entries trimmed from `ledger`, per counter, so
+    /// `counter == folded + Σ ledger + Σ open` still holds after a trim.
+    folded: HashMap<CounterKey, UsdMicros>,
+    /// How long an entry stays in `ledger` before it is folded.
+    ledger_retention: TimeDelta,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -673,10 +666,28 @@ impl State {
     }
 
     fn book(&mut self, reservation: &Reservation, entry: LedgerEntry) {
-        self.ledger.push(LedgerLine {
+        self.ledger.push_back(LedgerLine {
             entry,
             charged_to: reservation.counter_keys().collect(),
         });
+    }
+
+    /// Moves the ledger entries booked before `cutoff` into the folded sums
+    /// of the counters they charged.
+    fn fold_before(&mut self, cutoff: DateTime<Utc>) {
+        while self
+            .ledger
+            .front()
+            .is_some_and(|line| line.entry.at < cutoff)
+        {
+            let Some(line) = self.ledger.pop_front() else {
+                break;
+            };
+            for key in line.charged_to {
+                let folded = self.folded.entry(key).or_default();
+                *folded = folded.saturating_add(line.entry.actual);
+            }
+        }
     }
 
     fn open(&self) -> impl Iterator<Item = &Reservation> {
@@ -699,211 +710,4 @@ fn later(now: DateTime<Utc>, by: TimeDelta) -> DateTime<Utc> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    use chrono::TimeZone;
-
-    use super::*;
-    use crate::budget::Period;
-
-    fn start() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap()
-    }
-
-    fn manual_store() -> (MemoryStore, Arc<ManualClock>) {
-        let clock = Arc::new(ManualClock::new(start()));
-        (MemoryStore::with_clock(0, clock.clone()), clock)
-    }
-
-    fn key(cap: UsdMicros) -> Scope {
-        Scope {
-            kind: ScopeKind::Key,
-            id: "alice".to_owned(),
-            cap,
-            period: Period::Day,
-        }
-    }
-
-    fn request(exec_id: &str, amount: UsdMicros, ttl_secs: u64) -> ReserveRequest {
-        ReserveRequest {
-            exec_id: exec_id.to_owned(),
-            key: key(1_000_000),
-            org: None,
-            amount,
-            ttl: Duration::from_secs(ttl_secs),
-        }
-    }
-
-    fn settlement(exec_id: &str, actual: UsdMicros) -> Settlement {
-        Settlement {
-            exec_id: exec_id.to_owned(),
-            key: "alice".to_owned(),
-            org: None,
-            model: "gpt-4o-mini".to_owned(),
-            usage: Usage::default(),
-            actual,
-            estimated: false,
-        }
-    }
-
-    fn records(store: &MemoryStore) -> usize {
-        store.shared.lock().records.len()
-    }
-
-    #[test]
-    fn lazy_sweep_in_reserve_is_bounded() {
-        let (store, clock) = manual_store();
-        for i in 0..100 {
-            store.reserve(&request(&format!("crashed-{i}"), 1, 1));
-        }
-        clock.advance(Duration::from_secs(2));
-        store.reserve(&request("next", 1, 60));
-        assert_eq!(store.open_reservations(), (100 - LAZY_SWEEP_LIMIT + 1, 37));
-        assert_eq!(store.sweep_expired(), 100 - LAZY_SWEEP_LIMIT);
-        assert_eq!(store.open_reservations(), (1, 1));
-        assert_eq!(store.counter(ScopeKind::Key, "alice", "2026-11-29"), 1);
-    }
-
-    #[test]
-    fn closed_records_are_forgotten_after_their_ttl() {
-        let (store, clock) = manual_store();
-        store.reserve(&request("settled", 100, 10));
-        store.settle(&settlement("settled", 80)).unwrap();
-        store.reserve(&request("expired", 100, 10));
-        let denied = ReserveRequest {
-            key: key(0),
-            ..request("denied", 100, 10)
-        };
-        assert!(matches!(store.reserve(&denied), ReserveOutcome::Denied(_)));
-
-        // Within the ttl a retry still finds the first answer.
-        clock.advance(Duration::from_secs(9));
-        assert!(!store.settle(&settlement("settled", 80)).unwrap().applied);
-        clock.advance(Duration::from_secs(2));
-        assert_eq!(store.sweep_expired(), 1);
-        // The settled and denied records are gone; the expired one is kept
-        // for a late settle.
-        assert_eq!(records(&store), 1);
-
-        clock.advance(Duration::from_secs(11));
-        store.sweep_expired();
-        assert_eq!(records(&store), 0);
-        assert!(store.shared.lock().retention.is_empty());
-        assert!(matches!(
-            store.settle(&settlement("expired", 80)),
-            Err(StoreError::UnknownReservation(_))
-        ));
-        // The ledger and counters outlive the records.
-        assert_eq!(store.ledger().len(), 2);
-        assert_eq!(store.counter(ScopeKind::Key, "alice", "2026-11-29"), 80);
-    }
-
-    #[test]
-    fn late_settle_restarts_the_retention() {
-        let (store, clock) = manual_store();
-        store.reserve(&request("slow", 100, 10));
-        clock.advance(Duration::from_secs(15));
-        assert_eq!(store.sweep_expired(), 1);
-        clock.advance(Duration::from_secs(9));
-        assert_eq!(
-            store.settle(&settlement("slow", 90)).unwrap().status,
-            LedgerStatus::Late
-        );
-        clock.advance(Duration::from_secs(9));
-        store.sweep_expired();
-        let retry = store.settle(&settlement("slow", 90)).unwrap();
-        assert_eq!((retry.status, retry.applied), (LedgerStatus::Late, false));
-        assert_eq!(store.shared.lock().retention.len(), 1);
-    }
-
-    #[test]
-    fn os_threads_never_reserve_past_the_cap() {
-        let store = MemoryStore::new(0);
-        let scope = Scope {
-            period: Period::Total,
-            ..key(1_000)
-        };
-        let reserved = AtomicUsize::new(0);
-        std::thread::scope(|threads| {
-            for t in 0..8 {
-                let (store, scope, reserved) = (&store, &scope, &reserved);
-                threads.spawn(move || {
-                    for i in 0..100 {
-                        let req = ReserveRequest {
-                            key: scope.clone(),
-                            ..request(&format!("{t}-{i}"), 3, 60)
-                        };
-                        if store.reserve(&req) == ReserveOutcome::Reserved {
-                            reserved.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                });
-            }
-        });
-        assert_eq!(reserved.load(Ordering::Relaxed), 333);
-        assert_eq!(store.scope_state(&scope).reserved, 999);
-    }
-
-    #[test]
-    fn extreme_amounts_never_panic() {
-        let (store, _clock) = manual_store();
-        let huge = ReserveRequest {
-            key: key(u64::MAX),
-            amount: u64::MAX,
-            ttl: Duration::MAX,
-            ..request("huge", 0, 0)
-        };
-        assert_eq!(store.reserve(&huge), ReserveOutcome::Reserved);
-        let more = ReserveRequest {
-            exec_id: "more".to_owned(),
-            amount: 1,
-            ..huge.clone()
-        };
-        match store.reserve(&more) {
-            ReserveOutcome::Denied(denial) => assert_eq!(denial.remaining, 0),
-            other => panic!("expected a denial, got {other:?}"),
-        }
-        let outcome = store.settle(&settlement("huge", u64::MAX)).unwrap();
-        assert_eq!(
-            (outcome.status, outcome.key_remaining),
-            (LedgerStatus::Ok, 0)
-        );
-        assert_eq!(store.sweep_expired(), 0);
-    }
-
-    #[tokio::test]
-    async fn sweeper_releases_headroom_until_its_guard_drops() {
-        let (store, clock) = manual_store();
-        let guard = store.spawn_sweeper(Duration::from_millis(5));
-        store.reserve(&request("a", 100, 1));
-        clock.advance(Duration::from_secs(2));
-        for _ in 0..400 {
-            if store.open_reservations().0 == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert_eq!(store.open_reservations(), (0, 0));
-
-        drop(guard);
-        store.reserve(&request("b", 100, 1));
-        clock.advance(Duration::from_secs(2));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(store.open_reservations(), (1, 100));
-    }
-
-    #[tokio::test]
-    async fn sweeper_ends_with_the_store() {
-        let (store, _clock) = manual_store();
-        let guard = store.spawn_sweeper(Duration::from_millis(1));
-        drop(store);
-        for _ in 0..400 {
-            if guard.task.is_finished() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert!(guard.task.is_finished());
-    }
-}
+mod tests;

@@ -14,27 +14,40 @@
 //!   changes nothing and returns the first result.
 //! - A reservation past its deadline is expired: released, with an `expired`
 //!   ledger entry. A settle that arrives after that is charged as `late`.
+//! - Ledger entries older than the ledger retention are folded into their
+//!   counters' folded sums, so `counter == folded + Σ ledger + Σ open`.
+//!
+//! On Redis, everything a key and its org share lives under one hash tag
+//! ([`tag_for`]), so one script can charge both in one cluster slot.
 
 #[cfg(test)]
 mod contract;
 pub mod memory;
 pub mod period;
+pub mod redis;
 
 use std::fmt;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tokio::task::AbortHandle;
 
+pub use self::redis::{RedisStore, RedisUrlError};
 pub use memory::MemoryStore;
 pub use period::Period;
 
 use crate::money::UsdMicros;
 use crate::usage::Usage;
 
+/// How long a ledger entry is kept before it is folded into its counters'
+/// folded sums (and, on Redis, trimmed from the stream).
+pub const DEFAULT_LEDGER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// Which backend holds the counters.
 #[derive(Clone)]
 pub enum BudgetStore {
     Memory(MemoryStore),
+    Redis(RedisStore),
 }
 
 impl BudgetStore {
@@ -43,6 +56,7 @@ impl BudgetStore {
     pub async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
         match self {
             BudgetStore::Memory(store) => Ok(store.reserve(request)),
+            BudgetStore::Redis(store) => store.reserve(request).await,
         }
     }
 
@@ -50,6 +64,7 @@ impl BudgetStore {
     pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
         match self {
             BudgetStore::Memory(store) => store.settle(settlement),
+            BudgetStore::Redis(store) => store.settle(settlement).await,
         }
     }
 
@@ -57,6 +72,7 @@ impl BudgetStore {
     pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
         match self {
             BudgetStore::Memory(store) => Ok(store.scope_state(scope)),
+            BudgetStore::Redis(store) => store.scope_state(scope).await,
         }
     }
 
@@ -64,13 +80,116 @@ impl BudgetStore {
     pub async fn ping(&self) -> Result<(), StoreError> {
         match self {
             BudgetStore::Memory(_) => Ok(()),
+            BudgetStore::Redis(store) => store.ping().await,
         }
     }
 
     pub fn backend_name(&self) -> &'static str {
         match self {
             BudgetStore::Memory(_) => "memory",
+            BudgetStore::Redis(_) => "redis",
         }
+    }
+
+    /// Expires due reservations, forgets old closed records and folds old
+    /// ledger entries under the given tags (see [`tag_for`]; the memory
+    /// store has no tags and sweeps everything); returns how many
+    /// reservations expired.
+    pub async fn sweep(&self, tags: &[String]) -> Result<usize, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.sweep_expired()),
+            BudgetStore::Redis(store) => store.sweep_tags(tags).await,
+        }
+    }
+
+    /// Starts the periodic sweep: every `every`, the memory store sweeps
+    /// itself, the Redis store sweeps `tags` and every tag it has reserved
+    /// under since. Must be called from within a Tokio runtime.
+    pub fn spawn_sweeper(&self, tags: &[String], every: Duration) -> SweeperGuard {
+        match self {
+            BudgetStore::Memory(store) => store.spawn_sweeper(every),
+            BudgetStore::Redis(store) => {
+                store.track_tags(tags.iter().cloned());
+                store.spawn_sweeper(every)
+            }
+        }
+    }
+
+    /// How many reservations are open under `tags` and the sum of their
+    /// amounts (the memory store ignores `tags` and counts all).
+    pub async fn open_reservations(
+        &self,
+        tags: &[String],
+    ) -> Result<(usize, UsdMicros), StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.open_reservations()),
+            BudgetStore::Redis(store) => store.open_reservations(tags).await,
+        }
+    }
+
+    /// Every scope and period under `tags` with its counter beside its
+    /// folded, ledger and open sums, sorted by scope and period (the memory
+    /// store ignores `tags` and reports all).
+    pub async fn reconcile(&self, tags: &[String]) -> Result<Vec<Reconciliation>, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.reconcile()),
+            BudgetStore::Redis(store) => store.reconcile(tags).await,
+        }
+    }
+}
+
+/// The Redis hash tag a key's budget data lives under: its org's id, or
+/// `key:<key id>` for a key without an org. A key and its org share the tag,
+/// so one script can charge both; config ids never contain `{` or `}`.
+pub fn tag_for(org: Option<&str>, key: &str) -> String {
+    match org {
+        Some(org) => org.to_owned(),
+        None => format!("key:{key}"),
+    }
+}
+
+/// Stops a periodic sweep task when dropped.
+pub struct SweeperGuard {
+    task: AbortHandle,
+}
+
+impl SweeperGuard {
+    pub(crate) fn new(task: AbortHandle) -> Self {
+        SweeperGuard { task }
+    }
+}
+
+impl Drop for SweeperGuard {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One scope and period: its counter beside what the ledger and the open
+/// reservations say it should hold (`tollgate reconcile`'s row).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reconciliation {
+    pub kind: ScopeKind,
+    pub id: String,
+    pub period_id: String,
+    /// `spent + reserved`.
+    pub counter: UsdMicros,
+    /// Σ `actual` of the ledger entries charged to this period that have
+    /// since been trimmed from the ledger (older than its retention).
+    pub folded: UsdMicros,
+    /// Σ `actual` of the ledger entries charged to this period.
+    pub ledger: UsdMicros,
+    /// Σ amounts of the reservations still open in this period.
+    pub open: UsdMicros,
+}
+
+impl Reconciliation {
+    /// `counter - (folded + ledger + open)`; zero when the books balance.
+    pub fn drift(&self) -> i128 {
+        i128::from(self.counter)
+            - i128::from(self.folded)
+            - i128::from(self.ledger)
+            - i128::from(self.open)
     }
 }
 

@@ -78,7 +78,12 @@ pub(crate) fn models() -> Value {
     let data: Vec<Value> = MODELS
         .iter()
         .map(|(id, name)| {
-            json!({"type": "model", "id": id, "display_name": name, "created_at": "2025-09-29T00:00:00Z"})
+            json!({
+                "type": "model",
+                "id": id,
+                "display_name": name,
+                "created_at": "2025-09-29T00:00:00Z",
+            })
         })
         .collect();
     json!({
@@ -197,7 +202,10 @@ impl Message {
                         event(
                             "message_delta",
                             json!({
-                                "delta": {"stop_reason": stop_reason(closing.reply), "stop_sequence": null},
+                                "delta": {
+                                    "stop_reason": stop_reason(closing.reply),
+                                    "stop_sequence": null,
+                                },
                                 "usage": {"output_tokens": closing.tally.output},
                             }),
                         ),

@@ -7,6 +7,7 @@
 use std::error::Error as StdError;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::header::{HeaderValue, AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -123,7 +124,7 @@ impl ApiError {
             404 => "The model does not exist or you do not have access to it.",
             429 => "Rate limit reached for requests. Please try again later.",
             500 => "The server had an error while processing your request.",
-            502 | 503 | 504 => "The server is temporarily unavailable. Please try again later.",
+            502..=504 => "The server is temporarily unavailable. Please try again later.",
             529 => "Overloaded",
             _ => "The request was rejected.",
         };
@@ -218,22 +219,9 @@ pub(crate) async fn handle(
         )
         .with_code("unknown_url")),
         (Some(_), Err(too_large)) => Err(too_large),
-        (Some(route), Ok(bytes)) => match authorize(route, &parts.headers, &shared.opts) {
-            Err(denied) => Err(denied),
-            Ok(()) if bytes.len() > INLINE_BODY_BYTES => {
-                let (headers, opts) = (parts.headers.clone(), shared.opts.clone());
-                tokio::task::spawn_blocking(move || answer(route, &headers, &bytes, &opts))
-                    .await
-                    .unwrap_or_else(|join| {
-                        tracing::error!(error = %join, "mock: answering a large request failed");
-                        Err(ApiError::new(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "The server had an error while processing your request.",
-                        ))
-                    })
-            }
-            Ok(()) => answer(route, &parts.headers, &bytes, &shared.opts),
-        },
+        (Some(route), Ok(bytes)) => {
+            authorized_answer(route, &parts.headers, bytes, &shared.opts).await
+        }
     };
     match answer {
         Ok(Answer::Json { body, tally }) => {
@@ -271,8 +259,10 @@ fn authorize(route: Route, headers: &HeaderMap, opts: &MockOptions) -> Result<()
     };
     let bearer = header(AUTHORIZATION.as_str()).and_then(|value| value.strip_prefix("Bearer "));
     let api_key = header("x-api-key");
+    // Anthropic's API takes `x-api-key` or a bearer token, and its current
+    // Python SDK sends the key as a bearer token.
     let (presented, missing) = match route {
-        Route::Messages => (api_key, "x-api-key header is required"),
+        Route::Messages => (api_key.or(bearer), "x-api-key header is required"),
         Route::Models => (bearer.or(api_key), "You didn't provide an API key."),
         _ => (
             bearer,
@@ -291,6 +281,30 @@ fn authorize(route: Route, headers: &HeaderMap, opts: &MockOptions) -> Result<()
         )),
         None => Err(ApiError::new(StatusCode::UNAUTHORIZED, missing)),
     }
+}
+
+/// Checks the key, then answers; a large body is answered on the blocking
+/// pool.
+async fn authorized_answer(
+    route: Route,
+    headers: &HeaderMap,
+    bytes: Bytes,
+    opts: &MockOptions,
+) -> Result<Answer, ApiError> {
+    authorize(route, headers, opts)?;
+    if bytes.len() <= INLINE_BODY_BYTES {
+        return answer(route, headers, &bytes, opts);
+    }
+    let (headers, opts) = (headers.clone(), opts.clone());
+    tokio::task::spawn_blocking(move || answer(route, &headers, &bytes, &opts))
+        .await
+        .unwrap_or_else(|join| {
+            tracing::error!(error = %join, "mock: answering a large request failed");
+            Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "The server had an error while processing your request.",
+            ))
+        })
 }
 
 /// Parses the body and lets the route's provider module answer.

@@ -94,8 +94,6 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::usage::Usage;
 
-pub use stream::StreamCut;
-
 /// How long in-flight requests may finish after shutdown before their
 /// connections are dropped.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -112,7 +110,8 @@ pub struct MockOptions {
     /// Pace of streamed tokens; `None` streams as fast as possible.
     pub tokens_per_sec: Option<u32>,
     /// When set, requests must carry this key (`Authorization: Bearer` on
-    /// the OpenAI routes, `x-api-key` on `/v1/messages`), else 401.
+    /// the OpenAI routes; `x-api-key`, or a bearer token as Anthropic's
+    /// current SDK sends it, on `/v1/messages`), else 401.
     pub expect_key: Option<String>,
     /// Reply length in tokens when no directive says otherwise.
     pub reply_tokens: u64,

@@ -65,17 +65,9 @@ pub(crate) fn chat(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError>
         include_usage: stream && include_usage(body),
     };
     if stream {
-        let shape = ChunkShape {
-            opening: Some(|index| {
-                json!({"index": index, "delta": {"role": "assistant", "content": "", "refusal": null},
-                       "logprobs": null, "finish_reason": null})
-            }),
-            token: |index, token| json!({"index": index, "delta": {"content": token}, "logprobs": null, "finish_reason": null}),
-            finish: |index, reason| json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": reason}),
-        };
         return Ok(stream_answer(
             chunks,
-            shape,
+            CHAT_SHAPE,
             choices,
             reply,
             tally,
@@ -130,14 +122,9 @@ pub(crate) fn completions(body: &Value, opts: &MockOptions) -> Result<Answer, Ap
         include_usage: stream && include_usage(body),
     };
     if stream {
-        let shape = ChunkShape {
-            opening: None,
-            token: |index, token| json!({"text": token, "index": index, "logprobs": null, "finish_reason": null}),
-            finish: |index, reason| json!({"text": "", "index": index, "logprobs": null, "finish_reason": reason}),
-        };
         return Ok(stream_answer(
             chunks,
-            shape,
+            COMPLETION_SHAPE,
             choices,
             reply,
             tally,
@@ -158,11 +145,7 @@ pub(crate) fn completions(body: &Value, opts: &MockOptions) -> Result<Answer, Ap
             "logprobs": null,
             "finish_reason": finish_reason(reply),
         })).collect::<Vec<_>>(),
-        "usage": {
-            "prompt_tokens": tally.prompt,
-            "completion_tokens": tally.output,
-            "total_tokens": tally.prompt + tally.output,
-        },
+        "usage": completion_usage(&tally),
     });
     Ok(Answer::Json { body, tally })
 }
@@ -213,7 +196,14 @@ pub(crate) fn embeddings(body: &Value) -> Result<Answer, ApiError> {
 pub(crate) fn models() -> Value {
     let data: Vec<Value> = MODELS
         .iter()
-        .map(|id| json!({"id": id, "object": "model", "created": 1_715_367_049, "owned_by": "system"}))
+        .map(|id| {
+            json!({
+                "id": id,
+                "object": "model",
+                "created": 1_715_367_049,
+                "owned_by": "system",
+            })
+        })
         .collect();
     json!({"object": "list", "data": data})
 }
@@ -300,6 +290,14 @@ fn chat_prompt_tokens(messages: &[Value]) -> u64 {
         }
     }
     framing + texts.into_iter().map(count_tokens).sum::<u64>()
+}
+
+fn completion_usage(tally: &Tally) -> Value {
+    json!({
+        "prompt_tokens": tally.prompt,
+        "completion_tokens": tally.output,
+        "total_tokens": tally.prompt + tally.output,
+    })
 }
 
 fn chat_usage(tally: &Tally) -> Value {
@@ -442,14 +440,64 @@ impl Chunks {
     }
 }
 
-/// How one choice looks in each kind of chunk.
+/// How one choice looks in each kind of chunk, and the usage object.
 #[derive(Clone, Copy)]
 struct ChunkShape {
     /// The chunk before the first token (chat's role announcement).
     opening: Option<fn(u64) -> Value>,
     token: fn(u64, &str) -> Value,
     finish: fn(u64, &str) -> Value,
+    usage: fn(&Tally) -> Value,
 }
+
+const CHAT_SHAPE: ChunkShape = ChunkShape {
+    opening: Some(|index| {
+        json!({
+            "index": index,
+            "delta": {"role": "assistant", "content": "", "refusal": null},
+            "logprobs": null,
+            "finish_reason": null,
+        })
+    }),
+    token: |index, token| {
+        json!({
+            "index": index,
+            "delta": {"content": token},
+            "logprobs": null,
+            "finish_reason": null,
+        })
+    },
+    finish: |index, reason| {
+        json!({
+            "index": index,
+            "delta": {},
+            "logprobs": null,
+            "finish_reason": reason,
+        })
+    },
+    usage: chat_usage,
+};
+
+const COMPLETION_SHAPE: ChunkShape = ChunkShape {
+    opening: None,
+    token: |index, token| {
+        json!({
+            "text": token,
+            "index": index,
+            "logprobs": null,
+            "finish_reason": null,
+        })
+    },
+    finish: |index, reason| {
+        json!({
+            "text": "",
+            "index": index,
+            "logprobs": null,
+            "finish_reason": reason,
+        })
+    },
+    usage: completion_usage,
+};
 
 /// The event stream of chat and legacy completions: opening chunks, one
 /// chunk per token and choice, a finishing chunk per choice, the usage-only
@@ -465,15 +513,7 @@ fn stream_answer(
 ) -> Answer {
     let chunks = std::sync::Arc::new(chunks);
     let reason = finish_reason(reply);
-    let usage = if chunks.object == "text_completion" {
-        json!({
-            "prompt_tokens": tally.prompt,
-            "completion_tokens": tally.output,
-            "total_tokens": tally.prompt + tally.output,
-        })
-    } else {
-        chat_usage(&tally)
-    };
+    let usage = (shape.usage)(&tally);
     let (opening, tokens, finish, ending) =
         (chunks.clone(), chunks.clone(), chunks.clone(), chunks);
     let events: Events = Box::new(
@@ -498,8 +538,7 @@ fn stream_answer(
             .chain(
                 ending
                     .include_usage
-                    .then(|| Event::Frame(ending.frame(Vec::new(), Some(usage))))
-                    .into_iter(),
+                    .then(|| Event::Frame(ending.frame(Vec::new(), Some(usage)))),
             )
             .chain(std::iter::once(Event::Frame(Bytes::from_static(
                 b"data: [DONE]\n\n",

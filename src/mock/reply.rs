@@ -220,7 +220,10 @@ pub(crate) fn tokenizer() -> Option<&'static CoreBPE> {
         .get_or_init(|| match tiktoken_rs::o200k_base() {
             Ok(bpe) => Some(bpe),
             Err(error) => {
-                tracing::error!(%error, "o200k_base tokenizer unavailable; counting 4 bytes per token");
+                tracing::error!(
+                    %error,
+                    "o200k_base tokenizer unavailable; counting 4 bytes per token"
+                );
                 None
             }
         })

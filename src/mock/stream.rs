@@ -27,12 +27,15 @@ pub(crate) type MockBody = Either<Full<Bytes>, EventBody>;
 /// (HTTP/1.1) or resets the stream (HTTP/2) instead of ending it cleanly.
 #[derive(Debug, thiserror::Error)]
 #[error("stream cut by the mock:cut directive")]
-pub struct StreamCut;
+pub(crate) struct StreamCut;
 
 /// An event stream's body: the frames its generating task sends, ending
 /// with an error when the stream is cut.
 pub(crate) struct EventBody {
     frames: mpsc::Receiver<Result<Bytes, StreamCut>>,
+    /// The cut was received and the body has yielded once so the server
+    /// flushes the frames before it: the cut comes next.
+    cut_next: bool,
 }
 
 impl http_body::Body for EventBody {
@@ -40,17 +43,32 @@ impl http_body::Body for EventBody {
     type Error = StreamCut;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, StreamCut>>> {
-        self.frames
-            .poll_recv(cx)
-            .map(|next| next.map(|frame| frame.map(Frame::data)))
+        let body = self.get_mut();
+        if body.cut_next {
+            return Poll::Ready(Some(Err(StreamCut)));
+        }
+        match body.frames.poll_recv(cx) {
+            Poll::Ready(Some(Err(StreamCut))) => {
+                // hyper drops whatever it still buffers when a body fails;
+                // a pending poll makes it write the buffered frames first.
+                body.cut_next = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            other => other.map(|next| next.map(|frame| frame.map(Frame::data))),
+        }
     }
 }
 
 /// Frames buffered ahead of a slow client before generation waits.
 const STREAM_BUFFER: usize = 16;
+
+/// Time the connection gets to write the last frames before a cut: over
+/// HTTP/2 a reset discards the frames it has not written yet.
+const CUT_GRACE: Duration = Duration::from_millis(5);
 
 /// One step of an event stream.
 pub(crate) enum Event {
@@ -98,7 +116,10 @@ pub(crate) fn full(bytes: impl Into<Bytes>) -> MockBody {
 pub(crate) fn spawn(stream: EventStream, stats: Arc<MockStats>) -> MockBody {
     let (sender, frames) = mpsc::channel(STREAM_BUFFER);
     tokio::spawn(generate(stream, sender, stats));
-    Either::Right(EventBody { frames })
+    Either::Right(EventBody {
+        frames,
+        cut_next: false,
+    })
 }
 
 /// Bills a stream exactly once: the whole tally when generation ends, or
@@ -134,6 +155,9 @@ impl Drop for Billing {
     }
 }
 
+/// Sends the stream's events as they are generated: paces the tokens,
+/// bills when generation ends and, on `mock:cut`, ends with the cut once
+/// the frames before it are written.
 async fn generate(
     stream: EventStream,
     sender: mpsc::Sender<Result<Bytes, StreamCut>>,
@@ -180,6 +204,12 @@ async fn generate(
     }
     if cut.is_some() {
         billing.bill_sent();
+        // Every frame before the cut reaches the client: wait until the
+        // server has taken them all (the whole buffer is free again).
+        if sender.reserve_many(STREAM_BUFFER).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(CUT_GRACE).await;
         // Ignored: a client already gone needs no cut.
         let _ = sender.send(Err(StreamCut)).await;
     }

@@ -12,6 +12,7 @@ import hashlib
 import os
 import secrets
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,11 @@ TINY_KEY_ID = "tiny-key"
 # 10 µUSD: below the estimate of any call, so every call on this key is denied.
 TINY_CAP_USD = "0.000010"
 CLIENT_TIMEOUT_SECS = 30.0
+# Lines of each process's log attached to a failing test's report.
+LOG_TAIL_LINES = 40
+
+# The running processes, for the failure reports.
+_processes: list[TollgateProcess] = []
 
 
 def pytest_configure(config):
@@ -34,6 +40,16 @@ def pytest_configure(config):
     for name in list(os.environ):
         if name.startswith(("OPENAI_", "ANTHROPIC_")):
             del os.environ[name]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        for process in _processes:
+            tail = "\n".join(process.output().splitlines()[-LOG_TAIL_LINES:])
+            report.sections.append((f"{process.name} log (last {LOG_TAIL_LINES} lines)", tail))
+    return report
 
 
 @dataclass(frozen=True)
@@ -121,7 +137,7 @@ def binary() -> Path:
 
 
 @pytest.fixture(scope="session")
-def gateway(binary: Path, tmp_path_factory) -> Gateway:
+def gateway(binary: Path, tmp_path_factory) -> Iterator[Gateway]:
     if not PRICES_FILE.is_file():
         pytest.fail(f"{PRICES_FILE} is missing", pytrace=False)
     # The mock accepts only the provider credential, so a successful call
@@ -146,9 +162,11 @@ def gateway(binary: Path, tmp_path_factory) -> Gateway:
     except BaseException:
         mock.stop()
         raise
+    _processes[:] = [server, mock]
     try:
         yield Gateway(url=f"http://{address}", sdk_key=sdk_key, tiny_key=tiny_key, mock_url=f"http://{mock_address}")
     finally:
+        _processes.clear()
         server.stop()
         mock.stop()
         for process in (server, mock):

@@ -28,7 +28,9 @@ PRICES_FILE = REPO_ROOT / "config" / "prices.toml"
 
 # Tracing may print the address as a bare value or as a `field=value` pair,
 # quoted or not; ANSI colours are stripped before matching.
-LISTENING = re.compile(r"listening on\s+(?:[A-Za-z_]+=)?\"?((?:\d{1,3}\.){3}\d{1,3}:\d+|\[[0-9A-Fa-f:]+\]:\d+)")
+LISTENING = re.compile(
+    r"listening on\s+(?:[A-Za-z_]+=)?\"?((?:\d{1,3}\.){3}\d{1,3}:\d+|\[[0-9A-Fa-f:]+\]:\d+)"
+)
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -169,24 +171,17 @@ def read_budget(gateway_url: str, raw_key: str) -> Budget:
     return Budget(key=Scope.from_json(body["key"]), org=Scope.from_json(org) if org else None)
 
 
-def wait_settled(gateway_url: str, raw_key: str, timeout: float = 5.0) -> Budget:
-    """The budget once no reservation is open.
-
-    The gateway settles before the client sees the end of a response, so
-    this normally returns at once; the short grace only turns a settlement
-    that never happens into a clear assertion instead of a hang.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        budget = read_budget(gateway_url, raw_key)
-        open_reservations = budget.key.reserved or (budget.org.reserved if budget.org else 0)
-        if not open_reservations or time.monotonic() >= deadline:
-            return budget
-        time.sleep(0.05)
+def _held(budget: Budget) -> tuple[int, int]:
+    return budget.key.reserved, budget.org.reserved if budget.org else 0
 
 
 class SpendMeter:
-    """Spent and reserved counters of one key around a block of calls."""
+    """Spent and reserved counters of one key (and its org) around a block of
+    calls.
+
+    Counters are compared as deltas from the baseline, so a reservation
+    leaked by one test fails that test alone rather than every later one.
+    """
 
     def __init__(self, gateway_url: str, raw_key: str):
         self.gateway_url = gateway_url
@@ -195,25 +190,45 @@ class SpendMeter:
 
     def restart(self) -> None:
         """Take a new baseline, e.g. after a call made only to learn its usage."""
-        self.before = wait_settled(self.gateway_url, self.raw_key)
-        assert self.before.key.reserved == 0, f"a reservation is open before the call: {self.before}"
+        self.before = read_budget(self.gateway_url, self.raw_key)
 
-    def after(self) -> Budget:
-        return wait_settled(self.gateway_url, self.raw_key)
+    def after(self, timeout: float = 5.0) -> Budget:
+        """The budget once the calls' reservations are settled.
+
+        The gateway settles before the client sees the end of a response, so
+        this normally returns at once; the short grace only turns a
+        settlement that never happens into a clear assertion, not a hang.
+        """
+        deadline = time.monotonic() + timeout
+        baseline = _held(self.before)
+        while True:
+            budget = read_budget(self.gateway_url, self.raw_key)
+            if _held(budget) <= baseline or time.monotonic() >= deadline:
+                return budget
+            time.sleep(0.05)
+
+    def assert_settled(self) -> tuple[Budget, int]:
+        """No reservation was left open on the key; returns the budget and
+        what was charged to the key."""
+        after = self.after()
+        before = self.before
+        assert after.key.period_id == before.key.period_id, "the budget period rolled over during the test"
+        leaked = after.key.reserved - before.key.reserved
+        assert leaked == 0, f"{leaked} µUSD left reserved on the key after the call: {after.key}"
+        return after, after.key.spent - before.key.spent
 
     def assert_charged(self, expected_micros: int) -> Budget:
         """Exactly `expected_micros` was charged to the key and its org, and no
-        reservation is left open."""
-        after = self.after()
-        assert after.key.period_id == self.before.key.period_id, "the budget period rolled over during the test"
-        assert after.key.reserved == 0, f"reservation left open on the key: {after.key}"
-        delta = after.key.spent - self.before.key.spent
+        reservation was left open."""
+        after, delta = self.assert_settled()
+        before = self.before
         assert delta == expected_micros, f"key charged {delta} µUSD, usage prices at {expected_micros} µUSD"
         assert after.key.remaining == after.key.cap - after.key.spent - after.key.reserved
-        if self.before.org is not None:
+        if before.org is not None:
             assert after.org is not None
-            assert after.org.reserved == 0, f"reservation left open on the org: {after.org}"
-            org_delta = after.org.spent - self.before.org.spent
+            leaked = after.org.reserved - before.org.reserved
+            assert leaked == 0, f"{leaked} µUSD left reserved on the org after the call: {after.org}"
+            org_delta = after.org.spent - before.org.spent
             assert org_delta == expected_micros, f"org charged {org_delta} µUSD, key {delta} µUSD"
         return after
 

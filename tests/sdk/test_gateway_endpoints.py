@@ -44,4 +44,4 @@ def test_openai_sdk_lists_the_priced_models(oai):
 def test_anthropic_sdk_lists_the_priced_models(claude):
     ids = {model.id for model in claude.models.list()}
 
-    assert {"claude-sonnet-4-5", "claude-haiku-4-5"} <= ids
+    assert {"claude-opus-4-1", "claude-haiku-4-5"} <= ids

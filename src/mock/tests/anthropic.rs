@@ -55,7 +55,10 @@ async fn max_tokens_is_required_and_caps_the_reply() {
     assert_eq!(status, 400);
     assert_eq!(
         body,
-        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens: Field required"}})
+        json!({
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": "max_tokens: Field required"},
+        })
     );
 
     let mut capped = message("hi");
@@ -68,17 +71,12 @@ async fn max_tokens_is_required_and_caps_the_reply() {
 #[tokio::test]
 async fn cache_directives_split_the_input() {
     let server = start().await;
-    let mut request = message(&"x".repeat(400));
-    request["messages"][0]["content"] = json!([{"type": "text", "text": format!("{} mock:cached=50 mock:cache_write=20", "x".repeat(400))}]);
+    let content = format!("{} mock:cached=50 mock:cache_write=20", "x".repeat(400));
+    let mut request = message("");
+    request["messages"][0]["content"] = json!([{"type": "text", "text": content}]);
     request["system"] = json!([{"type": "text", "text": "be brief"}]);
     let (_, body) = post_json(&server, "/v1/messages", request).await;
-    let total = prompt(
-        &[
-            "be brief",
-            &format!("{} mock:cached=50 mock:cache_write=20", "x".repeat(400)),
-        ],
-        1,
-    );
+    let total = prompt(&["be brief", &content], 1);
     assert_eq!(body["usage"]["cache_read_input_tokens"], 50);
     assert_eq!(body["usage"]["cache_creation_input_tokens"], 20);
     assert_eq!(body["usage"]["input_tokens"], total - 70);

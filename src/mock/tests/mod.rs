@@ -180,6 +180,16 @@ async fn the_expected_key_is_enforced_per_provider() {
     let message = json!({"model": "claude-haiku-4-5", "max_tokens": 10,
                          "messages": [{"role": "user", "content": "hi"}]});
     let url = format!("{}/v1/messages", server.url());
+    let wrong = client
+        .post(&url)
+        .header("x-api-key", "sk-other")
+        .json(&message)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let body: Value = wrong.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "authentication_error");
     let bearer = client
         .post(&url)
         .bearer_auth("sk-upstream")
@@ -187,9 +197,11 @@ async fn the_expected_key_is_enforced_per_provider() {
         .send()
         .await
         .unwrap();
-    assert_eq!(bearer.status(), 401);
-    let body: Value = bearer.json().await.unwrap();
-    assert_eq!(body["error"]["type"], "authentication_error");
+    assert_eq!(
+        bearer.status(),
+        200,
+        "Anthropic's SDK sends the key as a bearer token"
+    );
     let keyed = client
         .post(&url)
         .header("x-api-key", "sk-upstream")
@@ -198,7 +210,7 @@ async fn the_expected_key_is_enforced_per_provider() {
         .await
         .unwrap();
     assert_eq!(keyed.status(), 200);
-    assert_eq!(server.stats.requests(), 5);
+    assert_eq!(server.stats.requests(), 6);
 }
 
 #[tokio::test]
@@ -245,6 +257,33 @@ async fn http2_and_keep_alive_are_served() {
         assert_eq!(body["choices"][0]["message"]["content"], text(12));
     }
     assert_eq!(server.stats.requests(), 3);
+
+    let cut = json!({"model": "m", "stream": true,
+                     "messages": [{"role": "user", "content": "hi mock:cut=2"}]});
+    let response = client
+        .post(format!("{}/v1/chat/completions", server.url()))
+        .json(&cut)
+        .send()
+        .await
+        .unwrap();
+    let (received, was_cut) = read_until_cut(response).await;
+    assert!(was_cut);
+    assert_eq!(parse_sse(&received).len(), 1 + 2, "{received}");
+}
+
+#[tokio::test]
+async fn oversized_bodies_get_413_in_provider_shape() {
+    let server = start().await;
+    let body = vec![b' '; (32 << 20) + 1];
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/messages", server.url()))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "request_too_large");
 }
 
 #[tokio::test]

@@ -214,7 +214,10 @@ async fn legacy_completions_answer_and_stream() {
 #[tokio::test]
 async fn embeddings_are_deterministic_per_input() {
     let server = start().await;
-    let request = json!({"model": "text-embedding-3-small", "input": ["alpha beta", [1, 2, 3], "alpha beta"]});
+    let request = json!({
+        "model": "text-embedding-3-small",
+        "input": ["alpha beta", [1, 2, 3], "alpha beta"],
+    });
     let (status, body) = post_json(&server, "/v1/embeddings", request).await;
     assert_eq!(status, 200);
     assert_eq!(body["object"], "list");

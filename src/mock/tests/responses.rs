@@ -14,7 +14,11 @@ async fn a_response_carries_the_output_and_usage() {
         "instructions": "be brief",
         "input": [
             {"role": "user", "content": "first"},
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "second mock:cached=3"}]},
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "second mock:cached=3"}],
+            },
         ],
     });
     let (status, body) = post_json(&server, "/v1/responses", request).await;

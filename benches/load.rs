@@ -1,0 +1,238 @@
+//! What the gateway costs, measured side by side in one command:
+//!
+//! ```sh
+//! cargo bench --bench load              # the full run (a few minutes)
+//! cargo bench --bench load -- --smoke   # a few seconds: does it all still work?
+//! cargo bench --bench load -- --help    # every knob
+//! ```
+//!
+//! It starts the release binary as the mock provider (instant and paced
+//! streaming), the gateway on the memory store (G0) and on Redis (G), and
+//! a bare pass-through proxy (P, `load/passthrough.rs`), then drives them
+//! and a direct connection to the mock (D) with a closed loop, a
+//! concurrency-1 loop, an open loop and many concurrent streams, and
+//! prints one table per mode with the targets. See `load/run.rs` for the
+//! order of events and `load/report.rs` for how figures are computed.
+//!
+//! Traffic goes only to 127.0.0.1; every loop is bounded in count and
+//! time; every process started is killed when the run ends, fails or
+//! panics. On Redis it creates keys named after the run and deletes
+//! exactly those afterwards.
+
+#[path = "load/client.rs"]
+mod client;
+#[path = "load/drive.rs"]
+mod drive;
+#[path = "load/error.rs"]
+mod error;
+#[path = "load/passthrough.rs"]
+mod passthrough;
+#[path = "load/procs.rs"]
+mod procs;
+#[path = "load/redis_stats.rs"]
+mod redis_stats;
+#[path = "load/report.rs"]
+mod report;
+#[path = "load/run.rs"]
+mod run;
+#[path = "load/setup.rs"]
+mod setup;
+#[path = "load/streams.rs"]
+mod streams;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use error::BenchError;
+
+/// The argument that turns this binary into the pass-through proxy.
+pub const SERVE_PASSTHROUGH: &str = "--serve-passthrough";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "load",
+    about = "Load benchmark: direct vs pass-through vs tollgate (memory, Redis)"
+)]
+struct Cli {
+    /// A few seconds: tiny load, 20 streams, one round. Checks that the
+    /// benchmark runs and that every call and stream settles.
+    #[arg(long)]
+    smoke: bool,
+    /// Rounds of D P G0 G in every mode.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Seconds each configuration runs per mode and round.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Connections of the closed (max throughput) loop.
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// Calls per second of the open loop.
+    #[arg(long, default_value_t = 1000)]
+    rate: u32,
+    /// Concurrent SSE streams.
+    #[arg(long, default_value_t = 1000)]
+    streams: usize,
+    /// Streams started per second (all are open at once when the ramp is
+    /// shorter than a stream).
+    #[arg(long, default_value_t = 500)]
+    stream_rate: u32,
+    /// Pace of the streaming mock (`tollgate mock-upstream --tokens-per-sec`).
+    #[arg(long, default_value_t = 20)]
+    tokens_per_sec: u32,
+    /// Tokens per streamed reply.
+    #[arg(long, default_value_t = 60)]
+    stream_tokens: u64,
+    /// Redis for the G configuration.
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+    /// Worker threads of the load generator's runtime (1: a current-thread
+    /// runtime, the cheapest client).
+    #[arg(long, default_value_t = 1)]
+    client_threads: usize,
+    /// Passed by `cargo bench`; without it (under `cargo test`) the
+    /// benchmark only says how to run it.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// The knobs of one run, after `--smoke` has had its say.
+#[derive(Debug)]
+pub struct Settings {
+    pub smoke: bool,
+    pub rounds: u32,
+    pub seconds: Duration,
+    pub warm_up: Duration,
+    pub connections: usize,
+    pub rate: u32,
+    pub max_in_flight: usize,
+    pub streams: usize,
+    pub stream_rate: u32,
+    pub tokens_per_sec: u32,
+    pub stream_tokens: u64,
+    pub redis_url: String,
+}
+
+impl Settings {
+    fn from_cli(cli: &Cli) -> Result<Settings, BenchError> {
+        if !(cli.seconds.is_finite() && cli.seconds > 0.0 && cli.seconds <= 600.0) {
+            return Err(BenchError::Invalid(
+                "--seconds must be in (0, 600]".to_owned(),
+            ));
+        }
+        if cli.rounds == 0 || cli.rounds > 100 {
+            return Err(BenchError::Invalid(
+                "--rounds must be in 1..=100".to_owned(),
+            ));
+        }
+        if cli.streams == 0
+            || cli.streams > 20_000
+            || cli.connections == 0
+            || cli.connections > 4_096
+        {
+            return Err(BenchError::Invalid(
+                "--streams must be in 1..=20000 and --connections in 1..=4096".to_owned(),
+            ));
+        }
+        if cli.smoke {
+            return Ok(Settings {
+                smoke: true,
+                rounds: 1,
+                seconds: Duration::from_millis(500),
+                warm_up: Duration::from_millis(100),
+                connections: 4,
+                rate: 50,
+                max_in_flight: 16,
+                streams: 20,
+                stream_rate: 100,
+                tokens_per_sec: 100,
+                stream_tokens: 10,
+                redis_url: cli.redis_url.clone(),
+            });
+        }
+        Ok(Settings {
+            smoke: false,
+            rounds: cli.rounds,
+            seconds: Duration::from_secs_f64(cli.seconds),
+            warm_up: Duration::from_secs(1),
+            connections: cli.connections,
+            rate: cli.rate,
+            max_in_flight: 512,
+            streams: cli.streams,
+            stream_rate: cli.stream_rate,
+            tokens_per_sec: cli.tokens_per_sec,
+            stream_tokens: cli.stream_tokens,
+            redis_url: cli.redis_url.clone(),
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(SERVE_PASSTHROUGH) {
+        let upstream = args.get(2).and_then(|addr| addr.parse().ok());
+        let Some(upstream) = upstream else {
+            eprintln!("usage: {SERVE_PASSTHROUGH} HOST:PORT");
+            return ExitCode::FAILURE;
+        };
+        return match passthrough::serve(upstream) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("pass-through proxy: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let cli = Cli::parse();
+    if !cli.bench && !cli.smoke {
+        eprintln!(
+            "load: a benchmark, not a test; run `cargo bench --bench load` (or `-- --smoke`)"
+        );
+        return ExitCode::SUCCESS;
+    }
+    match bench(&cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("load: a call or a stream was not settled as it should be (see above)");
+            ExitCode::FAILURE
+        }
+        Err(error) => {
+            eprintln!("load: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the benchmark and prints the report; `Ok(false)` when the run's
+/// own checks failed.
+fn bench(cli: &Cli) -> Result<bool, BenchError> {
+    let settings = Settings::from_cli(cli)?;
+    let mut builder = if cli.client_threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(cli.client_threads);
+        builder
+    };
+    let runtime = builder.enable_all().build()?;
+    let outcome = run::run(&settings, &runtime)?;
+    let report = report::render(&settings, &outcome);
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(report.text.as_bytes())?;
+    if settings.smoke {
+        writeln!(
+            stdout,
+            "\nsmoke: {}",
+            if report.checks_hold {
+                "every call and stream settled"
+            } else {
+                "FAILED"
+            }
+        )?;
+    }
+    stdout.flush()?;
+    Ok(report.checks_hold)
+}

@@ -1,0 +1,127 @@
+//! The load generator's HTTP client: hyper's HTTP/1.1 connections used
+//! directly, one request at a time each, kept alive — no pool lock, no
+//! per-request allocation beyond the request itself, so the client is the
+//! cheapest process in the measurement.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST};
+use http::{Method, Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::error::BenchError;
+
+/// Where requests go and how they are addressed.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Short label for the tables: D, P, G0, G.
+    pub label: &'static str,
+    pub addr: SocketAddr,
+    host: HeaderValue,
+    /// The gateway key; the mock and the pass-through pass it along
+    /// unread, so every configuration sends the same bytes.
+    auth: HeaderValue,
+}
+
+impl Target {
+    pub fn new(label: &'static str, addr: SocketAddr, key: &str) -> Result<Target, BenchError> {
+        let invalid = |e: http::header::InvalidHeaderValue| BenchError::Invalid(e.to_string());
+        Ok(Target {
+            label,
+            addr,
+            host: HeaderValue::from_str(&addr.to_string()).map_err(invalid)?,
+            auth: HeaderValue::from_str(&format!("Bearer {key}")).map_err(invalid)?,
+        })
+    }
+
+    fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Request<Full<Bytes>>, BenchError> {
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = method;
+        *request.uri_mut() = path.parse().map_err(http::Error::from)?;
+        let headers = request.headers_mut();
+        headers.insert(HOST, self.host.clone());
+        headers.insert(AUTHORIZATION, self.auth.clone());
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        Ok(request)
+    }
+
+    pub fn post(&self, path: &str, body: Bytes) -> Result<Request<Full<Bytes>>, BenchError> {
+        self.request(Method::POST, path, body)
+    }
+
+    pub fn get(&self, path: &str) -> Result<Request<Full<Bytes>>, BenchError> {
+        self.request(Method::GET, path, Bytes::new())
+    }
+}
+
+/// One keep-alive connection.
+pub struct Conn {
+    sender: SendRequest<Full<Bytes>>,
+}
+
+/// A whole response.
+pub struct Reply {
+    pub status: u16,
+    /// `x-tollgate-cost-usd-micros`: what the gateway charged (gateways only).
+    pub cost: Option<u64>,
+    pub body: Bytes,
+}
+
+impl Conn {
+    pub async fn open(addr: SocketAddr) -> Result<Conn, BenchError> {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let (sender, connection) = http1::handshake(TokioIo::new(tcp)).await?;
+        tokio::spawn(async move {
+            // Ends when the peer closes or the sender is dropped; either way
+            // the next request on this connection reports it.
+            let _ = connection.await;
+        });
+        Ok(Conn { sender })
+    }
+
+    /// Whether the connection can take another request.
+    pub fn is_open(&self) -> bool {
+        !self.sender.is_closed()
+    }
+
+    /// Sends a request and reads its whole response.
+    pub async fn call(&mut self, request: Request<Full<Bytes>>) -> Result<Reply, BenchError> {
+        let response = self.send(request).await?;
+        let status = response.status().as_u16();
+        let cost = response
+            .headers()
+            .get("x-tollgate-cost-usd-micros")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok(Reply { status, cost, body })
+    }
+
+    /// Sends a request; the body is read by the caller as it arrives.
+    pub async fn send(
+        &mut self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<Incoming>, BenchError> {
+        self.sender.ready().await?;
+        Ok(self.sender.send_request(request).await?)
+    }
+}
+
+/// One request on a fresh connection: for the few control calls of a run.
+pub async fn call_once(
+    addr: SocketAddr,
+    request: Request<Full<Bytes>>,
+) -> Result<Reply, BenchError> {
+    Conn::open(addr).await?.call(request).await
+}

@@ -1,0 +1,111 @@
+//! What Redis itself says about the gateway's use of it: script calls from
+//! `INFO commandstats`, commands per socket read from `INFO stats` (above 1
+//! means commands arrived pipelined), and the removal of the run's own keys.
+//!
+//! The counters are server-wide: anything else using the same Redis during
+//! a phase is counted too, which can only push the figures up.
+
+use std::collections::HashMap;
+
+use redis::Connection;
+
+use crate::error::BenchError;
+
+/// Keys inspected per SCAN step while cleaning up.
+const SCAN_COUNT: usize = 1_000;
+/// Upper bound on SCAN steps, so cleanup ends even on a huge keyspace.
+const MAX_SCAN_STEPS: usize = 100_000;
+
+pub struct RedisProbe {
+    conn: Connection,
+}
+
+/// Server-wide counters at one moment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub evalsha: u64,
+    pub eval: u64,
+    pub commands: u64,
+    pub reads: u64,
+}
+
+impl Counters {
+    /// `self - before`, per field.
+    pub fn since(self, before: Counters) -> Counters {
+        Counters {
+            evalsha: self.evalsha.saturating_sub(before.evalsha),
+            eval: self.eval.saturating_sub(before.eval),
+            commands: self.commands.saturating_sub(before.commands),
+            reads: self.reads.saturating_sub(before.reads),
+        }
+    }
+}
+
+impl RedisProbe {
+    pub fn connect(url: &str) -> Result<RedisProbe, BenchError> {
+        let client = redis::Client::open(url)?;
+        let mut conn = client.get_connection_with_timeout(std::time::Duration::from_secs(2))?;
+        redis::cmd("PING").query::<String>(&mut conn)?;
+        Ok(RedisProbe { conn })
+    }
+
+    pub fn counters(&mut self) -> Result<Counters, BenchError> {
+        let commandstats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn)?;
+        let stats: String = redis::cmd("INFO").arg("stats").query(&mut self.conn)?;
+        let calls = |command: &str| command_calls(&commandstats, command).unwrap_or(0);
+        let stats = info_fields(&stats);
+        let field = |name: &str| stats.get(name).and_then(|v| v.parse().ok()).unwrap_or(0);
+        Ok(Counters {
+            evalsha: calls("evalsha"),
+            eval: calls("eval"),
+            commands: field("total_commands_processed"),
+            reads: field("total_reads_processed"),
+        })
+    }
+
+    /// Deletes every key whose name holds `marker` (the run id); returns
+    /// how many. Keys of anyone else are never touched.
+    pub fn delete_keys_with(&mut self, marker: &str) -> Result<usize, BenchError> {
+        let pattern = format!("*{marker}*");
+        let mut cursor: u64 = 0;
+        let mut deleted = 0;
+        for _ in 0..MAX_SCAN_STEPS {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .query(&mut self.conn)?;
+            if !keys.is_empty() {
+                deleted += redis::cmd("UNLINK")
+                    .arg(&keys)
+                    .query::<usize>(&mut self.conn)?;
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+/// `key:value` lines of an INFO section.
+fn info_fields(info: &str) -> HashMap<&str, &str> {
+    info.lines()
+        .filter_map(|line| line.trim().split_once(':'))
+        .collect()
+}
+
+/// `calls=N` of `cmdstat_<command>:calls=N,usec=...`.
+fn command_calls(commandstats: &str, command: &str) -> Option<u64> {
+    let fields = info_fields(commandstats);
+    let stat = fields.get(format!("cmdstat_{command}").as_str())?;
+    stat.split(',')
+        .find_map(|pair| pair.strip_prefix("calls="))?
+        .parse()
+        .ok()
+}

@@ -1,0 +1,550 @@
+//! The printed report: one table per mode with the four configurations
+//! side by side, the Redis figures, and every target with its measured
+//! value and PASS or MISS.
+//!
+//! Throughput and stream rates are the median over rounds, and each ratio
+//! is the median of the per-round ratios, so a round slowed by other work
+//! on the machine counts once. Latencies merge every round's histogram.
+
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+
+use crate::drive::Sample;
+use crate::procs::TICKS_PER_SEC;
+use crate::run::{describe, Measured, Outcome};
+use crate::Settings;
+
+/// The targets (benchmark figures, not test assertions).
+const G_THROUGHPUT: f64 = 0.70;
+const G0_THROUGHPUT: f64 = 0.90;
+const ADDED_P99_NS: i64 = 250_000;
+const ADDED_TTFT_P99_NS: i64 = 500_000;
+const RSS_PER_STREAM_KIB: f64 = 32.0;
+/// 20 MB, in KiB.
+const IDLE_RSS_KIB: u64 = 20_000_000 / 1024;
+const EVALSHA_PER_CALL: f64 = 2.0;
+
+/// The report and whether the run's own checks held (no failed call, every
+/// stream and call settled); the numeric targets do not decide this.
+pub struct Report {
+    pub text: String,
+    pub checks_hold: bool,
+}
+
+pub fn render(settings: &Settings, outcome: &Outcome) -> Report {
+    let mut out = String::new();
+    let m = &outcome.measured;
+    // `write!` to a String cannot fail; results are ignored throughout.
+    let _ = writeln!(
+        out,
+        "\ntollgate load benchmark: {} round(s), configurations alternating D P G0 G; {:.0} s in all",
+        settings.rounds,
+        outcome.elapsed.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "machine: {} cores; load average {} before, {} after (other work shares these cores)",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        outcome.load_before,
+        outcome.load_after
+    );
+    for measured in m {
+        if let Some(reason) = &measured.skipped {
+            let _ = writeln!(
+                out,
+                "{} ({}) did not run: {reason}",
+                measured.label,
+                describe(measured.label)
+            );
+        }
+    }
+
+    throughput_table(&mut out, settings, m);
+    single_table(&mut out, settings, m);
+    open_table(&mut out, settings, m);
+    stream_table(&mut out, settings, m);
+    redis_section(&mut out, outcome);
+    let checks_hold = settlement_section(&mut out, m);
+    targets(&mut out, settings, outcome);
+    for measured in m {
+        if !measured.warnings.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{} logged {} warning(s); the first:",
+                measured.label,
+                measured.warnings.len()
+            );
+            for line in measured.warnings.iter().take(3) {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
+    }
+    Report {
+        text: out,
+        checks_hold,
+    }
+}
+
+// === tables ===
+
+fn throughput_table(out: &mut String, settings: &Settings, m: &[Measured]) {
+    let _ = writeln!(
+        out,
+        "\nMax throughput: closed loop, {} connections, {:.1} s per round",
+        settings.connections,
+        settings.seconds.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "{:<26} {:>9} {:>9} {:>9} {:>9} {:>8} {:>11} {:>10} {:>11}",
+        "config", "rps", "p50", "p99", "p99.9", "vs P", "proxy CPU", "mock CPU", "client CPU"
+    );
+    for measured in ran(m) {
+        let merged = merged(&measured.closed);
+        let cpu = |ticks: u64| per_call_cpu(ticks, measured.cpu.calls);
+        let _ = writeln!(
+            out,
+            "{:<26} {:>9.0} {:>9} {:>9} {:>9} {:>8} {:>11} {:>10} {:>11}",
+            name(measured),
+            median(measured.closed.iter().map(Sample::rps).collect()),
+            latency(&merged.latency, 0.50),
+            latency(&merged.latency, 0.99),
+            latency(&merged.latency, 0.999),
+            ratio_text(throughput_ratio(m, measured.label, "P")),
+            if measured.label == "D" {
+                "—".to_owned()
+            } else {
+                cpu(measured.cpu.proxy)
+            },
+            cpu(measured.cpu.mock),
+            cpu(measured.cpu.client),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "(CPU: µs of CPU time per call, all threads of the process)"
+    );
+}
+
+fn single_table(out: &mut String, settings: &Settings, m: &[Measured]) {
+    let _ = writeln!(
+        out,
+        "\nLatency at concurrency 1: one connection, back to back, {:.1} s per round",
+        settings.seconds.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "{:<26} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11}",
+        "config", "rps", "p50", "p99", "p99.9", "added p50", "added p99"
+    );
+    for measured in ran(m) {
+        let Some(single) = &measured.single else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "{:<26} {:>9.0} {:>9} {:>9} {:>9} {:>11} {:>11}",
+            name(measured),
+            single.rps(),
+            latency(&single.latency, 0.50),
+            latency(&single.latency, 0.99),
+            latency(&single.latency, 0.999),
+            added_text(added(m, measured.label, 0.50, |x| x
+                .single
+                .as_ref()
+                .map(|s| &s.latency))),
+            added_text(added(m, measured.label, 0.99, |x| x
+                .single
+                .as_ref()
+                .map(|s| &s.latency))),
+        );
+    }
+}
+
+fn open_table(out: &mut String, settings: &Settings, m: &[Measured]) {
+    let lag = m
+        .iter()
+        .filter_map(|x| x.open.as_ref())
+        .map(|open| open.pacer_lag.value_at_quantile(0.99))
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "\nOpen loop: {} calls/s for {:.1} s per round, latency from each call's intended start (pacer lag p99 {})",
+        settings.rate,
+        settings.seconds.as_secs_f64(),
+        ns_text(lag)
+    );
+    let _ = writeln!(
+        out,
+        "{:<26} {:>9} {:>9} {:>9} {:>9} {:>11}",
+        "config", "rps", "p50", "p99", "p99.9", "added p99"
+    );
+    for measured in ran(m) {
+        let Some(open) = &measured.open else { continue };
+        let _ = writeln!(
+            out,
+            "{:<26} {:>9.0} {:>9} {:>9} {:>9} {:>11}",
+            name(measured),
+            open.rps(),
+            latency(&open.latency, 0.50),
+            latency(&open.latency, 0.99),
+            latency(&open.latency, 0.999),
+            added_text(added(m, measured.label, 0.99, |x| x
+                .open
+                .as_ref()
+                .map(|s| &s.latency))),
+        );
+    }
+}
+
+fn stream_table(out: &mut String, settings: &Settings, m: &[Measured]) {
+    let _ = writeln!(
+        out,
+        "\nStreams: {} SSE streams started {}/s, {} tokens each at {} tokens/s",
+        settings.streams, settings.stream_rate, settings.stream_tokens, settings.tokens_per_sec
+    );
+    let _ = writeln!(
+        out,
+        "{:<26} {:>8} {:>9} {:>9} {:>10} {:>9} {:>6} {:>9} {:>11} {:>10}",
+        "config",
+        "settled",
+        "TTFT p50",
+        "TTFT p99",
+        "added p99",
+        "events/s",
+        "vs D",
+        "peak open",
+        "RSS/stream",
+        "idle RSS"
+    );
+    for measured in ran(m) {
+        if measured.streams.is_empty() {
+            continue;
+        }
+        let ttft = merged_ttft(measured);
+        let _ = writeln!(
+            out,
+            "{:<26} {:>8} {:>9} {:>9} {:>10} {:>9.0} {:>6} {:>9} {:>11} {:>10}",
+            name(measured),
+            settled_text(measured),
+            latency(&ttft, 0.50),
+            latency(&ttft, 0.99),
+            added_text(added_ttft_p99(m, measured.label)),
+            median(
+                measured
+                    .streams
+                    .iter()
+                    .map(|s| s.events_per_sec())
+                    .collect()
+            ),
+            ratio_text(event_ratio(m, measured.label)),
+            measured
+                .streams
+                .iter()
+                .map(|s| s.peak_open)
+                .min()
+                .unwrap_or(0),
+            rss_per_stream(measured).map_or("—".to_owned(), |kib| format!("{kib:.1} KiB")),
+            measured.idle_rss_kib.map_or("—".to_owned(), kib_text),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "(settled: streams that ended with [DONE] after their usage; RSS/stream: growth of the proxy's\n resident memory from before a round to its peak, per stream open at the peak, worst round)"
+    );
+}
+
+fn redis_section(out: &mut String, outcome: &Outcome) {
+    let Some(redis) = &outcome.redis else { return };
+    let _ = writeln!(out, "\nRedis (server-wide counters over G's phases; anything else using this Redis adds to them)");
+    let per_call = |n: u64| n as f64 / redis.calls.max(1) as f64;
+    let _ = writeln!(
+        out,
+        "  EVALSHA per call: {:.3} ({} over {} calls); EVAL per call: {:.3}",
+        per_call(redis.all.evalsha),
+        redis.all.evalsha,
+        redis.calls,
+        per_call(redis.all.eval)
+    );
+    let _ = writeln!(
+        out,
+        "  commands per socket read at full concurrency: {:.2} ({} commands, {} reads; above 1 means pipelined)",
+        redis.closed.commands as f64 / redis.closed.reads.max(1) as f64,
+        redis.closed.commands,
+        redis.closed.reads
+    );
+    let _ = writeln!(
+        out,
+        "  keys of this run deleted afterwards: {}",
+        outcome.redis_keys_deleted
+    );
+}
+
+/// Prints the gateways' books; true when all balance and no stream failed.
+fn settlement_section(out: &mut String, m: &[Measured]) -> bool {
+    let mut holds = true;
+    let _ = writeln!(
+        out,
+        "\nSettlement (GET /v1/budget against the charges reported to the client)"
+    );
+    for measured in ran(m) {
+        for check in &measured.settlement {
+            holds &= check.holds();
+            let _ = writeln!(
+                out,
+                "  {:<3} {:<14} {:>8} calls  spent {:>12} µUSD (expected {:>12})  reserved {:>6}  {}",
+                measured.label,
+                check.phase,
+                check.calls,
+                check.spent,
+                check.expected_spent,
+                check.reserved,
+                if check.holds() { "ok" } else { "MISMATCH" }
+            );
+        }
+        for run in &measured.streams {
+            if run.completed != run.streams {
+                holds = false;
+                let _ = writeln!(
+                    out,
+                    "  {:<3} {} of {} streams did not complete; first error: {}",
+                    measured.label,
+                    run.streams - run.completed,
+                    run.streams,
+                    run.first_error.as_deref().unwrap_or("?")
+                );
+            }
+        }
+    }
+    holds
+}
+
+fn targets(out: &mut String, settings: &Settings, outcome: &Outcome) {
+    let m = &outcome.measured;
+    let _ = writeln!(out, "\nTargets");
+    let mut line = |what: String, value: String, pass: Option<bool>| {
+        let verdict = match pass {
+            Some(true) => "PASS",
+            Some(false) => "MISS",
+            None => "n/a",
+        };
+        let _ = writeln!(out, "  {what:<48} {value:>16}  {verdict}");
+    };
+    for (label, floor) in [("G", G_THROUGHPUT), ("G0", G0_THROUGHPUT)] {
+        let ratio = throughput_ratio(m, label, "P");
+        line(
+            format!("{label} throughput >= {floor:.2} x P"),
+            ratio_text(ratio),
+            ratio.map(|r| r >= floor),
+        );
+    }
+    for label in ["G0", "G"] {
+        let add = added(m, label, 0.99, |x| x.single.as_ref().map(|s| &s.latency));
+        line(
+            format!("{label} added p99 at concurrency 1 <= 250 µs"),
+            added_text(add),
+            add.map(|ns| ns <= ADDED_P99_NS),
+        );
+    }
+    for label in ["G0", "G"] {
+        let measured = m.iter().find(|x| x.label == label && x.skipped.is_none());
+        let settled = measured.map(|x| {
+            !x.streams.is_empty()
+                && x.streams.iter().all(|s| s.completed == s.streams)
+                && x.settlement.iter().all(|c| c.holds())
+        });
+        line(
+            format!(
+                "{label} {} concurrent streams all settled",
+                settings.streams
+            ),
+            measured.map_or("—".to_owned(), settled_text),
+            settled,
+        );
+        let add = added_ttft_p99(m, label);
+        line(
+            format!("{label} added TTFT p99 <= 0.5 ms"),
+            added_text(add),
+            add.map(|ns| ns <= ADDED_TTFT_P99_NS),
+        );
+        let rss = measured.and_then(rss_per_stream);
+        line(
+            format!("{label} RSS per open stream <= 32 KiB"),
+            rss.map_or("—".to_owned(), |kib| format!("{kib:.1} KiB")),
+            rss.map(|kib| kib <= RSS_PER_STREAM_KIB),
+        );
+        let idle = measured.and_then(|x| x.idle_rss_kib);
+        line(
+            format!("{label} idle RSS <= 20 MB"),
+            idle.map_or("—".to_owned(), kib_text),
+            idle.map(|kib| kib <= IDLE_RSS_KIB),
+        );
+    }
+    let evalsha = outcome
+        .redis
+        .map(|r| r.all.evalsha as f64 / r.calls.max(1) as f64);
+    line(
+        "G EVALSHA per call = 2 (one reserve, one settle)".to_owned(),
+        evalsha.map_or("—".to_owned(), |v| format!("{v:.3}")),
+        evalsha.map(|v| (v - EVALSHA_PER_CALL).abs() < 0.005),
+    );
+}
+
+// === figures ===
+
+fn ran(m: &[Measured]) -> impl Iterator<Item = &Measured> {
+    m.iter().filter(|x| x.skipped.is_none())
+}
+
+fn name(measured: &Measured) -> String {
+    format!("{:<3}{}", measured.label, describe(measured.label))
+}
+
+fn find<'a>(m: &'a [Measured], label: &str) -> Option<&'a Measured> {
+    m.iter().find(|x| x.label == label && x.skipped.is_none())
+}
+
+fn merged(samples: &[Sample]) -> Sample {
+    let mut total = Sample::empty();
+    for sample in samples {
+        total.merge(sample);
+    }
+    total
+}
+
+fn merged_ttft(measured: &Measured) -> Histogram<u64> {
+    let mut total = crate::drive::histogram();
+    for run in &measured.streams {
+        let _ = total.add(&run.ttft);
+    }
+    total
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.retain(|v| v.is_finite());
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
+}
+
+/// Median over rounds of `label`'s closed-loop rps over `base`'s.
+fn throughput_ratio(m: &[Measured], label: &str, base: &str) -> Option<f64> {
+    let (this, base) = (find(m, label)?, find(m, base)?);
+    let ratios: Vec<f64> = this
+        .closed
+        .iter()
+        .zip(&base.closed)
+        .map(|(a, b)| a.rps() / b.rps().max(1e-9))
+        .collect();
+    (!ratios.is_empty()).then(|| median(ratios))
+}
+
+/// Median over rounds of `label`'s stream events/s over D's.
+fn event_ratio(m: &[Measured], label: &str) -> Option<f64> {
+    let (this, base) = (find(m, label)?, find(m, "D")?);
+    let ratios: Vec<f64> = this
+        .streams
+        .iter()
+        .zip(&base.streams)
+        .map(|(a, b)| a.events_per_sec() / b.events_per_sec().max(1e-9))
+        .collect();
+    (!ratios.is_empty()).then(|| median(ratios))
+}
+
+/// `label`'s latency quantile minus D's, in ns.
+fn added(
+    m: &[Measured],
+    label: &str,
+    quantile: f64,
+    histogram: impl Fn(&Measured) -> Option<&Histogram<u64>>,
+) -> Option<i64> {
+    let this = histogram(find(m, label)?)?;
+    let base = histogram(find(m, "D")?)?;
+    Some(signed(this.value_at_quantile(quantile)) - signed(base.value_at_quantile(quantile)))
+}
+
+fn added_ttft_p99(m: &[Measured], label: &str) -> Option<i64> {
+    let this = find(m, label)?;
+    let base = find(m, "D")?;
+    if this.streams.is_empty() || base.streams.is_empty() {
+        return None;
+    }
+    Some(
+        signed(merged_ttft(this).value_at_quantile(0.99))
+            - signed(merged_ttft(base).value_at_quantile(0.99)),
+    )
+}
+
+fn signed(ns: u64) -> i64 {
+    i64::try_from(ns).unwrap_or(i64::MAX)
+}
+
+/// The worst round's memory growth per stream open at the peak, KiB.
+fn rss_per_stream(measured: &Measured) -> Option<f64> {
+    measured
+        .streams
+        .iter()
+        .zip(&measured.rss_before_kib)
+        .filter_map(|(run, before)| {
+            let growth = run.peak_rss_kib?.saturating_sub((*before)?);
+            Some(growth as f64 / run.peak_open.max(1) as f64)
+        })
+        .reduce(f64::max)
+}
+
+fn per_call_cpu(ticks: u64, calls: u64) -> String {
+    let micros = ticks as f64 * 1e6 / TICKS_PER_SEC as f64 / calls.max(1) as f64;
+    format!("{micros:.0} µs")
+}
+
+// === formatting ===
+
+fn latency(histogram: &Histogram<u64>, quantile: f64) -> String {
+    if histogram.is_empty() {
+        return "—".to_owned();
+    }
+    ns_text(histogram.value_at_quantile(quantile))
+}
+
+fn ns_text(ns: u64) -> String {
+    match ns {
+        0..=999_999 => format!("{} µs", ns / 1_000),
+        1_000_000..=999_999_999 => format!("{:.2} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
+}
+
+fn added_text(ns: Option<i64>) -> String {
+    match ns {
+        None => "—".to_owned(),
+        Some(ns) if ns < 0 => format!("-{}", ns_text(ns.unsigned_abs())),
+        Some(ns) => format!("+{}", ns_text(ns.unsigned_abs())),
+    }
+}
+
+fn ratio_text(ratio: Option<f64>) -> String {
+    ratio.map_or("—".to_owned(), |r| format!("{r:.2}"))
+}
+
+/// Decimal megabytes, the unit of the idle-memory target.
+fn kib_text(kib: u64) -> String {
+    format!("{:.1} MB", kib as f64 * 1024.0 / 1e6)
+}
+
+fn settled_text(measured: &Measured) -> String {
+    let streams: usize = measured.streams.iter().map(|s| s.streams).sum();
+    let completed: usize = measured.streams.iter().map(|s| s.completed).sum();
+    if streams == 0 {
+        return "—".to_owned();
+    }
+    format!("{:.1}%", completed as f64 * 100.0 / streams as f64)
+}

@@ -1,0 +1,218 @@
+//! The files and commands of one run: a temp dir with a price table and
+//! one config per gateway, and the command lines of every process.
+//!
+//! Each gateway gets its own key and org, named after the run, so two runs
+//! (or two gateways of one run) never share a budget — on Redis that also
+//! means the run touches, and cleans up, only keys it created.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tempfile::TempDir;
+use tollgate::prices::{ModelPrice, PriceTable};
+
+use crate::error::BenchError;
+
+/// The model of the instant calls; routed to the instant mock.
+pub const INSTANT_MODEL: &str = "gpt-4o-mini";
+/// The model of the streamed calls; routed to the streaming mock.
+pub const STREAM_MODEL: &str = "gpt-4o";
+
+/// Prices the gateways charge (the providers' list prices).
+const PRICES: &str = r#"
+[models."gpt-4o-mini"]
+input_per_mtok = "0.15"
+cached_input_per_mtok = "0.075"
+output_per_mtok = "0.60"
+max_output_tokens = 16384
+context_window = 128000
+
+[models."gpt-4o"]
+input_per_mtok = "2.50"
+cached_input_per_mtok = "1.25"
+output_per_mtok = "10.00"
+max_output_tokens = 16384
+context_window = 128000
+"#;
+
+/// The provider credential the gateways hold (the mock accepts any).
+const PROVIDER_KEY: &str = "sk-bench-provider";
+const PROVIDER_KEY_ENV: &str = "TOLLGATE_BENCH_PROVIDER_KEY";
+
+/// Where a gateway counts budgets.
+#[derive(Clone, Debug)]
+pub enum Store {
+    Memory,
+    Redis { url: String },
+}
+
+/// The files of one run; the temp dir goes when this is dropped.
+pub struct RunFiles {
+    dir: TempDir,
+    /// Unique per run: names every key, org and Redis key the run creates.
+    pub run_id: String,
+    prices: PathBuf,
+}
+
+/// A gateway's identity in its config: the raw key clients send and the
+/// ids of its key and org scopes.
+#[derive(Clone, Debug)]
+pub struct GatewayKey {
+    pub raw: String,
+    pub key_id: String,
+    pub org_id: String,
+}
+
+impl RunFiles {
+    pub fn new() -> Result<RunFiles, BenchError> {
+        let dir = tempfile::Builder::new()
+            .prefix("tollgate-bench-")
+            .tempdir()?;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        let run_id = format!("{:x}{:x}", std::process::id(), nanos % (1 << 40));
+        let prices = dir.path().join("prices.toml");
+        std::fs::write(&prices, PRICES)?;
+        Ok(RunFiles {
+            dir,
+            run_id,
+            prices,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The price table the gateways load, to price what the streams report.
+    pub fn price(model: &str) -> Result<ModelPrice, BenchError> {
+        PriceTable::from_toml_str(PRICES)
+            .map_err(|e| BenchError::Invalid(e.to_string()))?
+            .get(model)
+            .cloned()
+            .ok_or_else(|| BenchError::Invalid(format!("no price for {model}")))
+    }
+
+    /// Writes the config of the gateway `name` and returns it with its key.
+    pub fn gateway_config(
+        &self,
+        name: &str,
+        store: &Store,
+        instant: SocketAddr,
+        streaming: SocketAddr,
+    ) -> Result<(PathBuf, GatewayKey), BenchError> {
+        let key = GatewayKey {
+            raw: format!("tg-bench-{}-{name}", self.run_id),
+            key_id: format!("bench-{}-{name}", self.run_id),
+            org_id: format!("bench-{}-{name}-org", self.run_id),
+        };
+        let store_section = match store {
+            Store::Memory => "backend = \"memory\"".to_owned(),
+            Store::Redis { url } => format!("backend = \"redis\"\nredis_url = \"{url}\""),
+        };
+        let mut text = String::new();
+        // `write!` to a String cannot fail.
+        let _ = write!(
+            text,
+            r#"[server]
+listen = "127.0.0.1:0"
+upstream_timeout_secs = 120
+
+[store]
+{store_section}
+reservation_ttl_secs = 300
+on_store_error = "reject"
+
+[prices]
+file = "{prices}"
+
+[[providers]]
+name = "instant"
+kind = "openai"
+base_url = "http://{instant}"
+api_key_env = "{PROVIDER_KEY_ENV}"
+models = ["{INSTANT_MODEL}"]
+
+[[providers]]
+name = "streaming"
+kind = "openai"
+base_url = "http://{streaming}"
+api_key_env = "{PROVIDER_KEY_ENV}"
+models = ["{STREAM_MODEL}"]
+
+[[orgs]]
+id = "{org}"
+cap_usd = "1000000.00"
+period = "total"
+
+[[keys]]
+id = "{key_id}"
+org = "{org}"
+key_sha256 = "{sha}"
+cap_usd = "1000000.00"
+period = "total"
+"#,
+            prices = self.prices.display(),
+            org = key.org_id,
+            key_id = key.key_id,
+            sha = hex::encode(tollgate::config::hash_key(&key.raw)),
+        );
+        let path = self.dir().join(format!("{name}.toml"));
+        std::fs::write(&path, text)?;
+        Ok((path, key))
+    }
+}
+
+/// The release binary cargo built for this benchmark.
+fn tollgate() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    // Only the listening line and warnings are read; the config names the
+    // store, so no variable from the caller's shell may change it.
+    command
+        .env("RUST_LOG", "info")
+        .env_remove("TOLLGATE_REDIS_URL")
+        .env_remove("TOLLGATE_CONFIG");
+    command
+}
+
+/// `tollgate serve` on `config`.
+pub fn gateway_command(config: &Path) -> Command {
+    let mut command = tollgate();
+    command
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .env(PROVIDER_KEY_ENV, PROVIDER_KEY);
+    command
+}
+
+/// `tollgate mock-upstream` on a free port; `pace`: tokens per second of
+/// streamed replies, `None` for as fast as possible.
+pub fn mock_command(reply_tokens: u64, pace: Option<u32>) -> Command {
+    let mut command = tollgate();
+    command
+        .arg("mock-upstream")
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--reply-tokens")
+        .arg(reply_tokens.to_string());
+    if let Some(tokens_per_sec) = pace {
+        command
+            .arg("--tokens-per-sec")
+            .arg(tokens_per_sec.to_string());
+    }
+    command
+}
+
+/// This benchmark's own binary as the pass-through proxy to `upstream`.
+pub fn passthrough_command(upstream: SocketAddr) -> Result<Command, BenchError> {
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .arg(crate::SERVE_PASSTHROUGH)
+        .arg(upstream.to_string());
+    Ok(command)
+}

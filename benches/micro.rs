@@ -1,0 +1,242 @@
+//! Micro-benchmarks of the work the gateway adds to every call, each step
+//! on its own: scanning a stream for its usage, reading usage from a body,
+//! parsing and estimating a request, and one reserve + settle on the
+//! memory store.
+//!
+//! `cargo bench --bench micro` measures; `cargo bench --bench micro --
+//! --test` runs each benchmark once, to check they still work.
+
+#[path = "micro/fixtures.rs"]
+mod fixtures;
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+use tollgate::api::{Api, Call};
+use tollgate::budget::{
+    MemoryStore, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind, Settlement,
+};
+use tollgate::config::ProviderKind;
+use tollgate::estimate::{estimate, TokenCounter};
+use tollgate::prices::{ModelPrice, PriceTable};
+use tollgate::sse::SseSplitter;
+use tollgate::usage::{parse_body_usage, ApiKind, EventAction, StreamKind, StreamMeter, Usage};
+
+use fixtures::{STREAM_TOKENS, *};
+
+const PRICES: &str = r#"
+[models."gpt-4o-mini"]
+input_per_mtok = "0.15"
+cached_input_per_mtok = "0.075"
+output_per_mtok = "0.60"
+max_output_tokens = 16384
+context_window = 128000
+
+[models."claude-haiku-4-5"]
+input_per_mtok = "1.00"
+cached_input_per_mtok = "0.10"
+cache_write_per_mtok = "1.25"
+output_per_mtok = "5.00"
+max_output_tokens = 64000
+context_window = 200000
+"#;
+
+fn price(model: &str) -> ModelPrice {
+    match PriceTable::from_toml_str(PRICES)
+        .ok()
+        .and_then(|table| table.get(model).cloned())
+    {
+        Some(price) => price,
+        None => unreachable!("the benchmark's price table lists {model}"),
+    }
+}
+
+/// What the gateway does with every read of a stream: split it into
+/// events, meter each, forward or hold it. Returns the usage found.
+fn scan(chunks: &[Bytes], kind: StreamKind) -> Option<Usage> {
+    let mut splitter = SseSplitter::new();
+    let mut meter = StreamMeter::new(kind);
+    let mut forwarded = 0usize;
+    for chunk in chunks {
+        splitter.push(chunk);
+        while let Some(event) = splitter.next_event() {
+            match meter.observe(&event) {
+                EventAction::Forward | EventAction::Terminal => forwarded += event.len(),
+                EventAction::Drop => {}
+            }
+        }
+    }
+    black_box(forwarded);
+    meter.reported_usage()
+}
+
+fn sse_scanning(c: &mut Criterion) {
+    let chat = openai_chat_stream(STREAM_TOKENS);
+    let chat_kind = StreamKind::OpenAiChat {
+        hide_usage_chunk: true,
+    };
+    let anthropic = anthropic_stream(STREAM_TOKENS);
+    let cases = [
+        ("openai_chat/per_event", chat.clone(), chat_kind),
+        ("openai_chat/4KiB_reads", reads_of(&chat, 4096), chat_kind),
+        ("openai_chat/1B_reads", reads_of(&chat[..64], 1), chat_kind),
+        (
+            "anthropic/per_event",
+            anthropic,
+            StreamKind::AnthropicMessages,
+        ),
+    ];
+    let mut group = c.benchmark_group("sse_scan");
+    for (name, chunks, kind) in cases {
+        // The usage is at the very end: a scan that found it read it all.
+        if name.ends_with("per_event") && scan(&chunks, kind).is_none() {
+            unreachable!("{name}: the generated stream carries its usage");
+        }
+        group.throughput(Throughput::Bytes(total_len(&chunks)));
+        group.bench_function(name, |b| b.iter(|| scan(black_box(&chunks), kind)));
+    }
+    group.finish();
+}
+
+fn usage_parsing(c: &mut Criterion) {
+    let embeddings = embeddings_body();
+    let cases = [
+        ("chat_completions", ApiKind::ChatCompletions, CHAT_BODY),
+        ("completions", ApiKind::Completions, COMPLETIONS_BODY),
+        ("responses", ApiKind::Responses, RESPONSES_BODY),
+        ("messages", ApiKind::Messages, MESSAGES_BODY),
+        ("embeddings_1536d", ApiKind::Embeddings, embeddings.as_str()),
+    ];
+    let mut group = c.benchmark_group("usage_body");
+    for (name, api, body) in cases {
+        if parse_body_usage(api, body.as_bytes()).is_none() {
+            unreachable!("{name}: the body carries usage");
+        }
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(name, |b| {
+            b.iter(|| parse_body_usage(api, black_box(body.as_bytes())))
+        });
+    }
+    group.finish();
+}
+
+fn parse(bytes: &Bytes) -> Call {
+    match Call::parse(Api::ChatCompletions, bytes.clone(), |_| 16_384) {
+        Ok(call) => call,
+        Err(error) => unreachable!("the benchmark's request is valid: {error}"),
+    }
+}
+
+fn request_parsing(c: &mut Criterion) {
+    let counter = TokenCounter::for_model(ProviderKind::OpenAi, "gpt-4o-mini");
+    let mut group = c.benchmark_group("call_parse");
+    for tokens in [100u64, 1_000, 10_000] {
+        let body = chat_request("gpt-4o-mini", tokens, counter);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_with_input(
+            BenchmarkId::new("chat", format!("{tokens}_tokens")),
+            &body,
+            |b, body| b.iter(|| parse(black_box(body))),
+        );
+    }
+    group.finish();
+}
+
+fn cost_estimation(c: &mut Criterion) {
+    let mut group = c.benchmark_group("estimate");
+    let models = [
+        ("tiktoken", ProviderKind::OpenAi, "gpt-4o-mini"),
+        ("heuristic", ProviderKind::Anthropic, "claude-haiku-4-5"),
+    ];
+    for (counting, kind, model) in models {
+        let counter = TokenCounter::for_model(kind, model);
+        let price = price(model);
+        for tokens in [1_000u64, 10_000] {
+            let body = chat_request(model, tokens, counter);
+            group.throughput(Throughput::Bytes(body.len() as u64));
+            group.bench_with_input(
+                BenchmarkId::new(counting, format!("{tokens}_tokens")),
+                &body,
+                |b, body| {
+                    b.iter(|| {
+                        let call = parse(black_box(body));
+                        estimate(&call, &price, counter)
+                    })
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+/// Operations run on one store before a fresh one replaces it, so the
+/// ledger stays the size a gateway holds after a few thousand calls.
+const OPS_PER_STORE: u64 = 4_096;
+
+fn reserve_and_settle(c: &mut Criterion) {
+    let scope = |kind, id: &str| Scope {
+        kind,
+        id: id.to_owned(),
+        cap: 9_000_000_000_000,
+        period: Period::Day,
+    };
+    let key = scope(ScopeKind::Key, "alice");
+    let org = scope(ScopeKind::Org, "acme");
+    let mut group = c.benchmark_group("memory_store");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("reserve_settle", |b| {
+        b.iter_custom(|iters| {
+            let mut elapsed = Duration::ZERO;
+            let mut done = 0u64;
+            while done < iters {
+                let store = MemoryStore::new(100);
+                let batch = (iters - done).min(OPS_PER_STORE);
+                let started = Instant::now();
+                for n in done..done + batch {
+                    let exec_id = format!("0190b6a2-7c1e-7000-8000-{n:012x}");
+                    let request = ReserveRequest {
+                        exec_id: exec_id.clone(),
+                        key: key.clone(),
+                        org: Some(org.clone()),
+                        amount: 12_345,
+                        ttl: Duration::from_secs(900),
+                    };
+                    if store.reserve(&request) != ReserveOutcome::Reserved {
+                        unreachable!("the cap is far above the benchmark's spend");
+                    }
+                    let settled = store.settle(&Settlement {
+                        exec_id,
+                        key: key.id.clone(),
+                        org: Some(org.id.clone()),
+                        model: "gpt-4o-mini".to_owned(),
+                        usage: Usage {
+                            input: 1_000,
+                            output: 200,
+                            ..Usage::default()
+                        },
+                        actual: 270,
+                        estimated: false,
+                    });
+                    black_box(settled.is_ok());
+                }
+                elapsed += started.elapsed();
+                done += batch;
+                drop(store);
+            }
+            elapsed
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = micro;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = sse_scanning, usage_parsing, request_parsing, cost_estimation, reserve_and_settle
+}
+criterion_main!(micro);

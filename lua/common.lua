@@ -1,0 +1,263 @@
+--[[ common.lua — shared by every tollgate script; prepended to each one.
+
+Layout (per hash tag T = the org id, or `key:<key id>` for a key without an
+org; every key a script touches shares T, so each script runs in one slot
+of a Redis Cluster):
+  KEYS[1] tg:{T}:spend    hash   `<kind>:<id>:<period id>`      committed (spent + reserved)
+                                 `<kind>:<id>:<period id>:r`    reserved part
+                                 `<kind>:<id>:<period id>:f`    folded ledger sum (trimmed entries)
+                                 `folds`                        times the ledger was trimmed
+  KEYS[2] tg:{T}:res      hash   exec_id -> reservation record (cjson, amounts as strings)
+  KEYS[3] tg:{T}:pending  zset   exec_id by deadline (ms), open reservations only
+  KEYS[4] tg:{T}:closed   zset   exec_id by when its closed record may be forgotten (ms)
+  KEYS[5] tg:{T}:ledger   stream one entry per settle or expiry
+
+DESIGN.md sketches one Redis key per reservation; a lazy sweep inside
+`reserve` would then touch keys it was not given in KEYS, which a cluster
+forbids. A fixed set of keys per tag, all passed in KEYS, keeps every
+script cluster-safe.
+
+Record (`res` value), every number a decimal string:
+  s   open | expired | settled | denied
+  a   amount; k key id; o org id (absent without org); kp, op the period
+      ids charged; kc the key's cap at reserve time; d deadline (ms);
+      ttl (ms) how long a closed record is kept
+  settled: st status, act actual, rem the key's remaining after the settle,
+           by the id of the settle call that applied it
+  denied:  dk kind, di id, dp period, dc cap, dr remaining, at time (ms)
+
+Ledger entry fields: exec key [org] model in cin cw out res act st kp [op] at.
+
+Invariants, per scope and period id:
+  counter == folded + sum(ledger act) + sum(open amounts)
+  counter:r == sum(open amounts)
+Every number stays below 2^53 (Lua numbers are doubles): arguments are
+checked before a script writes anything, since Redis does not roll back a
+script that fails half way.
+]]
+
+local MAX_SAFE = 9007199254740991
+local HOUR_MS = 3600000
+-- Keeps `now + ttl` far below 2^53 (2^50 ms is some 35,000 years).
+local MAX_TTL_MS = 1125899906842624
+
+local function fail(message)
+  return error('tollgate: ' .. message, 0)
+end
+
+-- An integer of at most 2^53 - 1, given as a decimal string.
+local function int_arg(text, what)
+  if type(text) ~= 'string' or not string.match(text, '^%d+$') or #text > 16 then
+    fail(what .. ' is not an integer: ' .. tostring(text))
+  end
+  local value = tonumber(text)
+  if value > MAX_SAFE then
+    fail(what .. ' is 2^53 or more: ' .. text)
+  end
+  return value
+end
+
+-- A signed integer of at most 2^53 - 1 in magnitude.
+local function signed_arg(text, what)
+  if type(text) == 'string' and string.sub(text, 1, 1) == '-' then
+    return -int_arg(string.sub(text, 2), what)
+  end
+  return int_arg(text, what)
+end
+
+-- A token count: stored as given, never added up here.
+local function count_arg(text, what)
+  if type(text) ~= 'string' or not string.match(text, '^%d+$') or #text > 20 then
+    fail(what .. ' is not a count: ' .. tostring(text))
+  end
+  return text
+end
+
+local PERIODS = { hour = true, day = true, week = true, month = true, total = true }
+
+local function period_arg(text, what)
+  if not PERIODS[text] then
+    fail(what .. ' is not a period: ' .. tostring(text))
+  end
+  return text
+end
+
+-- An integer as a decimal string: tostring would print 1e+15.
+local function fmt(value)
+  return string.format('%.0f', value)
+end
+
+-- The store's clock in ms: Redis's TIME, plus an offset that only tests set.
+local function store_now(offset_ms)
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + offset_ms
+end
+
+-- === Period ids (mirror Period::id_at) ===
+
+-- Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
+local function civil_from_days(days)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local day = doy - math.floor((153 * mp + 2) / 5) + 1
+  local month = mp < 10 and mp + 3 or mp - 9
+  local year = yoe + era * 400
+  if month <= 2 then
+    year = year + 1
+  end
+  return year, month, day
+end
+
+local function days_from_civil(year, month, day)
+  if month <= 2 then
+    year = year - 1
+  end
+  local era = math.floor(year / 400)
+  local yoe = year - era * 400
+  local mp = month > 2 and month - 3 or month + 9
+  local doy = math.floor((153 * mp + 2) / 5) + day - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+-- `2026-11-29T19`, `2026-11-29`, `2026-W48` (ISO week and ISO year),
+-- `2026-11` or `total`.
+local function period_id(period, now_ms)
+  if period == 'total' then
+    return 'total'
+  end
+  local secs = math.floor(now_ms / 1000)
+  local days = math.floor(secs / 86400)
+  if period == 'week' then
+    -- 1970-01-01 was a Thursday; 0 is Monday. A week belongs to the ISO
+    -- year of its Thursday.
+    local weekday = (days + 3) % 7
+    local thursday = days - weekday + 3
+    local iso_year = civil_from_days(thursday)
+    local week = math.floor((thursday - days_from_civil(iso_year, 1, 1)) / 7) + 1
+    return string.format('%04d-W%02d', iso_year, week)
+  end
+  local year, month, day = civil_from_days(days)
+  if period == 'hour' then
+    local hour = math.floor((secs - days * 86400) / 3600)
+    return string.format('%04d-%02d-%02dT%02d', year, month, day, hour)
+  elseif period == 'day' then
+    return string.format('%04d-%02d-%02d', year, month, day)
+  end
+  return string.format('%04d-%02d', year, month)
+end
+
+-- === Counters ===
+
+local function counter_field(kind, id, pid)
+  return kind .. ':' .. id .. ':' .. pid
+end
+
+-- The committed counters a reservation holds headroom in, the key's first.
+local function charged_fields(rec)
+  local fields = { counter_field('key', rec.k, rec.kp) }
+  if rec.o then
+    fields[2] = counter_field('org', rec.o, rec.op)
+  end
+  return fields
+end
+
+local function counter(field)
+  return tonumber(redis.call('HGET', KEYS[1], field) or '0')
+end
+
+local function add(field, delta)
+  if delta ~= 0 then
+    redis.call('HINCRBY', KEYS[1], field, fmt(delta))
+  end
+end
+
+-- === Records and the ledger ===
+
+local function load_record(exec_id)
+  local raw = redis.call('HGET', KEYS[2], exec_id)
+  if not raw then
+    return nil
+  end
+  return cjson.decode(raw)
+end
+
+-- Stores a closed record and keeps it `ttl` from now, so retries still get
+-- the first answer; the sweep forgets it after that.
+local function close(exec_id, rec, now)
+  redis.call('HSET', KEYS[2], exec_id, cjson.encode(rec))
+  redis.call('ZADD', KEYS[4], fmt(now + tonumber(rec.ttl)), exec_id)
+end
+
+-- `call` holds model, usage counts (strings) and actual; nil for an expiry.
+local function book(exec_id, rec, status, call, now)
+  local entry = { 'exec', exec_id, 'key', rec.k }
+  if rec.o then
+    entry[#entry + 1] = 'org'
+    entry[#entry + 1] = rec.o
+  end
+  local model, input, cached, written, output, actual = '', '0', '0', '0', '0', '0'
+  if call then
+    model, input, cached, written, output = call.model, call.input, call.cached, call.written, call.output
+    actual = fmt(call.actual)
+  end
+  local rest = {
+    'model', model, 'in', input, 'cin', cached, 'cw', written, 'out', output,
+    'res', rec.a, 'act', actual, 'st', status, 'kp', rec.kp,
+  }
+  for _, value in ipairs(rest) do
+    entry[#entry + 1] = value
+  end
+  if rec.o then
+    entry[#entry + 1] = 'op'
+    entry[#entry + 1] = rec.op
+  end
+  entry[#entry + 1] = 'at'
+  entry[#entry + 1] = fmt(now)
+  redis.call('XADD', KEYS[5], '*', unpack(entry))
+end
+
+-- Releases an open reservation's amount and books it as expired.
+local function expire(exec_id, rec, now)
+  local amount = tonumber(rec.a)
+  for _, field in ipairs(charged_fields(rec)) do
+    add(field, -amount)
+    add(field .. ':r', -amount)
+  end
+  redis.call('ZREM', KEYS[3], exec_id)
+  book(exec_id, rec, 'expired', nil, now)
+  rec.s = 'expired'
+  close(exec_id, rec, now)
+end
+
+-- Expires up to `limit` open reservations whose deadline has come, oldest
+-- first; returns how many.
+local function expire_due(now, limit)
+  local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(now), 'LIMIT', '0', fmt(limit))
+  local expired = 0
+  for _, exec_id in ipairs(due) do
+    local rec = load_record(exec_id)
+    if rec and rec.s == 'open' then
+      expire(exec_id, rec, now)
+      expired = expired + 1
+    else
+      redis.call('ZREM', KEYS[3], exec_id)
+    end
+  end
+  return expired
+end
+
+-- Forgets up to `limit` closed records whose retention has passed.
+local function forget_due(now, limit)
+  local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', fmt(now), 'LIMIT', '0', fmt(limit))
+  if #due > 0 then
+    redis.call('HDEL', KEYS[2], unpack(due))
+    redis.call('ZREM', KEYS[4], unpack(due))
+  end
+  return #due
+end

@@ -1,0 +1,64 @@
+--[[ sweep.lua — expire due reservations, forget old closed records, and
+fold old ledger entries into their counters' folded sums.
+
+KEYS: the five keys of the tag (see common.lua): spend, res, pending, closed, ledger.
+      One fixed set of keys per hash tag, all passed in KEYS, instead of
+      DESIGN.md's key per reservation: the lazy sweep then never touches a
+      key it was not given, so the script is legal on a Redis Cluster.
+ARGV:
+  1 clock offset (ms, signed; always 0 in production, set only by tests)
+  2 limit: at most this many of each kind of work per call, so one call
+    never blocks Redis for long; the caller repeats while `more` is '1'
+  3 ledger retention (ms)
+Returns: {expired, forgotten, folded, more}
+Ledger retention: entries are trimmed by age in whole hours (an entry goes
+once the hour it falls in is older than the retention), so trims are rare
+and a reader paging through the ledger can notice one (`folds` changes) and
+start again. Before an entry is trimmed, its actual is added to the `:f`
+field of each scope and period it charged, in this same script, so
+`counter == folded + sum(ledger act) + sum(open amounts)` stays exact.
+Invariants: idempotent (a repeated sweep finds nothing more to do); every
+key touched is in KEYS.
+]]
+
+local offset = signed_arg(ARGV[1], 'clock offset')
+local limit = int_arg(ARGV[2], 'sweep limit')
+local retention = int_arg(ARGV[3], 'ledger retention')
+
+local now = store_now(offset)
+local expired = expire_due(now, limit)
+local forgotten = forget_due(now, limit)
+
+local cutoff = math.floor((now - retention) / HOUR_MS) * HOUR_MS
+local entries = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', fmt(limit))
+local folded = 0
+local last_id = nil
+for _, item in ipairs(entries) do
+  local entry = {}
+  local values = item[2]
+  for i = 1, #values, 2 do
+    entry[values[i]] = values[i + 1]
+  end
+  if tonumber(entry.at) >= cutoff then
+    break
+  end
+  local actual = tonumber(entry.act)
+  add(counter_field('key', entry.key, entry.kp) .. ':f', actual)
+  if entry.org then
+    add(counter_field('org', entry.org, entry.op) .. ':f', actual)
+  end
+  folded = folded + 1
+  last_id = item[1]
+end
+if last_id then
+  -- MINID trims every entry below it: exactly the ones folded above.
+  local ms, seq = string.match(last_id, '^(%d+)-(%d+)$')
+  redis.call('XTRIM', KEYS[5], 'MINID', ms .. '-' .. fmt(tonumber(seq) + 1))
+  redis.call('HINCRBY', KEYS[1], 'folds', '1')
+end
+
+local more = '0'
+if expired == limit or forgotten == limit or folded == limit then
+  more = '1'
+end
+return { fmt(expired), fmt(forgotten), fmt(folded), more }

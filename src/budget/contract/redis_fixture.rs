@@ -1,0 +1,90 @@
+//! The Redis fixtures of the contract suite: a fresh [`RedisStore`] per
+//! case, on the shared server or on the test cluster.
+//!
+//! Each case uses fresh ids, hence fresh hash tags, so its data is its own
+//! even on a shared server; the fixture reads back only the tags its store
+//! reserved under. The store's clock is Redis's, shifted so a case starts
+//! around noon UTC (no case then straddles a day boundary by accident);
+//! short advances sleep, long ones shift the clock further.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Fixture, EPSILON};
+use crate::budget::redis::testing::{cluster, SHARED_URL};
+use crate::budget::{
+    BudgetStore, LedgerEntry, Reconciliation, RedisStore, DEFAULT_LEDGER_RETENTION,
+};
+use crate::money::UsdMicros;
+
+/// Advances up to this long are slept through, exercising the real clock.
+const LONGEST_SLEEP: Duration = Duration::from_secs(5);
+
+pub(super) struct RedisFixture {
+    store: RedisStore,
+}
+
+pub(super) async fn redis_fixture() -> RedisFixture {
+    fixture_on(SHARED_URL).await
+}
+
+pub(super) async fn cluster_fixture() -> RedisFixture {
+    let url = tokio::task::spawn_blocking(|| cluster().url())
+        .await
+        .unwrap();
+    fixture_on(&url).await
+}
+
+async fn fixture_on(url: &str) -> RedisFixture {
+    let store = RedisStore::connect(url, EPSILON, DEFAULT_LEDGER_RETENTION)
+        .await
+        .unwrap();
+    let now = store.now().await.unwrap();
+    let noon = now.date_naive().and_hms_opt(12, 0, 0).unwrap().and_utc();
+    store.shift_clock((noon - now).num_milliseconds());
+    RedisFixture { store }
+}
+
+impl Fixture for RedisFixture {
+    fn store(&self) -> BudgetStore {
+        BudgetStore::Redis(self.store.clone())
+    }
+
+    async fn now(&self) -> DateTime<Utc> {
+        self.store.now().await.unwrap()
+    }
+
+    async fn advance(&self, by: Duration) {
+        if by <= LONGEST_SLEEP {
+            tokio::time::sleep(by).await;
+        } else {
+            self.store
+                .shift_clock(i64::try_from(by.as_millis()).unwrap());
+        }
+    }
+
+    async fn sweep_expired(&self) -> usize {
+        self.store.sweep_expired().await.unwrap()
+    }
+
+    async fn ledger(&self) -> Vec<LedgerEntry> {
+        let mut entries = Vec::new();
+        for tag in self.store.tags() {
+            entries.extend(self.store.ledger(&tag).await.unwrap());
+        }
+        entries.sort_by_key(|entry| entry.at);
+        entries
+    }
+
+    async fn open_reservations(&self) -> (usize, UsdMicros) {
+        self.store
+            .open_reservations(&self.store.tags())
+            .await
+            .unwrap()
+    }
+
+    async fn reconcile(&self) -> Vec<Reconciliation> {
+        self.store.reconcile(&self.store.tags()).await.unwrap()
+    }
+}

@@ -1,0 +1,209 @@
+//! Tests of the memory store's own behaviour; the protocol itself is
+//! covered by the contract suite in `budget::contract`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use chrono::TimeZone;
+
+use super::*;
+use crate::budget::Period;
+
+fn start() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap()
+}
+
+fn manual_store() -> (MemoryStore, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(start()));
+    (MemoryStore::with_clock(0, clock.clone()), clock)
+}
+
+fn key(cap: UsdMicros) -> Scope {
+    Scope {
+        kind: ScopeKind::Key,
+        id: "alice".to_owned(),
+        cap,
+        period: Period::Day,
+    }
+}
+
+fn request(exec_id: &str, amount: UsdMicros, ttl_secs: u64) -> ReserveRequest {
+    ReserveRequest {
+        exec_id: exec_id.to_owned(),
+        key: key(1_000_000),
+        org: None,
+        amount,
+        ttl: Duration::from_secs(ttl_secs),
+    }
+}
+
+fn settlement(exec_id: &str, actual: UsdMicros) -> Settlement {
+    Settlement {
+        exec_id: exec_id.to_owned(),
+        key: "alice".to_owned(),
+        org: None,
+        model: "gpt-4o-mini".to_owned(),
+        usage: Usage::default(),
+        actual,
+        estimated: false,
+    }
+}
+
+fn records(store: &MemoryStore) -> usize {
+    store.shared.lock().records.len()
+}
+
+#[test]
+fn lazy_sweep_in_reserve_is_bounded() {
+    let (store, clock) = manual_store();
+    for i in 0..100 {
+        store.reserve(&request(&format!("crashed-{i}"), 1, 1));
+    }
+    clock.advance(Duration::from_secs(2));
+    store.reserve(&request("next", 1, 60));
+    assert_eq!(store.open_reservations(), (100 - LAZY_SWEEP_LIMIT + 1, 37));
+    assert_eq!(store.sweep_expired(), 100 - LAZY_SWEEP_LIMIT);
+    assert_eq!(store.open_reservations(), (1, 1));
+    assert_eq!(store.counter(ScopeKind::Key, "alice", "2026-11-29"), 1);
+}
+
+#[test]
+fn closed_records_are_forgotten_after_their_ttl() {
+    let (store, clock) = manual_store();
+    store.reserve(&request("settled", 100, 10));
+    store.settle(&settlement("settled", 80)).unwrap();
+    store.reserve(&request("expired", 100, 10));
+    let denied = ReserveRequest {
+        key: key(0),
+        ..request("denied", 100, 10)
+    };
+    assert!(matches!(store.reserve(&denied), ReserveOutcome::Denied(_)));
+
+    // Within the ttl a retry still finds the first answer.
+    clock.advance(Duration::from_secs(9));
+    assert!(!store.settle(&settlement("settled", 80)).unwrap().applied);
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(store.sweep_expired(), 1);
+    // The settled and denied records are gone; the expired one is kept
+    // for a late settle.
+    assert_eq!(records(&store), 1);
+
+    clock.advance(Duration::from_secs(11));
+    store.sweep_expired();
+    assert_eq!(records(&store), 0);
+    assert!(store.shared.lock().retention.is_empty());
+    assert!(matches!(
+        store.settle(&settlement("expired", 80)),
+        Err(StoreError::UnknownReservation(_))
+    ));
+    // The ledger and counters outlive the records.
+    assert_eq!(store.ledger().len(), 2);
+    assert_eq!(store.counter(ScopeKind::Key, "alice", "2026-11-29"), 80);
+}
+
+#[test]
+fn late_settle_restarts_the_retention() {
+    let (store, clock) = manual_store();
+    store.reserve(&request("slow", 100, 10));
+    clock.advance(Duration::from_secs(15));
+    assert_eq!(store.sweep_expired(), 1);
+    clock.advance(Duration::from_secs(9));
+    assert_eq!(
+        store.settle(&settlement("slow", 90)).unwrap().status,
+        LedgerStatus::Late
+    );
+    clock.advance(Duration::from_secs(9));
+    store.sweep_expired();
+    let retry = store.settle(&settlement("slow", 90)).unwrap();
+    assert_eq!((retry.status, retry.applied), (LedgerStatus::Late, false));
+    assert_eq!(store.shared.lock().retention.len(), 1);
+}
+
+#[test]
+fn os_threads_never_reserve_past_the_cap() {
+    let store = MemoryStore::new(0);
+    let scope = Scope {
+        period: Period::Total,
+        ..key(1_000)
+    };
+    let reserved = AtomicUsize::new(0);
+    std::thread::scope(|threads| {
+        for t in 0..8 {
+            let (store, scope, reserved) = (&store, &scope, &reserved);
+            threads.spawn(move || {
+                for i in 0..100 {
+                    let req = ReserveRequest {
+                        key: scope.clone(),
+                        ..request(&format!("{t}-{i}"), 3, 60)
+                    };
+                    if store.reserve(&req) == ReserveOutcome::Reserved {
+                        reserved.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(reserved.load(Ordering::Relaxed), 333);
+    assert_eq!(store.scope_state(&scope).reserved, 999);
+}
+
+#[test]
+fn extreme_amounts_never_panic() {
+    let (store, _clock) = manual_store();
+    let huge = ReserveRequest {
+        key: key(u64::MAX),
+        amount: u64::MAX,
+        ttl: Duration::MAX,
+        ..request("huge", 0, 0)
+    };
+    assert_eq!(store.reserve(&huge), ReserveOutcome::Reserved);
+    let more = ReserveRequest {
+        exec_id: "more".to_owned(),
+        amount: 1,
+        ..huge.clone()
+    };
+    match store.reserve(&more) {
+        ReserveOutcome::Denied(denial) => assert_eq!(denial.remaining, 0),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+    let outcome = store.settle(&settlement("huge", u64::MAX)).unwrap();
+    assert_eq!(
+        (outcome.status, outcome.key_remaining),
+        (LedgerStatus::Ok, 0)
+    );
+    assert_eq!(store.sweep_expired(), 0);
+}
+
+#[tokio::test]
+async fn sweeper_releases_headroom_until_its_guard_drops() {
+    let (store, clock) = manual_store();
+    let guard = store.spawn_sweeper(Duration::from_millis(5));
+    store.reserve(&request("a", 100, 1));
+    clock.advance(Duration::from_secs(2));
+    for _ in 0..400 {
+        if store.open_reservations().0 == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(store.open_reservations(), (0, 0));
+
+    drop(guard);
+    store.reserve(&request("b", 100, 1));
+    clock.advance(Duration::from_secs(2));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(store.open_reservations(), (1, 100));
+}
+
+#[tokio::test]
+async fn sweeper_ends_with_the_store() {
+    let (store, _clock) = manual_store();
+    let guard = store.spawn_sweeper(Duration::from_millis(1));
+    drop(store);
+    for _ in 0..400 {
+        if guard.task.is_finished() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(guard.task.is_finished());
+}

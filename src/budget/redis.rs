@@ -1,0 +1,520 @@
+//! The Redis budget store: the budget protocol as one atomic Lua script per
+//! operation (`lua/`), so any number of gateways share exact caps.
+//!
+//! Layout. Everything a key and its org share lives under one hash tag
+//! ([`tag_for`]: the org id, or `key:<key id>` without an org), in five
+//! fixed keys per tag that every script receives in `KEYS`:
+//!
+//! | key              | type   | holds |
+//! |------------------|--------|-------|
+//! | `tg:{T}:spend`   | hash   | `<kind>:<id>:<period id>` committed (spent + reserved), `…:r` its reserved part, `…:f` its folded ledger sum, `folds` the trim count |
+//! | `tg:{T}:res`     | hash   | exec id → reservation record (JSON) |
+//! | `tg:{T}:pending` | zset   | open exec ids by deadline |
+//! | `tg:{T}:closed`  | zset   | closed exec ids by when their record may be forgotten |
+//! | `tg:{T}:ledger`  | stream | one entry per settle or expiry |
+//!
+//! DESIGN.md sketches one Redis key per reservation (`tg:{acme}:res:<id>`);
+//! the lazy expiry inside `reserve` would then touch reservation keys not
+//! passed in `KEYS`, which a Redis Cluster forbids. A fixed set of keys per
+//! tag keeps every script in one slot with every key declared.
+//!
+//! Ledger entries older than the ledger retention are trimmed in whole
+//! hours by the sweep, after their actual is folded into the `…:f` fields
+//! they charged, in the same script: `counter == folded + Σ ledger + Σ open`
+//! stays exact.
+//!
+//! Time is Redis's `TIME`. Tests may shift it with [`RedisStore::shift_clock`]
+//! (passed to every script as an offset); production never does.
+//!
+//! A key's counters live under its org's tag, so a key belongs to one org
+//! (or none) for good: moved to another org in the config, it starts a
+//! fresh key counter under the new tag.
+//!
+//! A settle names its key and org, which pick the tag it looks in. A forged
+//! org or a missing one points at another tag, where the exec id is absent;
+//! to answer `OwnershipMismatch` rather than `UnknownReservation` there, the
+//! store then looks for the exec id under every other tag it knows (the
+//! configured ones and those it has reserved under). That lookup runs only
+//! on this error path.
+
+mod books;
+mod connection;
+mod scripts;
+#[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::MissedTickBehavior;
+
+pub use connection::RedisUrlError;
+
+use super::{
+    tag_for, LedgerEntry, LedgerStatus, Reconciliation, ReserveOutcome, ReserveRequest, Scope,
+    ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, SweeperGuard,
+};
+use crate::money::UsdMicros;
+use books::Record;
+use connection::{redacted, CallPolicy, Connection, Request};
+use scripts::{ReserveReply, Scripts, SettleReply, TagKeys};
+
+/// Due reservations one `reserve` expires (and closed records it forgets)
+/// before its own work, as in the memory store.
+const LAZY_SWEEP_LIMIT: usize = 64;
+/// Work of each kind one sweep call does, so no call blocks Redis for long.
+const SWEEP_BATCH: usize = 1_000;
+/// Sweep calls per tag per sweep before the rest waits for the next tick.
+const SWEEP_CALLS_PER_TAG: usize = 100;
+/// A zero interval would make the sweep task spin.
+const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(1);
+
+/// A handle to the Redis store; clones share one connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connection: Connection,
+    /// The URL without credentials, for logs.
+    endpoint: String,
+    scripts: Scripts,
+    policy: CallPolicy,
+    settle_epsilon: UsdMicros,
+    ledger_retention: Duration,
+    /// Added to Redis's clock by every script. Only tests set it.
+    clock_offset_ms: AtomicI64,
+    tags: Mutex<Tags>,
+}
+
+/// The tags this store knows: configured, or reserved under since start.
+#[derive(Default)]
+struct Tags {
+    all: BTreeSet<String>,
+    /// Each known key's tag, so a key scope's counters can be found from
+    /// the scope alone.
+    of_key: HashMap<String, String>,
+}
+
+impl RedisStore {
+    /// A store on `url`:
+    /// - `redis://[user:password@]host[:port][/db]`: one node;
+    /// - `redis+cluster://[user:password@]host:port[,host:port…]`, or a
+    ///   `redis://` URL with several comma-separated `host:port`s: a Redis
+    ///   Cluster seeded from those nodes.
+    ///
+    /// It does not connect here: the first call does, and every later call
+    /// reconnects if needed, so this never fails on an unreachable server,
+    /// only on a malformed URL (or `rediss://`: TLS is not compiled in).
+    /// Must be called from within a Tokio runtime.
+    pub async fn connect(
+        url: &str,
+        settle_epsilon: UsdMicros,
+        ledger_retention: Duration,
+    ) -> Result<RedisStore, RedisUrlError> {
+        RedisStore::with_policy(url, settle_epsilon, ledger_retention, CallPolicy::default())
+    }
+
+    fn with_policy(
+        url: &str,
+        settle_epsilon: UsdMicros,
+        ledger_retention: Duration,
+        policy: CallPolicy,
+    ) -> Result<RedisStore, RedisUrlError> {
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                connection: Connection::open(url, policy)?,
+                endpoint: redacted(url),
+                scripts: Scripts::new(),
+                policy,
+                settle_epsilon,
+                ledger_retention,
+                clock_offset_ms: AtomicI64::new(0),
+                tags: Mutex::new(Tags::default()),
+            }),
+        })
+    }
+
+    /// The URL without its credentials.
+    pub fn endpoint(&self) -> &str {
+        &self.inner.endpoint
+    }
+
+    /// Records which tag a configured key's data lives under, so
+    /// [`RedisStore::scope_state`] finds it before the key's first reserve,
+    /// and the sweeper sweeps it.
+    pub fn track_key(&self, key: &str, org: Option<&str>) {
+        let mut tags = self.inner.tags();
+        let tag = tag_for(org, key);
+        tags.all.insert(tag.clone());
+        tags.of_key.insert(key.to_owned(), tag);
+    }
+
+    /// Adds tags for the sweeper to sweep.
+    pub fn track_tags(&self, new: impl IntoIterator<Item = String>) {
+        self.inner.tags().all.extend(new);
+    }
+
+    /// Every tag this store knows, sorted.
+    pub fn tags(&self) -> Vec<String> {
+        self.inner.tags().all.iter().cloned().collect()
+    }
+
+    /// Shifts the store's clock by `by_ms` (cumulative). Tests only: it
+    /// lets the contract suite cross a period boundary without waiting.
+    /// Production never calls it, so the scripts' offset stays 0.
+    #[doc(hidden)]
+    pub fn shift_clock(&self, by_ms: i64) {
+        self.inner
+            .clock_offset_ms
+            .fetch_add(by_ms, Ordering::Relaxed);
+    }
+
+    /// Reserves `req.amount` against the key and its org, all or nothing,
+    /// in one `reserve.lua` call; a retry with the same `exec_id` gets the
+    /// first answer.
+    pub async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
+        let tag = tag_for(req.org.as_ref().map(|org| org.id.as_str()), &req.key.id);
+        self.remember(&req.key.id, &tag);
+        let keys = TagKeys::new(&tag);
+        let args = scripts::reserve_args(req, self.inner.offset(), LAZY_SWEEP_LIMIT);
+        let reply = self
+            .run(&self.inner.scripts.reserve, "reserve", &keys, &args)
+            .await?;
+        match scripts::reserve_reply(&reply)? {
+            ReserveReply::Reserved { expired } => {
+                log_expired(&tag, expired);
+                Ok(ReserveOutcome::Reserved)
+            }
+            ReserveReply::Denied { expired, denial } => {
+                log_expired(&tag, expired);
+                Ok(ReserveOutcome::Denied(denial))
+            }
+        }
+    }
+
+    /// Settles a reservation with its actual cost, exactly once, in one
+    /// `settle.lua` call.
+    pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
+        let tag = tag_for(settlement.org.as_deref(), &settlement.key);
+        let keys = TagKeys::new(&tag);
+        // Tells this call's own earlier attempt (timed out after it
+        // applied) from an earlier settle of the same exec id.
+        let call_id = uuid::Uuid::now_v7().simple().to_string();
+        let args = scripts::settle_args(
+            settlement,
+            self.inner.settle_epsilon,
+            self.inner.offset(),
+            &call_id,
+        );
+        let reply = self
+            .run(&self.inner.scripts.settle, "settle", &keys, &args)
+            .await?;
+        let exec_id = &settlement.exec_id;
+        match scripts::settle_reply(&reply)? {
+            SettleReply::Settled {
+                outcome,
+                expired_now,
+            } => {
+                log_expired(&tag, usize::from(expired_now));
+                let outside_reservation =
+                    matches!(outcome.status, LedgerStatus::Overrun | LedgerStatus::Late);
+                if outcome.applied && outside_reservation {
+                    tracing::warn!(
+                        exec_id = %exec_id,
+                        key = %settlement.key,
+                        status = outcome.status.as_str(),
+                        reserved = outcome.reserved,
+                        actual = outcome.actual,
+                        "settled outside its reservation"
+                    );
+                }
+                Ok(outcome)
+            }
+            SettleReply::Mismatch => Err(StoreError::OwnershipMismatch {
+                exec_id: exec_id.clone(),
+            }),
+            SettleReply::Denied => Err(StoreError::UnknownReservation(exec_id.clone())),
+            SettleReply::Absent => Err(self.absent(exec_id, &tag).await?),
+        }
+    }
+
+    /// Why an exec id absent under its settlement's tag cannot be settled:
+    /// held under another tag (so another key or org owns it), or unknown.
+    async fn absent(&self, exec_id: &str, tried: &str) -> Result<StoreError, StoreError> {
+        for tag in self.tags().iter().filter(|tag| *tag != tried) {
+            let keys = TagKeys::new(tag);
+            let mut hget = ::redis::cmd("HGET");
+            hget.arg(keys.res()).arg(exec_id);
+            let raw: Option<String> = self
+                .inner
+                .connection
+                .call(
+                    self.inner.policy,
+                    "look for a reservation",
+                    Request::Command(&hget),
+                )
+                .await?;
+            if let Some(raw) = raw {
+                return Ok(if Record::parse(&raw)?.s == "denied" {
+                    StoreError::UnknownReservation(exec_id.to_owned())
+                } else {
+                    StoreError::OwnershipMismatch {
+                        exec_id: exec_id.to_owned(),
+                    }
+                });
+            }
+        }
+        Ok(StoreError::UnknownReservation(exec_id.to_owned()))
+    }
+
+    /// The scope's counters in the period current on the store's clock.
+    pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
+        let tag = match scope.kind {
+            ScopeKind::Org => scope.id.clone(),
+            ScopeKind::Key => self
+                .inner
+                .tags()
+                .of_key
+                .get(&scope.id)
+                .cloned()
+                .unwrap_or_else(|| tag_for(None, &scope.id)),
+        };
+        let args = [
+            scope.kind.as_str().to_owned(),
+            scope.id.clone(),
+            scope.period.as_str().to_owned(),
+            self.inner.offset().to_string(),
+        ];
+        let reply = self
+            .run(
+                &self.inner.scripts.state,
+                "read a scope",
+                &TagKeys::new(&tag),
+                &args,
+            )
+            .await?;
+        let (now, period_id, committed, reserved) = scripts::state_reply(&reply)?;
+        Ok(ScopeState {
+            period_id,
+            spent: committed.saturating_sub(reserved),
+            reserved,
+            resets_at: scope.period.resets_at(now),
+        })
+    }
+
+    /// Whether Redis answers (every primary, on a cluster), within one
+    /// call timeout and without retries.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let once = CallPolicy {
+            attempts: 1,
+            ..self.inner.policy
+        };
+        self.inner
+            .connection
+            .call(once, "ping", Request::Command(&::redis::cmd("PING")))
+            .await
+    }
+
+    /// The store's clock: Redis's `TIME` (plus the test offset).
+    pub async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
+        let (secs, micros): (i64, i64) = self
+            .inner
+            .connection
+            .call(
+                self.inner.policy,
+                "read the time",
+                Request::Command(&::redis::cmd("TIME")),
+            )
+            .await?;
+        let ms = secs
+            .saturating_mul(1_000)
+            .saturating_add(micros / 1_000)
+            .saturating_add(self.inner.offset());
+        scripts::store_time(ms)
+    }
+
+    /// Sweeps every known tag (see [`RedisStore::sweep_tags`]).
+    pub async fn sweep_expired(&self) -> Result<usize, StoreError> {
+        self.sweep_tags(&self.tags()).await
+    }
+
+    /// Expires due reservations, forgets closed records past their
+    /// retention and folds ledger entries past the ledger retention, under
+    /// each tag, in bounded `sweep.lua` calls; returns how many expired.
+    pub async fn sweep_tags(&self, tags: &[String]) -> Result<usize, StoreError> {
+        let mut expired = 0;
+        for tag in tags {
+            let keys = TagKeys::new(tag);
+            for _ in 0..SWEEP_CALLS_PER_TAG {
+                let args = scripts::sweep_args(
+                    self.inner.offset(),
+                    SWEEP_BATCH,
+                    self.inner.ledger_retention,
+                );
+                let reply = self
+                    .run(&self.inner.scripts.sweep, "sweep", &keys, &args)
+                    .await?;
+                let swept = scripts::sweep_reply(&reply)?;
+                log_expired(tag, swept.expired);
+                expired += swept.expired;
+                if !swept.more {
+                    break;
+                }
+            }
+        }
+        Ok(expired)
+    }
+
+    /// Starts a task on the current Tokio runtime that sweeps every known
+    /// tag every `every`, so headroom comes back even when no reserve
+    /// arrives. It holds the store weakly: it ends when the guard drops or
+    /// when the last handle to the store does.
+    pub fn spawn_sweeper(&self, every: Duration) -> SweeperGuard {
+        let inner = Arc::downgrade(&self.inner);
+        let task = tokio::spawn(sweep_periodically(inner, every.max(MIN_SWEEP_INTERVAL)));
+        SweeperGuard::new(task.abort_handle())
+    }
+
+    /// The tag's ledger entries not yet folded, oldest first.
+    pub async fn ledger(&self, tag: &str) -> Result<Vec<LedgerEntry>, StoreError> {
+        let lines = books::read_ledger(
+            &self.inner.connection,
+            self.inner.policy,
+            &TagKeys::new(tag),
+            None,
+        )
+        .await?;
+        Ok(lines.into_iter().map(|line| line.entry).collect())
+    }
+
+    /// How many reservations are open under `tags` and the sum of their
+    /// amounts.
+    pub async fn open_reservations(
+        &self,
+        tags: &[String],
+    ) -> Result<(usize, UsdMicros), StoreError> {
+        let mut total: (usize, UsdMicros) = (0, 0);
+        for tag in tags {
+            let (count, sum) = books::open_reservations(
+                &self.inner.connection,
+                self.inner.policy,
+                &TagKeys::new(tag),
+            )
+            .await?;
+            total = (total.0 + count, total.1.saturating_add(sum));
+        }
+        Ok(total)
+    }
+
+    /// Every scope and period under `tags` with its counter, folded sum,
+    /// ledger sum and open sum, each tag read at one consistent instant.
+    pub async fn reconcile(&self, tags: &[String]) -> Result<Vec<Reconciliation>, StoreError> {
+        let mut rows = Vec::new();
+        for tag in tags {
+            let keys = TagKeys::new(tag);
+            let inner = &self.inner;
+            rows.extend(
+                books::reconcile(&inner.connection, &inner.scripts, inner.policy, &keys).await?,
+            );
+        }
+        rows.sort_by(|a, b| (a.kind, &a.id, &a.period_id).cmp(&(b.kind, &b.id, &b.period_id)));
+        Ok(rows)
+    }
+
+    /// Runs one script on the tag's keys; its reply is a list of strings.
+    async fn run(
+        &self,
+        script: &::redis::Script,
+        what: &'static str,
+        keys: &TagKeys,
+        args: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys.all() {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        self.inner
+            .connection
+            .call(self.inner.policy, what, Request::Script(&invocation))
+            .await
+    }
+
+    fn remember(&self, key: &str, tag: &str) {
+        let mut tags = self.inner.tags();
+        if tags.of_key.get(key).map(String::as_str) != Some(tag) {
+            tags.of_key.insert(key.to_owned(), tag.to_owned());
+        }
+        if !tags.all.contains(tag) {
+            tags.all.insert(tag.to_owned());
+        }
+    }
+}
+
+impl Inner {
+    fn tags(&self) -> MutexGuard<'_, Tags> {
+        // Nothing panics while the lock is held; a poisoned lock still
+        // holds a usable set.
+        self.tags.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn offset(&self) -> i64 {
+        self.clock_offset_ms.load(Ordering::Relaxed)
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("endpoint", &self.inner.endpoint)
+            .field("settle_epsilon", &self.inner.settle_epsilon)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn sweep_periodically(inner: Weak<Inner>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // Logged when the sweep starts failing and when it recovers, not on
+    // every tick while Redis is down.
+    let mut failing = false;
+    loop {
+        ticks.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            break;
+        };
+        let store = RedisStore { inner };
+        match store.sweep_expired().await {
+            Ok(_) if failing => {
+                failing = false;
+                tracing::info!(endpoint = %store.endpoint(), "budget sweep works again");
+            }
+            Ok(_) => {}
+            Err(error) if !failing => {
+                failing = true;
+                tracing::warn!(endpoint = %store.endpoint(), %error, "budget sweep failed");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+fn log_expired(tag: &str, expired: usize) {
+    if expired > 0 {
+        tracing::warn!(
+            tag,
+            expired,
+            "released reservations never settled by their deadline"
+        );
+    }
+}

@@ -1,0 +1,314 @@
+//! The Lua scripts of `lua/` and the Rust side of their contracts: which
+//! keys they get, how their arguments are written and how their replies
+//! are read. Each script's header states its KEYS, ARGV, replies and
+//! invariants; the functions here follow those headers line by line.
+//!
+//! Every script but `snapshot.lua` is `lua/common.lua` (the key layout,
+//! period ids, expiry and booking) followed by the script's own body, so
+//! the helpers exist once and every script stays one atomic call.
+
+use std::time::Duration;
+
+use ::redis::Script;
+use chrono::{DateTime, Utc};
+
+use crate::budget::{
+    Denial, LedgerStatus, Period, ReserveRequest, ScopeKind, SettleOutcome, Settlement, StoreError,
+};
+use crate::money::UsdMicros;
+
+/// The deadline of a reservation must stay far below 2^53 ms (see
+/// `MAX_TTL_MS` in `lua/common.lua`); a longer TTL is shortened to this
+/// (some 35,000 years).
+const MAX_TTL_MS: u64 = 1 << 50;
+
+/// The scripts refuse any integer argument of 2^53 or more (Lua numbers
+/// are doubles).
+const MAX_SCRIPT_INTEGER: u64 = (1 << 53) - 1;
+
+/// The five keys of one hash tag, in the order every script takes them.
+/// They share the tag `{T}`, so a cluster keeps them in one slot.
+pub(super) struct TagKeys([String; 5]);
+
+impl TagKeys {
+    pub fn new(tag: &str) -> Self {
+        TagKeys(
+            ["spend", "res", "pending", "closed", "ledger"]
+                .map(|name| format!("tg:{{{tag}}}:{name}")),
+        )
+    }
+
+    pub fn all(&self) -> &[String; 5] {
+        &self.0
+    }
+
+    pub fn spend(&self) -> &str {
+        &self.0[0]
+    }
+
+    pub fn res(&self) -> &str {
+        &self.0[1]
+    }
+
+    pub fn pending(&self) -> &str {
+        &self.0[2]
+    }
+
+    pub fn ledger(&self) -> &str {
+        &self.0[4]
+    }
+}
+
+/// The scripts, hashed once; [`Script`] calls them with EVALSHA and loads
+/// them again when Redis answers NOSCRIPT (after `SCRIPT FLUSH`, a restart
+/// or a failover to a node that never saw them).
+pub(super) struct Scripts {
+    pub reserve: Script,
+    pub settle: Script,
+    pub sweep: Script,
+    pub state: Script,
+    pub snapshot: Script,
+}
+
+macro_rules! with_common {
+    ($file:literal) => {
+        concat!(
+            include_str!("../../../lua/common.lua"),
+            "\n",
+            include_str!(concat!("../../../lua/", $file))
+        )
+    };
+}
+
+impl Scripts {
+    pub fn new() -> Self {
+        Scripts {
+            reserve: Script::new(with_common!("reserve.lua")),
+            settle: Script::new(with_common!("settle.lua")),
+            sweep: Script::new(with_common!("sweep.lua")),
+            state: Script::new(with_common!("state.lua")),
+            snapshot: Script::new(include_str!("../../../lua/snapshot.lua")),
+        }
+    }
+}
+
+/// `common.lua` alone, so tests can call its functions directly.
+#[cfg(test)]
+pub(super) const COMMON: &str = include_str!("../../../lua/common.lua");
+
+// === Arguments ===
+
+fn flag(on: bool) -> &'static str {
+    if on {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+/// ARGV of `reserve.lua`.
+pub(super) fn reserve_args(req: &ReserveRequest, offset_ms: i64, lazy_limit: usize) -> Vec<String> {
+    let ttl_ms = u64::try_from(req.ttl.as_millis()).map_or(MAX_TTL_MS, |ms| ms.min(MAX_TTL_MS));
+    let (has_org, org_id, org_period, org_cap) = match &req.org {
+        Some(org) => (true, org.id.clone(), org.period.as_str(), org.cap),
+        None => (false, String::new(), Period::Total.as_str(), 0),
+    };
+    vec![
+        req.exec_id.clone(),
+        req.amount.to_string(),
+        ttl_ms.to_string(),
+        req.key.id.clone(),
+        req.key.period.as_str().to_owned(),
+        req.key.cap.to_string(),
+        flag(has_org).to_owned(),
+        org_id,
+        org_period.to_owned(),
+        org_cap.to_string(),
+        offset_ms.to_string(),
+        lazy_limit.to_string(),
+    ]
+}
+
+/// ARGV of `settle.lua`; `call_id` is the same for every attempt of one
+/// call.
+pub(super) fn settle_args(
+    settlement: &Settlement,
+    epsilon: UsdMicros,
+    offset_ms: i64,
+    call_id: &str,
+) -> Vec<String> {
+    let usage = &settlement.usage;
+    vec![
+        settlement.exec_id.clone(),
+        settlement.key.clone(),
+        flag(settlement.org.is_some()).to_owned(),
+        settlement.org.clone().unwrap_or_default(),
+        settlement.model.clone(),
+        usage.input.to_string(),
+        usage.cached_input.to_string(),
+        usage.cache_write.to_string(),
+        usage.output.to_string(),
+        settlement.actual.to_string(),
+        flag(settlement.estimated).to_owned(),
+        epsilon.to_string(),
+        offset_ms.to_string(),
+        call_id.to_owned(),
+    ]
+}
+
+/// ARGV of `sweep.lua`.
+pub(super) fn sweep_args(offset_ms: i64, limit: usize, retention: Duration) -> Vec<String> {
+    let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+    vec![
+        offset_ms.to_string(),
+        limit.to_string(),
+        // No retention needs that long.
+        retention_ms.min(MAX_SCRIPT_INTEGER).to_string(),
+    ]
+}
+
+// === Replies ===
+
+/// What `reserve.lua` answered.
+pub(super) enum ReserveReply {
+    Reserved { expired: usize },
+    Denied { expired: usize, denial: Denial },
+}
+
+/// What `settle.lua` answered.
+pub(super) enum SettleReply {
+    /// No record of the exec id under the settlement's tag.
+    Absent,
+    /// The exec id was denied: nothing to settle.
+    Denied,
+    Mismatch,
+    Settled {
+        outcome: SettleOutcome,
+        /// This settle found the reservation past its deadline and expired
+        /// it first.
+        expired_now: bool,
+    },
+}
+
+/// What `sweep.lua` did.
+pub(super) struct SweepReply {
+    pub expired: usize,
+    pub more: bool,
+}
+
+/// A reply that breaks the script's contract: the scripts and this file
+/// disagree, which no retry mends.
+fn bad_reply(script: &str, reply: &[String]) -> StoreError {
+    StoreError::Unavailable(format!("unexpected reply from {script}: {reply:?}"))
+}
+
+fn field<'a>(reply: &'a [String], index: usize, script: &str) -> Result<&'a str, StoreError> {
+    reply
+        .get(index)
+        .map(String::as_str)
+        .ok_or_else(|| bad_reply(script, reply))
+}
+
+fn number<T: std::str::FromStr>(
+    reply: &[String],
+    index: usize,
+    script: &str,
+) -> Result<T, StoreError> {
+    field(reply, index, script)?
+        .parse()
+        .map_err(|_| bad_reply(script, reply))
+}
+
+/// A store time in ms since the epoch.
+pub(super) fn store_time(ms: i64) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::from_timestamp_millis(ms)
+        .ok_or_else(|| StoreError::Unavailable(format!("store time {ms} ms is out of range")))
+}
+
+pub(super) fn reserve_reply(reply: &[String]) -> Result<ReserveReply, StoreError> {
+    const SCRIPT: &str = "reserve.lua";
+    let expired = number(reply, 1, SCRIPT)?;
+    match field(reply, 0, SCRIPT)? {
+        "reserved" => Ok(ReserveReply::Reserved { expired }),
+        "denied" => {
+            let kind = match field(reply, 2, SCRIPT)? {
+                "key" => ScopeKind::Key,
+                "org" => ScopeKind::Org,
+                _ => return Err(bad_reply(SCRIPT, reply)),
+            };
+            let period: Period = field(reply, 4, SCRIPT)?
+                .parse()
+                .map_err(|_| bad_reply(SCRIPT, reply))?;
+            let at = store_time(number(reply, 7, SCRIPT)?)?;
+            let denial = Denial {
+                kind,
+                id: field(reply, 3, SCRIPT)?.to_owned(),
+                period,
+                cap: number(reply, 5, SCRIPT)?,
+                remaining: number(reply, 6, SCRIPT)?,
+                resets_at: period.resets_at(at),
+            };
+            Ok(ReserveReply::Denied { expired, denial })
+        }
+        _ => Err(bad_reply(SCRIPT, reply)),
+    }
+}
+
+pub(super) fn settle_reply(reply: &[String]) -> Result<SettleReply, StoreError> {
+    const SCRIPT: &str = "settle.lua";
+    match field(reply, 0, SCRIPT)? {
+        "absent" => Ok(SettleReply::Absent),
+        "denied" => Ok(SettleReply::Denied),
+        "mismatch" => Ok(SettleReply::Mismatch),
+        "settled" => {
+            let status =
+                ledger_status(field(reply, 1, SCRIPT)?).ok_or_else(|| bad_reply(SCRIPT, reply))?;
+            let outcome = SettleOutcome {
+                status,
+                reserved: number(reply, 2, SCRIPT)?,
+                actual: number(reply, 3, SCRIPT)?,
+                key_remaining: number(reply, 4, SCRIPT)?,
+                applied: field(reply, 5, SCRIPT)? == "1",
+            };
+            let expired_now = field(reply, 6, SCRIPT)? == "1";
+            Ok(SettleReply::Settled {
+                outcome,
+                expired_now,
+            })
+        }
+        _ => Err(bad_reply(SCRIPT, reply)),
+    }
+}
+
+/// `(now, period id, committed, reserved)` from `state.lua`.
+pub(super) fn state_reply(
+    reply: &[String],
+) -> Result<(DateTime<Utc>, String, UsdMicros, UsdMicros), StoreError> {
+    const SCRIPT: &str = "state.lua";
+    Ok((
+        store_time(number(reply, 0, SCRIPT)?)?,
+        field(reply, 1, SCRIPT)?.to_owned(),
+        number(reply, 2, SCRIPT)?,
+        number(reply, 3, SCRIPT)?,
+    ))
+}
+
+pub(super) fn sweep_reply(reply: &[String]) -> Result<SweepReply, StoreError> {
+    const SCRIPT: &str = "sweep.lua";
+    Ok(SweepReply {
+        expired: number(reply, 0, SCRIPT)?,
+        more: field(reply, 3, SCRIPT)? == "1",
+    })
+}
+
+pub(super) fn ledger_status(text: &str) -> Option<LedgerStatus> {
+    [
+        LedgerStatus::Ok,
+        LedgerStatus::Overrun,
+        LedgerStatus::Estimated,
+        LedgerStatus::Late,
+        LedgerStatus::Expired,
+    ]
+    .into_iter()
+    .find(|status| status.as_str() == text)
+}

@@ -1,0 +1,394 @@
+//! Tests of the Redis store's own behaviour: the Lua period ids against
+//! [`Period::id_at`], script reloading, retries after timeouts, start-up
+//! and recovery while Redis is down. The protocol itself is covered by the
+//! contract suite in `budget::contract`.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeZone, Utc};
+
+use super::testing::{
+    cluster, cluster_url, free_port, redis_cli, Cluster, RedisServer, SHARED_URL,
+};
+use super::*;
+use crate::budget::{Period, DEFAULT_LEDGER_RETENTION};
+use crate::usage::Usage;
+
+const PERIODS: [Period; 5] = [
+    Period::Hour,
+    Period::Day,
+    Period::Week,
+    Period::Month,
+    Period::Total,
+];
+
+/// A plain connection without a response timeout (`DEBUG SLEEP` waits).
+async fn raw_connection(url: &str) -> ::redis::aio::MultiplexedConnection {
+    let config = ::redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    ::redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::now_v7().simple())
+}
+
+fn key_scope(cap: UsdMicros) -> Scope {
+    Scope {
+        kind: ScopeKind::Key,
+        id: unique("key"),
+        cap,
+        period: Period::Day,
+    }
+}
+
+fn request(key: &Scope, amount: UsdMicros) -> ReserveRequest {
+    ReserveRequest {
+        exec_id: uuid::Uuid::now_v7().to_string(),
+        key: key.clone(),
+        org: None,
+        amount,
+        ttl: Duration::from_secs(60),
+    }
+}
+
+fn settlement(req: &ReserveRequest, actual: UsdMicros) -> Settlement {
+    Settlement {
+        exec_id: req.exec_id.clone(),
+        key: req.key.id.clone(),
+        org: None,
+        model: "gpt-4o-mini".to_owned(),
+        usage: Usage {
+            input: 10,
+            cached_input: 0,
+            cache_write: 0,
+            output: 5,
+        },
+        actual,
+        estimated: false,
+    }
+}
+
+/// Instants around every edge a period id has: year ends (ISO weeks 52,
+/// 53 and 01), month ends, leap days, plus a spread of others.
+fn instants() -> Vec<DateTime<Utc>> {
+    let mut instants = Vec::new();
+    for year in (1970..=2100).chain([2400]) {
+        for (month, day) in [
+            (12, 28),
+            (12, 29),
+            (12, 30),
+            (12, 31),
+            (1, 1),
+            (1, 2),
+            (1, 3),
+            (1, 4),
+        ] {
+            let date = Utc.with_ymd_and_hms(year, month, day, 0, 0, 0).unwrap();
+            instants.push(date);
+            instants.push(date + chrono::TimeDelta::seconds(86_399));
+        }
+        for (month, day) in [(2, 28), (2, 29), (3, 1), (6, 30), (7, 1)] {
+            if let chrono::LocalResult::Single(date) =
+                Utc.with_ymd_and_hms(year, month, day, 23, 59, 59)
+            {
+                instants.push(date);
+            }
+        }
+    }
+    // A deterministic spread over 1970..2200, including sub-second times.
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    for _ in 0..3_000 {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let ms = (seed >> 11) % 7_258_118_400_000;
+        instants.push(DateTime::from_timestamp_millis(i64::try_from(ms).unwrap()).unwrap());
+    }
+    instants
+}
+
+#[tokio::test]
+async fn lua_period_ids_match_period_id_at() {
+    let body = "local out = {}\n\
+        for i = 1, #ARGV do\n\
+          for _, p in ipairs({'hour', 'day', 'week', 'month', 'total'}) do\n\
+            out[#out + 1] = period_id(p, tonumber(ARGV[i]))\n\
+          end\n\
+        end\n\
+        return out\n";
+    let script = ::redis::Script::new(&format!("{}\n{body}", scripts::COMMON));
+    let mut conn = raw_connection(SHARED_URL).await;
+    let instants = instants();
+    for chunk in instants.chunks(1_000) {
+        let mut invocation = script.prepare_invoke();
+        for instant in chunk {
+            invocation.arg(instant.timestamp_millis());
+        }
+        let ids: Vec<String> = invocation.invoke_async(&mut conn).await.unwrap();
+        let expected: Vec<String> = chunk
+            .iter()
+            .flat_map(|instant| PERIODS.map(|period| period.id_at(*instant)))
+            .collect();
+        for (i, (lua, rust)) in ids.iter().zip(&expected).enumerate() {
+            assert_eq!(lua, rust, "at {}", chunk[i / PERIODS.len()]);
+        }
+        assert_eq!(ids.len(), expected.len());
+    }
+}
+
+#[tokio::test]
+async fn scripts_are_loaded_again_after_script_flush() {
+    let server = RedisServer::start(&[]);
+    let store = RedisStore::connect(&server.url(), 0, DEFAULT_LEDGER_RETENTION)
+        .await
+        .unwrap();
+    let key = key_scope(1_000);
+    let first = request(&key, 100);
+    assert_eq!(
+        store.reserve(&first).await.unwrap(),
+        ReserveOutcome::Reserved
+    );
+
+    let mut admin = raw_connection(&server.url()).await;
+    let _: () = ::redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let sha = store.inner.scripts.reserve.get_hash().to_owned();
+    let exists: Vec<bool> = ::redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(&sha)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(exists, [false]);
+
+    let second = request(&key, 200);
+    assert_eq!(
+        store.reserve(&second).await.unwrap(),
+        ReserveOutcome::Reserved
+    );
+    assert_eq!(
+        store.settle(&settlement(&first, 100)).await.unwrap().actual,
+        100
+    );
+    let state = store.scope_state(&key).await.unwrap();
+    assert_eq!((state.spent, state.reserved), (100, 200));
+}
+
+/// Makes the server at `url` stall for 0.6 s from (about) now; the task
+/// ends when it answers again.
+async fn stall(url: &str) -> tokio::task::JoinHandle<()> {
+    let mut admin = raw_connection(url).await;
+    let stalled = tokio::spawn(async move {
+        let _: () = ::redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("0.6")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stalled
+}
+
+/// How many EVALSHA calls the server at `url` has run.
+async fn evalsha_calls(url: &str) -> u64 {
+    let mut admin = raw_connection(url).await;
+    let info: String = ::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_timed_out_is_retried_and_applies_once() {
+    let server = RedisServer::start(&["--enable-debug-command", "yes"]);
+    let policy = CallPolicy {
+        timeout: Duration::from_millis(150),
+        attempts: 20,
+        first_backoff: Duration::from_millis(20),
+    };
+    let store =
+        RedisStore::with_policy(&server.url(), 0, DEFAULT_LEDGER_RETENTION, policy).unwrap();
+    let key = key_scope(1_000);
+    // Load the scripts first, so the stalled attempts are the real calls.
+    store.reserve(&request(&key, 1)).await.unwrap();
+
+    // Redis stalls; the first attempts time out while queued, then all of
+    // them run: the first reserves, the rest find the record.
+    let req = request(&key, 300);
+    let calls_before = evalsha_calls(&server.url()).await;
+    let stalled = stall(&server.url()).await;
+    assert_eq!(store.reserve(&req).await.unwrap(), ReserveOutcome::Reserved);
+    stalled.await.unwrap();
+    assert!(
+        evalsha_calls(&server.url()).await - calls_before >= 2,
+        "no retry"
+    );
+    let state = store.scope_state(&key).await.unwrap();
+    assert_eq!((state.spent, state.reserved), (0, 301));
+
+    let calls_before = evalsha_calls(&server.url()).await;
+    let stalled = stall(&server.url()).await;
+    let outcome = store.settle(&settlement(&req, 250)).await.unwrap();
+    stalled.await.unwrap();
+    assert!(
+        evalsha_calls(&server.url()).await - calls_before >= 2,
+        "no retry"
+    );
+    // The attempt that applied it timed out; the retry still reports this
+    // call as the one that applied it.
+    assert!(outcome.applied);
+    assert_eq!(outcome.status, LedgerStatus::Ok);
+    let state = store.scope_state(&key).await.unwrap();
+    assert_eq!((state.spent, state.reserved), (250, 1));
+    let tag = tag_for(None, &key.id);
+    assert_eq!(store.ledger(&tag).await.unwrap().len(), 1);
+    // A later settle of the same exec id is a repeat, not this call.
+    let again = store.settle(&settlement(&req, 250)).await.unwrap();
+    assert!(!again.applied);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_while_redis_is_down_and_recovers_when_it_returns() {
+    let port = free_port(false);
+    let url = format!("redis://127.0.0.1:{port}");
+    let store = RedisStore::connect(&url, 0, DEFAULT_LEDGER_RETENTION)
+        .await
+        .unwrap();
+    let key = key_scope(1_000);
+    assert!(store.ping().await.is_err());
+    assert!(matches!(
+        store.reserve(&request(&key, 100)).await,
+        Err(StoreError::Unavailable(_) | StoreError::Timeout)
+    ));
+
+    let Some(mut server) = RedisServer::start_on(port, &[]) else {
+        panic!("port {port} was taken before redis-server could use it");
+    };
+    await_ping(&store).await;
+    let req = request(&key, 100);
+    assert_eq!(store.reserve(&req).await.unwrap(), ReserveOutcome::Reserved);
+
+    // A restart loses the scripts (and, without persistence, the data):
+    // the store reconnects and loads them again.
+    server.stop();
+    assert!(store.ping().await.is_err());
+    let Some(_server) = RedisServer::start_on(port, &[]) else {
+        panic!("port {port} was taken before redis-server could restart on it");
+    };
+    await_ping(&store).await;
+    assert_eq!(
+        store.reserve(&request(&key, 100)).await.unwrap(),
+        ReserveOutcome::Reserved
+    );
+}
+
+async fn await_ping(store: &RedisStore) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.ping().await.is_err() {
+        assert!(Instant::now() < deadline, "the store never reconnected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn amounts_of_2_to_the_53_are_refused_before_anything_is_written() {
+    let store = RedisStore::connect(SHARED_URL, 0, DEFAULT_LEDGER_RETENTION)
+        .await
+        .unwrap();
+    let key = key_scope(1_000);
+    let too_big = request(&key, 1 << 53);
+    assert!(matches!(
+        store.reserve(&too_big).await,
+        Err(StoreError::Unavailable(message)) if message.contains("2^53")
+    ));
+    let state = store.scope_state(&key).await.unwrap();
+    assert_eq!((state.spent, state.reserved), (0, 0));
+    assert!(store
+        .ledger(&tag_for(None, &key.id))
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn a_malformed_url_is_the_only_connect_error() {
+    assert!(
+        RedisStore::connect("redis+cluster://", 0, DEFAULT_LEDGER_RETENTION)
+            .await
+            .is_err()
+    );
+    assert!(
+        RedisStore::connect("no scheme", 0, DEFAULT_LEDGER_RETENTION)
+            .await
+            .is_err()
+    );
+    assert!(matches!(
+        RedisStore::connect("rediss://127.0.0.1:6379", 0, DEFAULT_LEDGER_RETENTION).await,
+        Err(RedisUrlError::TlsUnsupported)
+    ));
+    let store = RedisStore::connect(
+        "redis://user:secret@127.0.0.1:1",
+        0,
+        DEFAULT_LEDGER_RETENTION,
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.endpoint(), "redis://127.0.0.1:1");
+    assert!(!format!("{store:?}").contains("secret"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_store_starts_while_the_cluster_is_down() {
+    let ports: Vec<u16> = (0..3).map(|_| free_port(true)).collect();
+    let store = RedisStore::connect(&cluster_url(ports.clone()), 0, DEFAULT_LEDGER_RETENTION)
+        .await
+        .unwrap();
+    assert!(store.ping().await.is_err());
+
+    let _cluster = tokio::task::spawn_blocking(move || Cluster::start_on(&ports))
+        .await
+        .unwrap();
+    await_ping(&store).await;
+    let key = key_scope(1_000);
+    assert_eq!(
+        store.reserve(&request(&key, 100)).await.unwrap(),
+        ReserveOutcome::Reserved
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_scripts_are_loaded_again_after_script_flush() {
+    let cluster = tokio::task::spawn_blocking(cluster).await.unwrap();
+    let store = RedisStore::connect(&cluster.url(), 0, DEFAULT_LEDGER_RETENTION)
+        .await
+        .unwrap();
+    // Keys spread over the slots, so every primary needs the scripts.
+    let keys: Vec<Scope> = (0..12).map(|_| key_scope(1_000)).collect();
+    for key in &keys {
+        store.reserve(&request(key, 10)).await.unwrap();
+    }
+    for port in cluster.ports() {
+        assert_eq!(redis_cli(port, &["script", "flush"]).trim(), "OK");
+    }
+    for key in &keys {
+        assert_eq!(
+            store.reserve(&request(key, 10)).await.unwrap(),
+            ReserveOutcome::Reserved
+        );
+        let state = store.scope_state(key).await.unwrap();
+        assert_eq!(state.reserved, 20);
+    }
+}
