@@ -19,6 +19,10 @@
 //! panics. On Redis it creates keys named after the run and deletes
 //! exactly those afterwards.
 
+#[path = "load/books.rs"]
+mod books;
+#[path = "load/calls.rs"]
+mod calls;
 #[path = "load/client.rs"]
 mod client;
 #[path = "load/drive.rs"]

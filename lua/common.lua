@@ -8,6 +8,7 @@ of a Redis Cluster):
                                  `<kind>:<id>:<period id>:f`    folded ledger sum (trimmed entries)
                                  `folds`                        times the ledger was trimmed
   KEYS[2] tg:{T}:res      hash   exec_id -> reservation record (cjson, amounts as strings)
+                                 `claim:<claim>` -> the exec_id holding that idempotency claim
   KEYS[3] tg:{T}:pending  zset   exec_id by deadline (ms), open reservations only
   KEYS[4] tg:{T}:closed   zset   exec_id by when its closed record may be forgotten (ms)
   KEYS[5] tg:{T}:ledger   stream one entry per settle or expiry
@@ -21,7 +22,8 @@ Record (`res` value), every number a decimal string:
   s   open | expired | settled | denied
   a   amount; k key id; o org id (absent without org); kp, op the period
       ids charged; kc the key's cap at reserve time; d deadline (ms);
-      ttl (ms) how long a closed record is kept
+      ttl (ms) how long a closed record is kept; c the idempotency claim
+      the reservation holds while open (absent without one)
   settled: st status, act actual, rem the key's remaining after the settle,
            by the id of the settle call that applied it
   denied:  dk kind, di id, dp period, dc cap, dr remaining, at time (ms)
@@ -187,9 +189,20 @@ local function load_record(exec_id)
   return cjson.decode(raw)
 end
 
+-- The `res` field naming the exec id that holds an idempotency claim; the
+-- prefix keeps it apart from exec ids (UUIDs).
+local function claim_field(claim)
+  return 'claim:' .. claim
+end
+
 -- Stores a closed record and keeps it `ttl` from now, so retries still get
--- the first answer; the sweep forgets it after that.
+-- the first answer; the sweep forgets it after that. A claim the
+-- reservation held is released, unless a later reservation took it over
+-- (this one was past its deadline by then).
 local function close(exec_id, rec, now)
+  if rec.c and redis.call('HGET', KEYS[2], claim_field(rec.c)) == exec_id then
+    redis.call('HDEL', KEYS[2], claim_field(rec.c))
+  end
   redis.call('HSET', KEYS[2], exec_id, cjson.encode(rec))
   redis.call('ZADD', KEYS[4], fmt(now + tonumber(rec.ttl)), exec_id)
 end

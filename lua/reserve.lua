@@ -15,14 +15,21 @@ ARGV:
  11 clock offset (ms, signed; always 0 in production, set only by tests)
  12 lazy sweep limit: due reservations expired (and closed records
     forgotten) before this reserve
+ 13 idempotency claim (64 hex digits), or '' for none: the request is a
+    duplicate while an open reservation under another exec id holds it
 Returns:
   {'reserved', expired}
   {'denied', expired, kind, id, period, cap, remaining, at_ms}
+  {'duplicate', expired}
   where `expired` counts the reservations the lazy sweep expired, and a
   denial names the key when both scopes would deny.
 Invariants: idempotent on exec_id (a retry returns the first answer, also
 after that reservation was settled or expired, until its record is
-forgotten); a denial charges nothing; every key touched is in KEYS.
+forgotten), and an exec id with a record is never a duplicate, so the
+gateway's own retry of a claimed reserve gets its first answer; a denial
+or a duplicate charges nothing; a duplicate is not remembered (a retry of
+it asks again); a denial takes no claim; a reservation holds its claim
+until it closes; every key touched is in KEYS.
 ]]
 
 local exec_id = ARGV[1]
@@ -41,6 +48,10 @@ if ARGV[7] == '1' then
 end
 local offset = signed_arg(ARGV[11], 'clock offset')
 local lazy_limit = int_arg(ARGV[12], 'lazy sweep limit')
+local claim = ARGV[13]
+if claim ~= '' and not string.match(claim, '^%x+$') then
+  fail('claim is not hex: ' .. tostring(claim))
+end
 
 local now = store_now(offset)
 local expired = expire_due(now, lazy_limit)
@@ -52,6 +63,14 @@ if first then
     return { 'denied', fmt(expired), first.dk, first.di, first.dp, first.dc, first.dr, first.at }
   end
   return { 'reserved', fmt(expired) }
+end
+
+if claim ~= '' then
+  local holder = redis.call('HGET', KEYS[2], claim_field(claim))
+  local held = holder and load_record(holder)
+  if held and held.s == 'open' and tonumber(held.d) > now then
+    return { 'duplicate', fmt(expired) }
+  end
 end
 
 -- The key is checked first, so when both would deny, the key is named.
@@ -78,6 +97,10 @@ local rec = {
 if scopes[2] then
   rec.o = scopes[2].id
   rec.op = scopes[2].pid
+end
+if claim ~= '' then
+  rec.c = claim
+  redis.call('HSET', KEYS[2], claim_field(claim), exec_id)
 end
 for _, scope in ipairs(scopes) do
   add(scope.field, amount)

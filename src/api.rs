@@ -173,7 +173,8 @@ impl Call {
     /// The body to forward.
     pub fn forward_body(&self) -> Bytes {
         if self.changed {
-            Bytes::from(Value::Object(self.body.clone()).to_string())
+            // Serialising a parsed JSON map cannot fail.
+            Bytes::from(serde_json::to_vec(&self.body).unwrap_or_default())
         } else {
             self.original.clone()
         }

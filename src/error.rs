@@ -43,6 +43,10 @@ pub enum GatewayError {
     UnknownModel { model: String },
     #[error("{}", budget_message(.0))]
     BudgetExceeded(Denial),
+    /// A request with the same `Idempotency-Key` (under the same gateway
+    /// key) is still in flight.
+    #[error("a request with this Idempotency-Key is still in progress; this one was not sent and costs nothing. Wait for the first to finish, or send a new Idempotency-Key for a new request")]
+    IdempotencyConflict,
     #[error("provider `{provider}` has no API key: the gateway operator must set the environment variable {env}")]
     ProviderKeyMissing { provider: String, env: String },
     #[error("the budget store is unavailable, so the call was not sent; retry shortly")]
@@ -84,6 +88,7 @@ impl GatewayError {
                 StatusCode::NOT_FOUND
             }
             GatewayError::BudgetExceeded(_) => StatusCode::PAYMENT_REQUIRED,
+            GatewayError::IdempotencyConflict => StatusCode::CONFLICT,
             GatewayError::ProviderKeyMissing { .. } | GatewayError::StoreUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -104,6 +109,9 @@ impl GatewayError {
             GatewayError::ModelNotAllowed { .. } => ("permission_error", Some("model_not_allowed")),
             GatewayError::UnknownModel { .. } => ("invalid_request_error", Some("model_not_found")),
             GatewayError::BudgetExceeded(_) => ("insufficient_quota", Some("budget_exceeded")),
+            GatewayError::IdempotencyConflict => {
+                ("invalid_request_error", Some("idempotency_conflict"))
+            }
             GatewayError::ProviderKeyMissing { .. } => {
                 ("server_error", Some("provider_not_configured"))
             }
@@ -120,7 +128,9 @@ impl GatewayError {
     fn anthropic_type(&self) -> &'static str {
         match self {
             GatewayError::MissingKey | GatewayError::InvalidKey => "authentication_error",
-            GatewayError::BadRequest { .. } => "invalid_request_error",
+            GatewayError::BadRequest { .. } | GatewayError::IdempotencyConflict => {
+                "invalid_request_error"
+            }
             GatewayError::BodyTooLarge { .. } => "request_too_large",
             GatewayError::ModelNotAllowed { .. } => "permission_error",
             GatewayError::UnknownModel { .. } | GatewayError::NotFound { .. } => "not_found_error",
@@ -163,7 +173,9 @@ impl GatewayError {
             HeaderValue::from_static("application/json"),
         );
         if let Ok(id) = HeaderValue::from_str(request_id) {
-            headers.insert("x-tollgate-request-id", id);
+            if !request_id.is_empty() {
+                headers.insert("x-tollgate-request-id", id);
+            }
         }
         if let GatewayError::BudgetExceeded(denial) = &self {
             // A cap is not a transient limit: tell SDKs not to retry, and

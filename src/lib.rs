@@ -18,6 +18,8 @@
 //!   [`prices`] price tokens exactly in integer micro-USD.
 //! - [`budget`] is the reserve/settle protocol and its stores.
 //! - [`metered`] is the response body that settles exactly once.
+//! - [`metrics`] counts reserves, settlements and store calls for
+//!   `GET /metrics`.
 //! - [`config`] loads and checks the TOML config; [`auth`] finds the key.
 //! - [`upstream`] is the shared pooled client to the providers.
 //! - [`mock`] is a fake OpenAI + Anthropic provider for tests and demos.
@@ -29,6 +31,7 @@ pub mod config;
 pub mod error;
 pub mod estimate;
 pub mod metered;
+pub mod metrics;
 pub mod mock;
 pub mod money;
 pub mod prices;

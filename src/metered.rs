@@ -12,6 +12,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -23,8 +24,9 @@ use tokio::time::{Instant, Sleep};
 
 use crate::budget::{BudgetStore, SettleOutcome, Settlement, StoreError};
 use crate::estimate::Estimate;
+use crate::metrics::{Metrics, StoreOp};
 use crate::prices::ModelPrice;
-use crate::server::BoxError;
+use crate::server::{BoxError, Gateway};
 use crate::sse::SseSplitter;
 use crate::usage::{EventAction, StreamKind, StreamMeter, Usage};
 
@@ -44,6 +46,7 @@ pub struct SettleTicket {
 /// What a settlement needs to know of the reserved call.
 struct ReservedCall {
     store: BudgetStore,
+    metrics: Arc<Metrics>,
     exec_id: String,
     key: String,
     org: Option<String>,
@@ -53,8 +56,9 @@ struct ReservedCall {
 }
 
 impl SettleTicket {
+    /// A ticket for a call reserved in `gateway`'s store.
     pub fn new(
-        store: BudgetStore,
+        gateway: &Gateway,
         exec_id: String,
         key: String,
         org: Option<String>,
@@ -64,7 +68,8 @@ impl SettleTicket {
     ) -> SettleTicket {
         SettleTicket {
             call: Some(ReservedCall {
-                store,
+                store: gateway.store.clone(),
+                metrics: gateway.metrics.clone(),
                 exec_id,
                 key,
                 org,
@@ -130,9 +135,11 @@ impl ReservedCall {
         let started = Instant::now();
         let mut backoff = Duration::from_millis(50);
         loop {
-            match self.store.settle(&settlement).await {
+            let settled = self.store.settle(&settlement);
+            match self.metrics.time(StoreOp::Settle, settled).await {
                 Ok(outcome) => {
                     log_outcome(&settlement, &outcome);
+                    self.metrics.count_settlement(&outcome);
                     return Some(outcome);
                 }
                 Err(error @ (StoreError::Unavailable(_) | StoreError::Timeout))

@@ -4,7 +4,9 @@
 //! 2. read the body (bounded) and check it, setting an output limit if the
 //!    client gave none;
 //! 3. find the model's price and provider, and the key's right to it;
-//! 4. estimate the call's upper bound and reserve it against every cap;
+//! 4. estimate the call's upper bound and reserve it against every cap
+//!    (refused with 409 while a request with the same `Idempotency-Key`
+//!    under the same gateway key is still in flight);
 //! 5. forward it with the provider's credential;
 //! 6. settle the actual cost — before the body of a plain response, before
 //!    the terminal event of a stream (see [`crate::metered`]).
@@ -19,21 +21,32 @@ use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use sha2::{Digest, Sha256};
 use tokio::time::{timeout_at, Instant};
 use uuid::Uuid;
 
 use crate::api::{Api, Call};
-use crate::budget::{ReserveOutcome, ReserveRequest};
+use crate::budget::{ClaimedReserve, ReserveOutcome, ReserveRequest};
 use crate::config::{KeyConfig, OnStoreError, ProviderKind};
 use crate::error::GatewayError;
 use crate::estimate::{estimate, TokenCounter};
 use crate::metered::{MeteredBody, SettleTicket};
+use crate::metrics::StoreOp;
 use crate::server::{full, Body, BoxError, Gateway};
 use crate::upstream;
 use crate::usage::parse_body_usage;
 
 /// Output allowance for a model whose price entry gives no maximum.
 const DEFAULT_OUTPUT_LIMIT: u64 = 4_096;
+
+/// The header a client names a request with, so that a repeat sent while
+/// the first is still in flight is refused instead of paid twice. It is
+/// forwarded to the provider unchanged.
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The longest `Idempotency-Key` accepted (as long as Stripe's and
+/// OpenAI's).
+const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
 
 pub async fn handle(
     gateway: &Arc<Gateway>,
@@ -62,6 +75,7 @@ async fn proxy(
 ) -> Result<Response<Body>, GatewayError> {
     let (parts, body) = request.into_parts();
     let key = gateway.keys.authenticate(&parts.headers)?;
+    let claim = idempotency_claim(&parts.headers, &key.id)?;
     let body = read_body(
         &parts.headers,
         body,
@@ -104,14 +118,14 @@ async fn proxy(
         price,
         TokenCounter::for_model(provider.kind, &call.model),
     );
-    if !reserve(gateway, key, exec_id, estimate.amount).await? {
+    if !reserve(gateway, key, exec_id, estimate.amount, claim.as_deref()).await? {
         // The store is down and the operator chose to let calls through
         // unmetered; each one is logged.
         return forward_unmetered(gateway, api, &call, provider, provider_key, &parts.headers)
             .await;
     }
     let mut ticket = SettleTicket::new(
-        gateway.store.clone(),
+        gateway,
         exec_id.to_owned(),
         key.id.clone(),
         key.org.clone(),
@@ -246,13 +260,51 @@ async fn read_body(
     }
 }
 
-/// Reserves the call's upper bound. `Ok(false)`: the store is down and the
-/// operator opted to let calls through (`on_store_error = "allow"`).
+/// The claim the request's `Idempotency-Key` makes, if it sends one: the
+/// hex SHA-256 of the gateway key's id, a NUL byte and the header value,
+/// so the same header under another gateway key is another claim (key ids
+/// never contain NUL). The header must appear once, with 1 to 255 visible
+/// ASCII characters.
+fn idempotency_claim(headers: &HeaderMap, key_id: &str) -> Result<Option<String>, GatewayError> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let invalid = |problem: String| GatewayError::BadRequest {
+        message: format!("invalid Idempotency-Key header: {problem}"),
+        param: None,
+    };
+    if values.next().is_some() {
+        return Err(invalid("send it once".to_owned()));
+    }
+    let value = value.as_bytes();
+    if value.is_empty() || value.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+        return Err(invalid(format!(
+            "it must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes long, not {}",
+            value.len()
+        )));
+    }
+    if !value.iter().all(u8::is_ascii_graphic) {
+        return Err(invalid(
+            "use visible ASCII characters only, without spaces".to_owned(),
+        ));
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(key_id.as_bytes());
+    hasher.update([0]);
+    hasher.update(value);
+    Ok(Some(hex::encode(hasher.finalize())))
+}
+
+/// Reserves the call's upper bound, under the request's idempotency claim
+/// when it has one. `Ok(false)`: the store is down and the operator opted
+/// to let calls through (`on_store_error = "allow"`).
 async fn reserve(
     gateway: &Gateway,
     key: &KeyConfig,
     exec_id: &str,
     amount: u64,
+    claim: Option<&str>,
 ) -> Result<bool, GatewayError> {
     let (key_scope, org_scope) = gateway.scopes(key);
     let request = ReserveRequest {
@@ -262,7 +314,25 @@ async fn reserve(
         amount,
         ttl: gateway.config.store.reservation_ttl,
     };
-    match gateway.store.reserve(&request).await {
+    let reserving = async {
+        match claim {
+            Some(claim) => gateway.store.reserve_claimed(&request, claim).await,
+            None => gateway
+                .store
+                .reserve(&request)
+                .await
+                .map(ClaimedReserve::Ran),
+        }
+    };
+    let outcome = match gateway.metrics.time(StoreOp::Reserve, reserving).await {
+        // The first request under this claim is still in flight: nothing
+        // was charged, and nothing is sent.
+        Ok(ClaimedReserve::Duplicate) => return Err(GatewayError::IdempotencyConflict),
+        Ok(ClaimedReserve::Ran(outcome)) => Ok(outcome),
+        Err(error) => Err(error),
+    };
+    gateway.metrics.count_reserve(&outcome);
+    match outcome {
         Ok(ReserveOutcome::Reserved) => Ok(true),
         Ok(ReserveOutcome::Denied(denial)) => Err(GatewayError::BudgetExceeded(denial)),
         Err(error) => match gateway.config.store.on_store_error {

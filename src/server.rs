@@ -1,10 +1,11 @@
 //! The gateway's HTTP server: accepts connections on a listener it is
 //! given, routes each request, and on shutdown stops accepting and waits
-//! for every in-flight call to finish and settle.
+//! for every in-flight call to finish and settle. The [`Gateway`] also runs
+//! the periodic sweep that releases expired reservations.
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,12 +19,14 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
+use tokio::time::MissedTickBehavior;
 
 use crate::api::Api;
 use crate::auth::Keys;
-use crate::budget::{BudgetStore, Scope, ScopeKind};
+use crate::budget::{tag_for, BudgetStore, Scope, ScopeKind, SweeperGuard};
 use crate::config::{Config, KeyConfig};
 use crate::error::{GatewayError, Shape};
+use crate::metrics::{self, Metrics, StoreOp};
 use crate::upstream::{self, UpstreamClient};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -43,6 +46,22 @@ pub struct Gateway {
     pub keys: Keys,
     pub store: BudgetStore,
     pub client: UpstreamClient,
+    pub metrics: Arc<Metrics>,
+    /// Every tag the configured scopes' budget data lives under (see
+    /// [`budget_tags`]): what the sweep and the metrics read.
+    pub budget_tags: Vec<String>,
+}
+
+/// Every hash tag budget data can live under: each org, and each key
+/// without one (see [`tag_for`]).
+pub fn budget_tags(config: &Config) -> Vec<String> {
+    let orgs = config.orgs.iter().map(|org| org.id.clone());
+    let keys_alone = config
+        .keys
+        .iter()
+        .filter(|key| key.org.is_none())
+        .map(|key| tag_for(None, &key.id));
+    orgs.chain(keys_alone).collect()
 }
 
 impl Gateway {
@@ -61,8 +80,21 @@ impl Gateway {
             keys: Keys::new(config.keys.clone()),
             client: upstream::client()?,
             store,
+            metrics: Arc::new(Metrics::new()),
+            budget_tags: budget_tags(&config),
             config,
         })
+    }
+
+    /// Starts the periodic sweep on the current Tokio runtime: every
+    /// `every`, due reservations under [`Gateway::budget_tags`] are
+    /// released, so headroom comes back even when no call arrives, and
+    /// counted in the metrics. The task holds the gateway weakly and ends
+    /// when the guard drops or the gateway does.
+    pub fn spawn_sweeper(self: &Arc<Self>, every: Duration) -> SweeperGuard {
+        let gateway = Arc::downgrade(self);
+        let task = tokio::spawn(sweep_periodically(gateway, every.max(MIN_SWEEP_INTERVAL)));
+        SweeperGuard::new(task.abort_handle())
     }
 
     /// The scopes a key spends from: itself and its org.
@@ -86,6 +118,41 @@ impl Gateway {
                 })
         });
         (key_scope, org_scope)
+    }
+}
+
+/// A zero interval would make the sweep task spin.
+const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(1);
+
+async fn sweep_periodically(gateway: Weak<Gateway>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // Logged when the sweep starts failing and when it recovers, not on
+    // every tick while the store is down.
+    let mut failing = false;
+    loop {
+        ticks.tick().await;
+        let Some(gateway) = gateway.upgrade() else {
+            break;
+        };
+        let swept = gateway
+            .metrics
+            .time(StoreOp::Sweep, gateway.store.sweep(&gateway.budget_tags))
+            .await;
+        match swept {
+            Ok(released) => {
+                gateway.metrics.count_expired(released);
+                if failing {
+                    failing = false;
+                    tracing::info!("budget sweep works again");
+                }
+            }
+            Err(error) if !failing => {
+                failing = true;
+                tracing::warn!(%error, "budget sweep failed");
+            }
+            Err(_) => {}
+        }
     }
 }
 
@@ -134,6 +201,29 @@ pub async fn run(
 }
 
 async fn route(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response<Body> {
+    let route = route_label(request.uri().path());
+    let response = respond(gateway, request).await;
+    gateway.metrics.count_request(route, response.status());
+    response
+}
+
+/// The `route` label of a path: one of the gateway's own, or `other`, so
+/// the label's values stay few whatever clients ask for.
+fn route_label(path: &str) -> &'static str {
+    if let Some(api) = Api::from_path(path) {
+        return api.path();
+    }
+    match path {
+        "/healthz" => "/healthz",
+        "/readyz" => "/readyz",
+        "/metrics" => "/metrics",
+        "/v1/models" => "/v1/models",
+        "/v1/budget" => "/v1/budget",
+        _ => "other",
+    }
+}
+
+async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path();
     if request.method() == Method::POST {
         if let Some(api) = Api::from_path(path) {
@@ -144,6 +234,7 @@ async fn route(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response<B
     let result = match (request.method(), path) {
         (&Method::GET, "/healthz") => Ok(json_response(StatusCode::OK, &json!({"status": "ok"}))),
         (&Method::GET, "/readyz") => Ok(readiness(gateway).await),
+        (&Method::GET, "/metrics") => Ok(scrape(gateway).await),
         (&Method::GET, "/v1/models") => models(gateway, &request, shape),
         (&Method::GET, "/v1/budget") => budget(gateway, &request).await,
         (method, path) => Err(GatewayError::NotFound {
@@ -177,7 +268,8 @@ pub fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
 }
 
 async fn readiness(gateway: &Gateway) -> Response<Body> {
-    match gateway.store.ping().await {
+    let ping = gateway.metrics.time(StoreOp::Ping, gateway.store.ping());
+    match ping.await {
         Ok(()) => json_response(
             StatusCode::OK,
             &json!({"status": "ready", "store": gateway.store.backend_name()}),
@@ -188,6 +280,31 @@ async fn readiness(gateway: &Gateway) -> Response<Body> {
                 StatusCode::SERVICE_UNAVAILABLE,
                 &json!({"status": "unavailable", "store": gateway.store.backend_name()}),
             )
+        }
+    }
+}
+
+/// `GET /metrics`: asks for no key, like `/healthz`, so it belongs on a
+/// private network (see [`crate::metrics`]).
+async fn scrape(gateway: &Gateway) -> Response<Body> {
+    match gateway
+        .metrics
+        .scrape(&gateway.store, &gateway.budget_tags)
+        .await
+    {
+        Ok(text) => {
+            let mut response = Response::new(full(text));
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static(metrics::CONTENT_TYPE),
+            );
+            response
+        }
+        Err(error) => {
+            tracing::error!(%error, "could not encode the metrics");
+            let mut response = Response::new(full(""));
+            *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            response
         }
     }
 }
@@ -246,7 +363,10 @@ async fn budget(
 }
 
 async fn scope_json(gateway: &Gateway, scope: &Scope) -> Result<Value, GatewayError> {
-    let state = gateway.store.scope_state(scope).await.map_err(|error| {
+    let state = gateway
+        .metrics
+        .time(StoreOp::State, gateway.store.scope_state(scope));
+    let state = state.await.map_err(|error| {
         tracing::error!(%error, "budget store error");
         GatewayError::StoreUnavailable
     })?;

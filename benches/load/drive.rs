@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::calls::Calls;
 use crate::client::{Conn, Target};
 use crate::error::BenchError;
 
@@ -120,9 +120,11 @@ impl Sample {
 async fn call(
     conn: &mut Conn,
     target: &Target,
-    body: &Bytes,
+    calls: &Calls,
 ) -> Result<(u16, Option<u64>, String), BenchError> {
-    let reply = conn.call(target.post(CHAT_PATH, body.clone())?).await?;
+    let reply = conn
+        .call(target.post(CHAT_PATH, calls.next_body())?)
+        .await?;
     let text = if reply.status == 200 {
         String::new()
     } else {
@@ -137,7 +139,7 @@ async fn call(
 /// `connections` connections, each calling back to back for `duration`.
 pub async fn closed_loop(
     target: &Target,
-    body: &Bytes,
+    calls: &Arc<Calls>,
     connections: usize,
     duration: Duration,
 ) -> Result<Sample, BenchError> {
@@ -151,8 +153,8 @@ pub async fn closed_loop(
     let deadline = started + duration;
     let mut workers = JoinSet::new();
     for conn in conns {
-        let (target, body) = (target.clone(), body.clone());
-        workers.spawn(async move { closed_loop_worker(conn, &target, &body, deadline).await });
+        let (target, calls) = (target.clone(), calls.clone());
+        workers.spawn(async move { closed_loop_worker(conn, &target, &calls, deadline).await });
     }
     let mut total = Sample::empty();
     let collect = async {
@@ -172,7 +174,7 @@ pub async fn closed_loop(
 async fn closed_loop_worker(
     mut conn: Conn,
     target: &Target,
-    body: &Bytes,
+    calls: &Calls,
     deadline: Instant,
 ) -> Sample {
     let mut sample = Sample::empty();
@@ -181,7 +183,7 @@ async fn closed_loop_worker(
         if start >= deadline {
             break;
         }
-        let outcome = call(&mut conn, target, body).await;
+        let outcome = call(&mut conn, target, calls).await;
         sample.record(outcome, start.elapsed());
         if !conn.is_open() {
             match Conn::open(target.addr).await {
@@ -200,7 +202,7 @@ async fn closed_loop_worker(
 /// requests in flight, and the results.
 struct OpenLoop {
     target: Target,
-    body: Bytes,
+    calls: Arc<Calls>,
     idle: Mutex<Vec<Conn>>,
     in_flight: Semaphore,
     sample: Mutex<Sample>,
@@ -211,7 +213,7 @@ struct OpenLoop {
 /// counts in their latency).
 pub async fn open_loop(
     target: &Target,
-    body: &Bytes,
+    calls: &Arc<Calls>,
     rate: u32,
     duration: Duration,
     max_in_flight: usize,
@@ -221,7 +223,7 @@ pub async fn open_loop(
     let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
     let shared = Arc::new(OpenLoop {
         target: target.clone(),
-        body: body.clone(),
+        calls: calls.clone(),
         idle: Mutex::new(Vec::new()),
         in_flight: Semaphore::new(max_in_flight.max(1)),
         sample: Mutex::new(Sample::empty()),
@@ -278,7 +280,7 @@ async fn open_loop_request(shared: Arc<OpenLoop>, intended: Instant) {
     };
     let (outcome, conn) = match conn {
         Ok(mut conn) => (
-            call(&mut conn, &shared.target, &shared.body).await,
+            call(&mut conn, &shared.target, &shared.calls).await,
             Some(conn),
         ),
         Err(error) => (Err(error), None),

@@ -1,6 +1,11 @@
-//! What Redis itself says about the gateway's use of it: script calls from
-//! `INFO commandstats`, commands per socket read from `INFO stats` (above 1
-//! means commands arrived pipelined), and the removal of the run's own keys.
+//! What Redis itself says about the gateway's use of it: script calls and
+//! the time Redis spent in them from `INFO commandstats`, socket reads from
+//! `INFO stats` (more script calls than reads means they arrived
+//! pipelined), and the removal of the run's own keys.
+//!
+//! `total_commands_processed` also counts the commands a script runs
+//! inside Redis, so per-read figures use the EVALSHA calls, which are what
+//! the gateway sends.
 //!
 //! The counters are server-wide: anything else using the same Redis during
 //! a phase is counted too, which can only push the figures up.
@@ -24,6 +29,8 @@ pub struct RedisProbe {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Counters {
     pub evalsha: u64,
+    /// Time Redis spent running EVALSHA calls, µs.
+    pub evalsha_usec: u64,
     pub eval: u64,
     pub commands: u64,
     pub reads: u64,
@@ -34,9 +41,20 @@ impl Counters {
     pub fn since(self, before: Counters) -> Counters {
         Counters {
             evalsha: self.evalsha.saturating_sub(before.evalsha),
+            evalsha_usec: self.evalsha_usec.saturating_sub(before.evalsha_usec),
             eval: self.eval.saturating_sub(before.eval),
             commands: self.commands.saturating_sub(before.commands),
             reads: self.reads.saturating_sub(before.reads),
+        }
+    }
+
+    pub fn plus(self, other: Counters) -> Counters {
+        Counters {
+            evalsha: self.evalsha + other.evalsha,
+            evalsha_usec: self.evalsha_usec + other.evalsha_usec,
+            eval: self.eval + other.eval,
+            commands: self.commands + other.commands,
+            reads: self.reads + other.reads,
         }
     }
 }
@@ -54,11 +72,12 @@ impl RedisProbe {
             .arg("commandstats")
             .query(&mut self.conn)?;
         let stats: String = redis::cmd("INFO").arg("stats").query(&mut self.conn)?;
-        let calls = |command: &str| command_calls(&commandstats, command).unwrap_or(0);
+        let calls = |command: &str| command_stat(&commandstats, command, "calls").unwrap_or(0);
         let stats = info_fields(&stats);
         let field = |name: &str| stats.get(name).and_then(|v| v.parse().ok()).unwrap_or(0);
         Ok(Counters {
             evalsha: calls("evalsha"),
+            evalsha_usec: command_stat(&commandstats, "evalsha", "usec").unwrap_or(0),
             eval: calls("eval"),
             commands: field("total_commands_processed"),
             reads: field("total_reads_processed"),
@@ -100,12 +119,14 @@ fn info_fields(info: &str) -> HashMap<&str, &str> {
         .collect()
 }
 
-/// `calls=N` of `cmdstat_<command>:calls=N,usec=...`.
-fn command_calls(commandstats: &str, command: &str) -> Option<u64> {
+/// `N` of `name=N` in `cmdstat_<command>:calls=N,usec=N,...`.
+fn command_stat(commandstats: &str, command: &str, name: &str) -> Option<u64> {
     let fields = info_fields(commandstats);
     let stat = fields.get(format!("cmdstat_{command}").as_str())?;
     stat.split(',')
-        .find_map(|pair| pair.strip_prefix("calls="))?
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| *key == name)?
+        .1
         .parse()
         .ok()
 }

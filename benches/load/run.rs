@@ -16,30 +16,26 @@
 //! are their own and not what the instant phase left behind.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use serde_json::{json, Value};
 use tokio::runtime::Runtime;
 
-use crate::client::{call_once, Target};
+use crate::books::{self, SettleCheck};
+use crate::calls::Calls;
+use crate::client::Target;
 use crate::drive::{self, Sample};
 use crate::error::BenchError;
 use crate::procs::{self, Proc};
 use crate::redis_stats::{Counters, RedisProbe};
-use crate::setup::{self, GatewayKey, RunFiles, Store, INSTANT_MODEL, STREAM_MODEL};
+use crate::setup::{self, GatewayKey, RunFiles, Store, STREAM_MODEL};
 use crate::streams::{self, StreamRun};
 use crate::Settings;
 
 /// Reply length of the instant mock, in tokens.
 const INSTANT_REPLY_TOKENS: u64 = 12;
-/// Output limit of an instant call: bounds its reservation.
-const INSTANT_MAX_TOKENS: u64 = 16;
 /// How long a freshly started gateway sits before its idle memory is read.
 const SETTLE_IN: Duration = Duration::from_millis(300);
-/// How long a gateway may take to release its last reservations after the
-/// last response (a stream's settle is done before its end, so normally 0).
-const SETTLE_GRACE: Duration = Duration::from_secs(3);
 
 /// The configurations, in the order each round runs them.
 pub const LABELS: [&str; 4] = ["D", "P", "G0", "G"];
@@ -84,22 +80,6 @@ pub struct CpuUse {
     pub mock: u64,
     pub client: u64,
     pub calls: u64,
-}
-
-/// A gateway's budget checked against what its calls were charged.
-#[derive(Clone, Debug)]
-pub struct SettleCheck {
-    pub phase: &'static str,
-    pub calls: u64,
-    pub expected_spent: u64,
-    pub spent: u64,
-    pub reserved: u64,
-}
-
-impl SettleCheck {
-    pub fn holds(&self) -> bool {
-        self.reserved == 0 && self.spent == self.expected_spent
-    }
 }
 
 /// Redis's own counters over the gateway's phases.
@@ -177,7 +157,7 @@ pub fn run(settings: &Settings, runtime: &Runtime) -> Result<Outcome, BenchError
         &redis_down,
         &mut measured,
     )?;
-    let body = instant_body();
+    let body = Arc::new(Calls::instant()?);
     eprintln!("warming up");
     for subject in &mut subjects {
         let sample = runtime.block_on(drive::closed_loop(
@@ -275,7 +255,7 @@ pub fn run(settings: &Settings, runtime: &Runtime) -> Result<Outcome, BenchError
         result_of(&mut measured, subject.label).idle_rss_kib =
             subject.proxy.as_ref().and_then(Proc::rss_kib);
     }
-    let stream_body = stream_body(settings.stream_tokens);
+    let stream_body = Arc::new(Calls::streamed(settings.stream_tokens)?);
     let price = RunFiles::price(STREAM_MODEL)?;
     // The whole ramp, the longest stream and a margin.
     let stream_secs = settings.stream_tokens as f64 / f64::from(settings.tokens_per_sec.max(1));
@@ -356,17 +336,6 @@ impl CpuUse {
             mock: self.mock + ticks.mock,
             client: self.client + ticks.client,
             calls: self.calls + calls,
-        }
-    }
-}
-
-impl Counters {
-    fn plus(self, other: Counters) -> Counters {
-        Counters {
-            evalsha: self.evalsha + other.evalsha,
-            eval: self.eval + other.eval,
-            commands: self.commands + other.commands,
-            reads: self.reads + other.reads,
         }
     }
 }
@@ -527,8 +496,7 @@ fn collect_warnings(measured: &mut [Measured], subject: &Subject) {
     }
 }
 
-/// A gateway's books: nothing left reserved, and the key and its org spent
-/// exactly what the calls were charged. `None` for D and P.
+/// A gateway's books after a phase; `None` for D and P.
 async fn settlement(
     subject: &Subject,
     phase: &'static str,
@@ -536,72 +504,9 @@ async fn settlement(
     if subject.key.is_none() {
         return Ok(None);
     }
-    let deadline = Instant::now() + SETTLE_GRACE;
-    loop {
-        let reply = call_once(subject.target.addr, subject.target.get("/v1/budget")?).await?;
-        if reply.status != 200 {
-            return Err(BenchError::Status {
-                what: format!("{} GET /v1/budget", subject.label),
-                status: reply.status,
-                body: String::from_utf8_lossy(&reply.body).into_owned(),
-            });
-        }
-        let budget: Value = serde_json::from_slice(&reply.body)
-            .map_err(|e| BenchError::Invalid(format!("{} budget: {e}", subject.label)))?;
-        let field = |scope: &str, name: &str| budget[scope][name].as_u64().unwrap_or(u64::MAX);
-        // The key and its org must agree: every call is charged to both.
-        let spent = if field("key", "spent_usd_micros") == field("org", "spent_usd_micros") {
-            field("key", "spent_usd_micros")
-        } else {
-            u64::MAX
-        };
-        let reserved = field("key", "reserved_usd_micros").max(field("org", "reserved_usd_micros"));
-        let check = SettleCheck {
-            phase,
-            calls: subject.calls,
-            expected_spent: subject.charged,
-            spent,
-            reserved,
-        };
-        if check.holds() || Instant::now() >= deadline {
-            return Ok(Some(check));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A short agent call: a system prompt, a question, a small output limit.
-fn instant_body() -> Bytes {
-    Bytes::from(
-        json!({
-            "model": INSTANT_MODEL,
-            "messages": messages(),
-            "max_tokens": INSTANT_MAX_TOKENS,
-            "temperature": 0.2,
-        })
-        .to_string(),
-    )
-}
-
-/// A streamed call that asks for its usage, so the client can price it.
-fn stream_body(tokens: u64) -> Bytes {
-    Bytes::from(
-        json!({
-            "model": STREAM_MODEL,
-            "messages": messages(),
-            "max_tokens": tokens,
-            "stream": true,
-            "stream_options": {"include_usage": true},
-        })
-        .to_string(),
-    )
-}
-
-fn messages() -> Value {
-    json!([
-        {"role": "system", "content": "You are a support assistant for an online store. Answer in two sentences at most, politely, and never invent order numbers, prices or delivery dates. If the question is not about the store, say that you can only help with orders, returns and shipping."},
-        {"role": "user", "content": "Hello! I ordered a pair of running shoes last Tuesday and the tracking page has said 'label created' for four days now. Is my parcel lost, and if it is, can I get a refund or a replacement in a different size?"}
-    ])
+    books::check(&subject.target, phase, subject.calls, subject.charged)
+        .await
+        .map(Some)
 }
 
 fn load_average() -> String {

@@ -20,6 +20,7 @@ use tollgate::prices::ModelPrice;
 use tollgate::sse::{parse_event, SseSplitter};
 use tollgate::usage::{parse_body_usage, ApiKind};
 
+use crate::calls::Calls;
 use crate::client::{Conn, Target};
 use crate::drive::{histogram, CHAT_PATH};
 use crate::error::BenchError;
@@ -70,7 +71,7 @@ struct Outcome {
 /// process `watch` (the proxy) meanwhile.
 pub async fn run(
     target: &Target,
-    body: &Bytes,
+    calls: &Arc<Calls>,
     streams: usize,
     rate: u32,
     price: &ModelPrice,
@@ -96,7 +97,7 @@ pub async fn run(
     let interval = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
     let start = Instant::now() + Duration::from_millis(5);
     let runtime = tokio::runtime::Handle::current();
-    let (target_c, body_c, price_c) = (target.clone(), body.clone(), price.clone());
+    let (target_c, calls_c, price_c) = (target.clone(), calls.clone(), price.clone());
     let (open_c, peak_c) = (open.clone(), peak_open.clone());
     // Paced by a thread for the same reason as the open loop (drive.rs).
     let pacer = thread::spawn(move || {
@@ -107,12 +108,12 @@ pub async fn run(
             if intended > now {
                 thread::sleep(intended - now);
             }
-            let (target, body, price) = (target_c.clone(), body_c.clone(), price_c.clone());
+            let (target, body, price) = (target_c.clone(), calls_c.next_body(), price_c.clone());
             let (open, peak) = (open_c.clone(), peak_c.clone());
             handles.push(runtime.spawn(async move {
                 let now_open = open.fetch_add(1, Ordering::SeqCst) + 1;
                 peak.fetch_max(now_open, Ordering::SeqCst);
-                let outcome = one_stream(&target, &body, &price, intended).await;
+                let outcome = one_stream(&target, body, &price, intended).await;
                 open.fetch_sub(1, Ordering::SeqCst);
                 outcome
             }));
@@ -181,12 +182,12 @@ pub async fn run(
 /// Opens a connection, starts the stream and reads it to its end.
 async fn one_stream(
     target: &Target,
-    body: &Bytes,
+    body: Bytes,
     price: &ModelPrice,
     intended: Instant,
 ) -> Result<Outcome, BenchError> {
     let mut conn = Conn::open(target.addr).await?;
-    let response = conn.send(target.post(CHAT_PATH, body.clone())?).await?;
+    let response = conn.send(target.post(CHAT_PATH, body)?).await?;
     let status = response.status().as_u16();
     let mut body = response.into_body();
     if status != 200 {

@@ -9,6 +9,7 @@
 //! where the tests run), and a 3-primary Redis Cluster the tests start.
 
 mod cases;
+mod claims;
 mod redis_fixture;
 
 use std::collections::BTreeMap;
@@ -20,13 +21,14 @@ use uuid::Uuid;
 
 use super::memory::{Clock, ManualClock};
 use super::{
-    BudgetStore, Denial, LedgerEntry, LedgerStatus, MemoryStore, Period, Reconciliation,
-    ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement,
-    StoreError,
+    BudgetStore, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, MemoryStore, Period,
+    Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome,
+    Settlement, StoreError,
 };
 use crate::money::UsdMicros;
 use crate::usage::Usage;
 use cases::*;
+use claims::*;
 use redis_fixture::{cluster_fixture, redis_fixture};
 
 /// The settle epsilon every fixture gives its store.
@@ -123,6 +125,11 @@ macro_rules! contract_tests {
             concurrent_reserves_never_exceed_the_cap,
             concurrent_reserve_and_settle_keep_the_books,
             old_ledger_entries_fold_into_their_counters,
+            claimed_request_in_flight_refuses_its_duplicate,
+            claimed_reserve_retry_gets_the_first_answer,
+            settled_claim_is_reserved_and_charged_again,
+            expired_claim_is_reserved_again,
+            denied_claim_is_evaluated_afresh,
         );
     };
     (@cases $backend:ident, $fixture:expr; $($case:ident),* $(,)?) => {

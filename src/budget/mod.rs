@@ -9,6 +9,11 @@
 //! - `reserve` checks `spent + reserved + amount <= cap` for the key and its
 //!   org and charges both, all or nothing; a retry with the same `exec_id`
 //!   returns the first answer.
+//! - `reserve_claimed` is `reserve` for a call the client named with an
+//!   `Idempotency-Key`: while another reservation under the same claim is
+//!   open (its request still in flight), the call is a duplicate and nothing
+//!   is charged; once that one is settled or expired, the call is reserved
+//!   (and so charged) as a call of its own.
 //! - `settle` re-checks ownership, moves the counters by `actual - amount`,
 //!   writes one ledger entry and marks the reservation settled; a retry
 //!   changes nothing and returns the first result.
@@ -57,6 +62,21 @@ impl BudgetStore {
         match self {
             BudgetStore::Memory(store) => Ok(store.reserve(request)),
             BudgetStore::Redis(store) => store.reserve(request).await,
+        }
+    }
+
+    /// Reserves like [`BudgetStore::reserve`], unless another reservation
+    /// under `claim` is open: then the call is a duplicate of one still in
+    /// flight, and nothing is charged. A reservation made here holds the
+    /// claim until it is settled or expired.
+    pub async fn reserve_claimed(
+        &self,
+        request: &ReserveRequest,
+        claim: &str,
+    ) -> Result<ClaimedReserve, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.reserve_claimed(request, claim)),
+            BudgetStore::Redis(store) => store.reserve_claimed(request, claim).await,
         }
     }
 
@@ -244,6 +264,18 @@ pub enum ReserveOutcome {
     Reserved,
     /// A scope would go over its cap; nothing was charged anywhere.
     Denied(Denial),
+}
+
+/// What a reserve under an idempotency claim answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimedReserve {
+    /// No open reservation holds the claim, so the reserve ran as usual;
+    /// when it reserved, the new reservation holds the claim.
+    Ran(ReserveOutcome),
+    /// An open reservation under another exec id holds the claim: the same
+    /// request is still in flight. Nothing was charged or remembered, so a
+    /// retry of this call asks again.
+    Duplicate,
 }
 
 /// Which scope refused a reservation, and its state at that moment.

@@ -8,7 +8,7 @@
 //! | key              | type   | holds |
 //! |------------------|--------|-------|
 //! | `tg:{T}:spend`   | hash   | `<kind>:<id>:<period id>` committed (spent + reserved), `…:r` its reserved part, `…:f` its folded ledger sum, `folds` the trim count |
-//! | `tg:{T}:res`     | hash   | exec id → reservation record (JSON) |
+//! | `tg:{T}:res`     | hash   | exec id → reservation record (JSON); `claim:<claim>` → the exec id holding that idempotency claim |
 //! | `tg:{T}:pending` | zset   | open exec ids by deadline |
 //! | `tg:{T}:closed`  | zset   | closed exec ids by when their record may be forgotten |
 //! | `tg:{T}:ledger`  | stream | one entry per settle or expiry |
@@ -57,8 +57,9 @@ use tokio::time::MissedTickBehavior;
 pub use connection::RedisUrlError;
 
 use super::{
-    tag_for, LedgerEntry, LedgerStatus, Reconciliation, ReserveOutcome, ReserveRequest, Scope,
-    ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, SweeperGuard,
+    tag_for, ClaimedReserve, LedgerEntry, LedgerStatus, Reconciliation, ReserveOutcome,
+    ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError,
+    SweeperGuard,
 };
 use crate::money::UsdMicros;
 use books::Record;
@@ -181,23 +182,51 @@ impl RedisStore {
     /// in one `reserve.lua` call; a retry with the same `exec_id` gets the
     /// first answer.
     pub async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
+        match self.reserve_under(req, None).await? {
+            ClaimedReserve::Ran(outcome) => Ok(outcome),
+            // Only a claim makes a duplicate: the script broke its contract.
+            ClaimedReserve::Duplicate => Err(StoreError::Unavailable(
+                "reserve.lua answered `duplicate` to a reserve without a claim".to_owned(),
+            )),
+        }
+    }
+
+    /// Reserves like [`RedisStore::reserve`], unless an open reservation
+    /// under another exec id holds `claim`: then the request is a duplicate
+    /// of one still in flight, and nothing is charged. Every attempt of
+    /// this call (retried on a timeout) carries the same exec id, so an
+    /// attempt after one that reserved gets `Reserved`, not `Duplicate`.
+    pub async fn reserve_claimed(
+        &self,
+        req: &ReserveRequest,
+        claim: &str,
+    ) -> Result<ClaimedReserve, StoreError> {
+        self.reserve_under(req, Some(claim)).await
+    }
+
+    async fn reserve_under(
+        &self,
+        req: &ReserveRequest,
+        claim: Option<&str>,
+    ) -> Result<ClaimedReserve, StoreError> {
         let tag = tag_for(req.org.as_ref().map(|org| org.id.as_str()), &req.key.id);
         self.remember(&req.key.id, &tag);
         let keys = TagKeys::new(&tag);
-        let args = scripts::reserve_args(req, self.inner.offset(), LAZY_SWEEP_LIMIT);
+        let args = scripts::reserve_args(req, claim, self.inner.offset(), LAZY_SWEEP_LIMIT);
         let reply = self
             .run(&self.inner.scripts.reserve, "reserve", &keys, &args)
             .await?;
-        match scripts::reserve_reply(&reply)? {
+        let (expired, answer) = match scripts::reserve_reply(&reply)? {
             ReserveReply::Reserved { expired } => {
-                log_expired(&tag, expired);
-                Ok(ReserveOutcome::Reserved)
+                (expired, ClaimedReserve::Ran(ReserveOutcome::Reserved))
             }
             ReserveReply::Denied { expired, denial } => {
-                log_expired(&tag, expired);
-                Ok(ReserveOutcome::Denied(denial))
+                (expired, ClaimedReserve::Ran(ReserveOutcome::Denied(denial)))
             }
-        }
+            ReserveReply::Duplicate { expired } => (expired, ClaimedReserve::Duplicate),
+        };
+        log_expired(&tag, expired);
+        Ok(answer)
     }
 
     /// Settles a reservation with its actual cost, exactly once, in one

@@ -26,6 +26,9 @@ const REDIS_URL_ENV: &str = "TOLLGATE_REDIS_URL";
 const DEFAULT_RESERVATION_TTL_SECS: u64 = 900;
 const DEFAULT_SETTLE_EPSILON_USD: &str = "0.0001";
 const DEFAULT_PRICES_FILE: &str = "config/prices.toml";
+const DEFAULT_LEDGER_RETENTION_DAYS: u64 = 30;
+/// Ten years: beyond that a retention is a typo.
+const MAX_LEDGER_RETENTION_DAYS: u64 = 3650;
 
 /// Turns the raw file into a [`Config`], one section at a time.
 pub(super) struct Checker<'a> {
@@ -102,13 +105,17 @@ impl Checker<'_> {
                         )
                     })?;
                 // The URL is not echoed: it may carry a password.
-                let scheme_ok = ["redis://", "rediss://"]
+                // TLS (rediss://) is not compiled in: refused here rather
+                // than at the first budget call.
+                let scheme_ok = ["redis://", "redis+cluster://"]
                     .iter()
                     .any(|scheme| url.expose().starts_with(scheme));
                 if !scheme_ok {
-                    return Err(
-                        self.invalid("store.redis_url", "must start with redis:// or rediss://")
-                    );
+                    return Err(self.invalid(
+                        "store.redis_url",
+                        "must start with redis:// (or redis+cluster:// for a Redis Cluster); \
+                         TLS (rediss://) is not supported by this build",
+                    ));
                 }
                 StoreBackend::Redis { url }
             }
@@ -144,11 +151,21 @@ impl Checker<'_> {
                 ))
             }
         };
+        let retention_days = raw
+            .ledger_retention_days
+            .unwrap_or(DEFAULT_LEDGER_RETENTION_DAYS);
+        if !(1..=MAX_LEDGER_RETENTION_DAYS).contains(&retention_days) {
+            return Err(self.invalid(
+                "store.ledger_retention_days",
+                format!("{retention_days} must be between 1 and {MAX_LEDGER_RETENTION_DAYS}"),
+            ));
+        }
         Ok(StoreConfig {
             backend,
             reservation_ttl: Duration::from_secs(ttl_secs),
             settle_epsilon: self.usd("store.settle_epsilon_usd", epsilon)?,
             on_store_error,
+            ledger_retention: Duration::from_secs(retention_days * 24 * 3600),
         })
     }
 

@@ -60,6 +60,9 @@ pub struct StoreConfig {
     /// settlement counts as an overrun.
     pub settle_epsilon: UsdMicros,
     pub on_store_error: OnStoreError,
+    /// How long ledger entries are kept one by one; older ones are folded
+    /// into per-scope sums, so reconciliation stays exact.
+    pub ledger_retention: Duration,
 }
 
 #[derive(Clone, Debug)]

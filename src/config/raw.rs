@@ -42,6 +42,7 @@ pub(super) struct RawStore {
     pub reservation_ttl_secs: Option<u64>,
     pub settle_epsilon_usd: Option<toml::Value>,
     pub on_store_error: Option<String>,
+    pub ledger_retention_days: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

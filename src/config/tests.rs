@@ -401,6 +401,18 @@ fn secrets_come_from_the_environment() {
         message.starts_with("test.toml: store.redis_url: "),
         "{message}"
     );
+    let tls = text.replacen("redis://file:6379", "rediss://file:6379", 1);
+    let message = load_with(&tls, &[("BOB_KEY", "b")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("TLS (rediss://) is not supported"),
+        "{message}"
+    );
+
+    let cluster = text.replacen("redis://file:6379", "redis+cluster://a:7000,b:7001", 1);
+    let config = load_with(&cluster, &[("BOB_KEY", "b")]).unwrap();
+    assert_eq!(redis_url(&config), Some("redis+cluster://a:7000,b:7001"));
 }
 
 #[test]
@@ -505,4 +517,31 @@ fn load_reads_the_file_and_names_it() {
     let message = error.to_string();
     assert!(message.contains("gateway.toml: prices.file: "), "{message}");
     assert!(message.contains("my-prices.toml"), "{message}");
+}
+
+#[test]
+fn ledger_retention_defaults_to_30_days_and_is_bounded() {
+    let config = load(&base()).unwrap();
+    assert_eq!(
+        config.store.ledger_retention,
+        Duration::from_secs(30 * 24 * 3600)
+    );
+    let config = load(&base().replacen(
+        "reservation_ttl_secs = 120",
+        "reservation_ttl_secs = 120\nledger_retention_days = 7",
+        1,
+    ))
+    .unwrap();
+    assert_eq!(
+        config.store.ledger_retention,
+        Duration::from_secs(7 * 24 * 3600)
+    );
+    let message = error_after(
+        "reservation_ttl_secs = 120",
+        "reservation_ttl_secs = 120\nledger_retention_days = 0",
+    );
+    assert!(
+        message.starts_with("test.toml: store.ledger_retention_days: 0 must be between"),
+        "{message}"
+    );
 }

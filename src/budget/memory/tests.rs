@@ -7,6 +7,7 @@ use chrono::TimeZone;
 
 use super::*;
 use crate::budget::Period;
+use crate::usage::Usage;
 
 fn start() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap()
@@ -98,6 +99,45 @@ fn closed_records_are_forgotten_after_their_ttl() {
     // The ledger and counters outlive the records.
     assert_eq!(store.ledger().len(), 2);
     assert_eq!(store.counter(ScopeKind::Key, "alice", "2026-11-29"), 80);
+}
+
+#[test]
+fn claims_are_released_when_their_reservation_closes() {
+    let (store, clock) = manual_store();
+    let claims = |store: &MemoryStore| store.shared.lock().claims.len();
+    store.reserve_claimed(&request("settled", 100, 10), "c1");
+    store.reserve_claimed(&request("expired", 100, 10), "c2");
+    let denied = ReserveRequest {
+        key: key(0),
+        ..request("denied", 100, 10)
+    };
+    store.reserve_claimed(&denied, "c3");
+    assert_eq!(claims(&store), 2, "a denial takes no claim");
+
+    store.settle(&settlement("settled", 80)).unwrap();
+    assert_eq!(claims(&store), 1);
+    clock.advance(Duration::from_secs(11));
+    assert_eq!(store.sweep_expired(), 1);
+    assert_eq!(claims(&store), 0);
+}
+
+#[test]
+fn a_claim_taken_over_stays_with_its_new_holder() {
+    let (store, clock) = manual_store();
+    store.reserve_claimed(&request("crashed", 100, 10), "c");
+    // Past its deadline but not yet swept: the claim passes on.
+    clock.advance(Duration::from_secs(11));
+    {
+        let mut state = store.shared.lock();
+        let now = store.shared.clock.now();
+        assert!(!state.is_duplicate("next", "c", now));
+        state.reserve(&request("next", 100, 60), Some("c"), now);
+    }
+    assert_eq!(store.sweep_expired(), 1);
+    assert_eq!(
+        store.reserve_claimed(&request("third", 100, 60), "c"),
+        ClaimedReserve::Duplicate
+    );
 }
 
 #[test]

@@ -106,8 +106,13 @@ fn flag(on: bool) -> &'static str {
     }
 }
 
-/// ARGV of `reserve.lua`.
-pub(super) fn reserve_args(req: &ReserveRequest, offset_ms: i64, lazy_limit: usize) -> Vec<String> {
+/// ARGV of `reserve.lua`; `claim` is the request's idempotency claim.
+pub(super) fn reserve_args(
+    req: &ReserveRequest,
+    claim: Option<&str>,
+    offset_ms: i64,
+    lazy_limit: usize,
+) -> Vec<String> {
     let ttl_ms = u64::try_from(req.ttl.as_millis()).map_or(MAX_TTL_MS, |ms| ms.min(MAX_TTL_MS));
     let (has_org, org_id, org_period, org_cap) = match &req.org {
         Some(org) => (true, org.id.clone(), org.period.as_str(), org.cap),
@@ -126,6 +131,7 @@ pub(super) fn reserve_args(req: &ReserveRequest, offset_ms: i64, lazy_limit: usi
         org_cap.to_string(),
         offset_ms.to_string(),
         lazy_limit.to_string(),
+        claim.unwrap_or_default().to_owned(),
     ]
 }
 
@@ -171,8 +177,17 @@ pub(super) fn sweep_args(offset_ms: i64, limit: usize, retention: Duration) -> V
 
 /// What `reserve.lua` answered.
 pub(super) enum ReserveReply {
-    Reserved { expired: usize },
-    Denied { expired: usize, denial: Denial },
+    Reserved {
+        expired: usize,
+    },
+    Denied {
+        expired: usize,
+        denial: Denial,
+    },
+    /// An open reservation under another exec id holds the claim.
+    Duplicate {
+        expired: usize,
+    },
 }
 
 /// What `settle.lua` answered.
@@ -230,6 +245,7 @@ pub(super) fn reserve_reply(reply: &[String]) -> Result<ReserveReply, StoreError
     let expired = number(reply, 1, SCRIPT)?;
     match field(reply, 0, SCRIPT)? {
         "reserved" => Ok(ReserveReply::Reserved { expired }),
+        "duplicate" => Ok(ReserveReply::Duplicate { expired }),
         "denied" => {
             let kind = match field(reply, 2, SCRIPT)? {
                 "key" => ScopeKind::Key,

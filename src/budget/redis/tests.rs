@@ -261,6 +261,44 @@ async fn a_call_that_timed_out_is_retried_and_applies_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_reserve_retried_after_a_timeout_is_no_duplicate() {
+    let server = RedisServer::start(&["--enable-debug-command", "yes"]);
+    let policy = CallPolicy {
+        timeout: Duration::from_millis(150),
+        attempts: 20,
+        first_backoff: Duration::from_millis(20),
+    };
+    let store =
+        RedisStore::with_policy(&server.url(), 0, DEFAULT_LEDGER_RETENTION, policy).unwrap();
+    let key = key_scope(1_000);
+    store.reserve(&request(&key, 1)).await.unwrap();
+
+    // The first attempt reserves and takes the claim; the later attempts
+    // find their own exec id's record, not a duplicate.
+    let claim = uuid::Uuid::now_v7().simple().to_string();
+    let req = request(&key, 300);
+    let calls_before = evalsha_calls(&server.url()).await;
+    let stalled = stall(&server.url()).await;
+    let outcome = store.reserve_claimed(&req, &claim).await.unwrap();
+    stalled.await.unwrap();
+    assert!(
+        evalsha_calls(&server.url()).await - calls_before >= 2,
+        "no retry"
+    );
+    assert_eq!(outcome, ClaimedReserve::Ran(ReserveOutcome::Reserved));
+    let state = store.scope_state(&key).await.unwrap();
+    assert_eq!((state.spent, state.reserved), (0, 301));
+    // Another request under the claim is the duplicate.
+    assert_eq!(
+        store
+            .reserve_claimed(&request(&key, 300), &claim)
+            .await
+            .unwrap(),
+        ClaimedReserve::Duplicate
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starts_while_redis_is_down_and_recovers_when_it_returns() {
     let port = free_port(false);
     let url = format!("redis://127.0.0.1:{port}");

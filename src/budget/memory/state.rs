@@ -1,0 +1,441 @@
+//! The memory store's books: counters, reservation records, idempotency
+//! claims and the ledger, and the protocol's rules over them. Every method
+//! here runs under the store's lock, with the store's time passed in.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::{later, to_delta};
+use crate::budget::{
+    Denial, LedgerEntry, LedgerStatus, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
+    SettleOutcome, Settlement, StoreError,
+};
+use crate::money::UsdMicros;
+use crate::usage::Usage;
+
+#[derive(Default)]
+pub(super) struct State {
+    pub(super) counters: HashMap<CounterKey, Counter>,
+    pub(super) records: HashMap<String, Record>,
+    /// Open reservations by deadline, so expiry touches only the due ones.
+    pub(super) deadlines: BTreeSet<(DateTime<Utc>, String)>,
+    /// Closed records by the time they may be forgotten: kept that long so
+    /// retries still get the first answer, then dropped to bound memory.
+    pub(super) retention: BTreeSet<(DateTime<Utc>, String)>,
+    pub(super) ledger: VecDeque<LedgerLine>,
+    /// Σ actual of the ledger entries trimmed from `ledger`, per counter, so
+    /// `counter == folded + Σ ledger + Σ open` still holds after a trim.
+    pub(super) folded: HashMap<CounterKey, UsdMicros>,
+    /// How long an entry stays in `ledger` before it is folded.
+    pub(super) ledger_retention: TimeDelta,
+    /// Idempotency claim → the exec id of the reservation made under it,
+    /// until that reservation closes.
+    pub(super) claims: HashMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct CounterKey {
+    pub(super) kind: ScopeKind,
+    pub(super) id: String,
+    pub(super) period_id: String,
+}
+
+impl CounterKey {
+    pub(super) fn new(kind: ScopeKind, id: &str, period_id: &str) -> Self {
+        CounterKey {
+            kind,
+            id: id.to_owned(),
+            period_id: period_id.to_owned(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Counter {
+    /// Σ actual of settled calls.
+    pub(super) spent: UsdMicros,
+    /// Σ amounts of open reservations.
+    pub(super) reserved: UsdMicros,
+}
+
+impl Counter {
+    pub(super) fn committed(&self) -> UsdMicros {
+        self.spent.saturating_add(self.reserved)
+    }
+}
+
+pub(super) struct Record {
+    /// Set once the record is closed; its entry in `State::retention`.
+    forget_at: Option<DateTime<Utc>>,
+    state: RecordState,
+}
+
+pub(super) enum RecordState {
+    /// Remembered so a retried reserve gets the same denial.
+    Denied(Denial),
+    Open(Reservation),
+    Expired(Reservation),
+    Settled(Reservation, SettleOutcome),
+}
+
+#[derive(Clone)]
+pub(super) struct Reservation {
+    pub(super) amount: UsdMicros,
+    key: Charge,
+    org: Option<Charge>,
+    deadline: DateTime<Utc>,
+    ttl: TimeDelta,
+    /// The idempotency claim this reservation holds while it is open.
+    claim: Option<String>,
+}
+
+/// A scope with the period id current when the reservation was made: the
+/// settle lands in that period even after a rollover.
+#[derive(Clone)]
+pub(super) struct Charge {
+    id: String,
+    period_id: String,
+    /// The cap at reserve time, so a settle can report what is left without
+    /// being told the scope again.
+    cap: UsdMicros,
+}
+
+/// A ledger entry with the counters its `actual` went into.
+pub(super) struct LedgerLine {
+    pub(super) entry: LedgerEntry,
+    pub(super) charged_to: Vec<CounterKey>,
+}
+
+impl Reservation {
+    /// The counters the reservation holds headroom in, the key's first.
+    pub(super) fn counter_keys(&self) -> impl Iterator<Item = CounterKey> + '_ {
+        let key = CounterKey::new(ScopeKind::Key, &self.key.id, &self.key.period_id);
+        let org = self
+            .org
+            .as_ref()
+            .map(|org| CounterKey::new(ScopeKind::Org, &org.id, &org.period_id));
+        std::iter::once(key).chain(org)
+    }
+
+    /// The ledger entry of a call that cost nothing.
+    fn ledger_entry(&self, exec_id: &str, status: LedgerStatus, at: DateTime<Utc>) -> LedgerEntry {
+        LedgerEntry {
+            exec_id: exec_id.to_owned(),
+            key: self.key.id.clone(),
+            org: self.org.as_ref().map(|org| org.id.clone()),
+            model: String::new(),
+            usage: Usage::default(),
+            reserved: self.amount,
+            actual: 0,
+            status,
+            at,
+        }
+    }
+
+    fn is_owned_by(&self, settlement: &Settlement) -> bool {
+        self.key.id == settlement.key
+            && self.org.as_ref().map(|org| org.id.as_str()) == settlement.org.as_deref()
+    }
+}
+
+impl RecordState {
+    fn reservation(&self) -> Option<&Reservation> {
+        match self {
+            RecordState::Denied(_) => None,
+            RecordState::Open(r) | RecordState::Expired(r) | RecordState::Settled(r, _) => Some(r),
+        }
+    }
+}
+
+impl State {
+    /// Whether a reserve of `exec_id` under `claim` repeats a request still
+    /// in flight: the claim is held by another exec id whose reservation is
+    /// open and not past its deadline. A reserve of an exec id that has a
+    /// record is the gateway's own retry, never a duplicate.
+    pub(super) fn is_duplicate(&self, exec_id: &str, claim: &str, now: DateTime<Utc>) -> bool {
+        if self.records.contains_key(exec_id) {
+            return false;
+        }
+        self.claims
+            .get(claim)
+            .and_then(|holder| self.records.get(holder))
+            .is_some_and(|record| matches!(&record.state, RecordState::Open(r) if r.deadline > now))
+    }
+
+    /// Reserves `req.amount` (the first answer for a known exec id); a new
+    /// reservation takes `claim`.
+    pub(super) fn reserve(
+        &mut self,
+        req: &ReserveRequest,
+        claim: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> ReserveOutcome {
+        if let Some(record) = self.records.get(&req.exec_id) {
+            return match &record.state {
+                RecordState::Denied(denial) => ReserveOutcome::Denied(denial.clone()),
+                _ => ReserveOutcome::Reserved,
+            };
+        }
+        let ttl = to_delta(req.ttl);
+        // The key is checked first, so when both would deny, the key is named.
+        let denial = std::iter::once(&req.key)
+            .chain(req.org.as_ref())
+            .find_map(|scope| self.check(scope, req.amount, now));
+        if let Some(denial) = denial {
+            self.close(&req.exec_id, RecordState::Denied(denial.clone()), ttl, now);
+            return ReserveOutcome::Denied(denial);
+        }
+        let charge = |scope: &Scope| Charge {
+            id: scope.id.clone(),
+            period_id: scope.period.id_at(now),
+            cap: scope.cap,
+        };
+        let reservation = Reservation {
+            amount: req.amount,
+            key: charge(&req.key),
+            org: req.org.as_ref().map(charge),
+            deadline: later(now, ttl),
+            ttl,
+            claim: claim.map(str::to_owned),
+        };
+        if let Some(claim) = claim {
+            self.claims.insert(claim.to_owned(), req.exec_id.clone());
+        }
+        for key in reservation.counter_keys() {
+            let counter = self.counters.entry(key).or_default();
+            counter.reserved = counter.reserved.saturating_add(req.amount);
+        }
+        self.deadlines
+            .insert((reservation.deadline, req.exec_id.clone()));
+        self.records.insert(
+            req.exec_id.clone(),
+            Record {
+                forget_at: None,
+                state: RecordState::Open(reservation),
+            },
+        );
+        ReserveOutcome::Reserved
+    }
+
+    /// The denial if `amount` does not fit under the scope's cap now.
+    fn check(&self, scope: &Scope, amount: UsdMicros, now: DateTime<Utc>) -> Option<Denial> {
+        let period_id = scope.period.id_at(now);
+        let committed = self
+            .counters
+            .get(&CounterKey::new(scope.kind, &scope.id, &period_id))
+            .map_or(0, Counter::committed);
+        let fits = committed
+            .checked_add(amount)
+            .is_some_and(|total| total <= scope.cap);
+        (!fits).then(|| Denial {
+            kind: scope.kind,
+            id: scope.id.clone(),
+            period: scope.period,
+            cap: scope.cap,
+            remaining: scope.cap.saturating_sub(committed),
+            resets_at: scope.period.resets_at(now),
+        })
+    }
+
+    pub(super) fn settle(
+        &mut self,
+        settlement: &Settlement,
+        now: DateTime<Utc>,
+        epsilon: UsdMicros,
+    ) -> Result<SettleOutcome, StoreError> {
+        let exec_id = &settlement.exec_id;
+        let unknown = || StoreError::UnknownReservation(exec_id.clone());
+        let record = self.records.get(exec_id).ok_or_else(unknown)?;
+        let reservation = match &record.state {
+            RecordState::Denied(_) => return Err(unknown()),
+            RecordState::Open(r) | RecordState::Expired(r) | RecordState::Settled(r, _) => r,
+        };
+        if !reservation.is_owned_by(settlement) {
+            return Err(StoreError::OwnershipMismatch {
+                exec_id: exec_id.clone(),
+            });
+        }
+        if let RecordState::Settled(_, first) = &record.state {
+            return Ok(SettleOutcome {
+                applied: false,
+                ..first.clone()
+            });
+        }
+        let reservation = reservation.clone();
+        let mut late = matches!(record.state, RecordState::Expired(_));
+        if !late && reservation.deadline <= now {
+            self.expire(exec_id, &reservation, now);
+            late = true;
+        }
+
+        let status = if late {
+            LedgerStatus::Late
+        } else if settlement.estimated {
+            LedgerStatus::Estimated
+        } else if settlement.actual > reservation.amount.saturating_add(epsilon) {
+            LedgerStatus::Overrun
+        } else {
+            LedgerStatus::Ok
+        };
+        // On time, the reservation becomes the actual cost; late, its amount
+        // was already released at expiry and the cost is charged in full.
+        for key in reservation.counter_keys() {
+            let counter = self.counters.entry(key).or_default();
+            if !late {
+                counter.reserved = counter.reserved.saturating_sub(reservation.amount);
+            }
+            counter.spent = counter.spent.saturating_add(settlement.actual);
+        }
+        if !late {
+            self.deadlines
+                .remove(&(reservation.deadline, exec_id.clone()));
+        }
+        self.book(
+            &reservation,
+            LedgerEntry {
+                model: settlement.model.clone(),
+                usage: settlement.usage,
+                actual: settlement.actual,
+                ..reservation.ledger_entry(exec_id, status, now)
+            },
+        );
+        let key_spent = reservation
+            .counter_keys()
+            .next()
+            .and_then(|key| self.counters.get(&key))
+            .map_or(0, Counter::committed);
+        let outcome = SettleOutcome {
+            status,
+            reserved: reservation.amount,
+            actual: settlement.actual,
+            applied: true,
+            key_remaining: reservation.key.cap.saturating_sub(key_spent),
+        };
+        let ttl = reservation.ttl;
+        self.close(
+            exec_id,
+            RecordState::Settled(reservation, outcome.clone()),
+            ttl,
+            now,
+        );
+        Ok(outcome)
+    }
+
+    /// Expires up to `limit` open reservations whose deadline has come,
+    /// oldest first; returns how many.
+    pub(super) fn expire_due(&mut self, now: DateTime<Utc>, limit: usize) -> usize {
+        let mut expired = 0;
+        while expired < limit {
+            match self.deadlines.first() {
+                Some((deadline, _)) if *deadline <= now => {}
+                _ => break,
+            }
+            let Some((_, exec_id)) = self.deadlines.pop_first() else {
+                break;
+            };
+            let reservation = match self.records.get(&exec_id).map(|r| &r.state) {
+                Some(RecordState::Open(reservation)) => reservation.clone(),
+                _ => continue,
+            };
+            self.expire(&exec_id, &reservation, now);
+            expired += 1;
+        }
+        expired
+    }
+
+    /// Releases an open reservation's amount and books it as expired.
+    fn expire(&mut self, exec_id: &str, reservation: &Reservation, now: DateTime<Utc>) {
+        for key in reservation.counter_keys() {
+            let counter = self.counters.entry(key).or_default();
+            counter.reserved = counter.reserved.saturating_sub(reservation.amount);
+        }
+        self.deadlines
+            .remove(&(reservation.deadline, exec_id.to_owned()));
+        self.book(
+            reservation,
+            reservation.ledger_entry(exec_id, LedgerStatus::Expired, now),
+        );
+        self.close(
+            exec_id,
+            RecordState::Expired(reservation.clone()),
+            reservation.ttl,
+            now,
+        );
+    }
+
+    /// Drops up to `limit` closed records whose retention has passed.
+    pub(super) fn forget_due(&mut self, now: DateTime<Utc>, limit: usize) {
+        for _ in 0..limit {
+            match self.retention.first() {
+                Some((forget_at, _)) if *forget_at <= now => {}
+                _ => break,
+            }
+            if let Some((_, exec_id)) = self.retention.pop_first() {
+                self.records.remove(&exec_id);
+            }
+        }
+    }
+
+    /// Stores a record's closed state and keeps it for `ttl` from now; a
+    /// claim the reservation held is released, unless a later reservation
+    /// took it over (this one was past its deadline by then).
+    fn close(&mut self, exec_id: &str, state: RecordState, ttl: TimeDelta, now: DateTime<Utc>) {
+        if let Some(claim) = state.reservation().and_then(|r| r.claim.as_ref()) {
+            if self
+                .claims
+                .get(claim)
+                .is_some_and(|holder| holder == exec_id)
+            {
+                self.claims.remove(claim);
+            }
+        }
+        let forget_at = later(now, ttl);
+        let previous = self.records.insert(
+            exec_id.to_owned(),
+            Record {
+                forget_at: Some(forget_at),
+                state,
+            },
+        );
+        if let Some(previous_forget_at) = previous.and_then(|record| record.forget_at) {
+            self.retention
+                .remove(&(previous_forget_at, exec_id.to_owned()));
+        }
+        self.retention.insert((forget_at, exec_id.to_owned()));
+    }
+
+    fn book(&mut self, reservation: &Reservation, entry: LedgerEntry) {
+        self.ledger.push_back(LedgerLine {
+            entry,
+            charged_to: reservation.counter_keys().collect(),
+        });
+    }
+
+    /// Moves the ledger entries booked before `cutoff` into the folded sums
+    /// of the counters they charged.
+    pub(super) fn fold_before(&mut self, cutoff: DateTime<Utc>) {
+        while self
+            .ledger
+            .front()
+            .is_some_and(|line| line.entry.at < cutoff)
+        {
+            let Some(line) = self.ledger.pop_front() else {
+                break;
+            };
+            for key in line.charged_to {
+                let folded = self.folded.entry(key).or_default();
+                *folded = folded.saturating_add(line.entry.actual);
+            }
+        }
+    }
+
+    pub(super) fn open(&self) -> impl Iterator<Item = &Reservation> {
+        self.records
+            .values()
+            .filter_map(|record| match &record.state {
+                RecordState::Open(reservation) => Some(reservation),
+                _ => None,
+            })
+    }
+}

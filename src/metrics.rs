@@ -1,0 +1,575 @@
+//! The gateway's Prometheus metrics, served at `GET /metrics` in the
+//! OpenMetrics text format (which Prometheus scrapes as it is).
+//!
+//! When "my agent stopped making calls", an operator looks first at the
+//! open reservations, then at the reserve outcomes and the store errors:
+//!
+//! | metric | labels | counts |
+//! |--------|--------|--------|
+//! | `tollgate_open_reservations` | | reservations held now, read from the store at scrape time |
+//! | `tollgate_open_reservations_usd_micros` | | the µUSD they hold |
+//! | `tollgate_reserve_total` | `outcome` = `allowed`, `denied`, `error`; `scope` = `key`, `org` (the denying one) or `""` | reserve calls |
+//! | `tollgate_settlements_total` | `status` = `ok`, `overrun`, `estimated`, `late` | settlements applied by this gateway |
+//! | `tollgate_charged_usd_micros_total` | | Σ actual cost of those settlements |
+//! | `tollgate_expired_reservations_total` | | reservations this gateway's periodic sweep released unsettled |
+//! | `tollgate_store_call_duration_seconds` | `op` | store call latency, retries included |
+//! | `tollgate_store_errors_total` | `op` | store calls that failed (unreachable or timed out) |
+//! | `tollgate_requests_total` | `route`, `status` | HTTP responses by route and status |
+//!
+//! `op` is one of `reserve`, `settle`, `state`, `ping`, `sweep`,
+//! `open_reservations`. A settle that answers "unknown reservation" or
+//! "ownership mismatch" is a refusal, not a store failure, and is not
+//! counted as a store error.
+//!
+//! Expired reservations are released in two places: the periodic sweep,
+//! whose count the gateway sees, and the bounded sweep inside each
+//! `reserve`, whose count stays inside the store. The expired counter is
+//! therefore a lower bound; the ledger's `expired` entries are the full
+//! record. With several gateways on one Redis, each counts what its own
+//! sweep released. A settle that arrives after its reservation expired is
+//! counted as `late`.
+//!
+//! Every label has a small fixed set of values (no key or org ids). The
+//! reserve, settlement and store series are created up front and held as
+//! handles, so counting one is an atomic add; a latency observation takes
+//! its histogram's short lock (one histogram per store operation); a
+//! response takes the request family's read lock, and its write lock the
+//! first time a route answers with a new status.
+//!
+//! `/metrics` asks for no key, like `/healthz`. It names no key or org, but
+//! it tells how busy the gateway is and how much it spends: keep it off the
+//! public internet (block the path at the proxy in front of the gateway, or
+//! let only the scraper reach the listener).
+
+use std::fmt;
+use std::future::Future;
+use std::time::Instant;
+
+use http::StatusCode;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::budget::{
+    BudgetStore, LedgerStatus, ReserveOutcome, ScopeKind, SettleOutcome, StoreError,
+};
+use crate::money::UsdMicros;
+
+/// The `Content-Type` of a scrape.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Store call latency buckets, in seconds: from a local Redis round trip
+/// (100 µs) to a call that spent its retries (2.5 s).
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// A kind of budget store call, the `op` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreOp {
+    Reserve,
+    Settle,
+    /// Reading a scope's counters (`/v1/budget`).
+    State,
+    /// The readiness check (`/readyz`).
+    Ping,
+    /// The periodic sweep of expired reservations: one observation per
+    /// sweep of every tag.
+    Sweep,
+    /// Counting the open reservations for a scrape, over every tag.
+    OpenReservations,
+}
+
+impl StoreOp {
+    const ALL: [StoreOp; 6] = [
+        StoreOp::Reserve,
+        StoreOp::Settle,
+        StoreOp::State,
+        StoreOp::Ping,
+        StoreOp::Sweep,
+        StoreOp::OpenReservations,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreOp::Reserve => "reserve",
+            StoreOp::Settle => "settle",
+            StoreOp::State => "state",
+            StoreOp::Ping => "ping",
+            StoreOp::Sweep => "sweep",
+            StoreOp::OpenReservations => "open_reservations",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReserveLabels {
+    outcome: &'static str,
+    scope: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SettlementLabels {
+    status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreLabels {
+    op: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: &'static str,
+    status: u16,
+}
+
+/// The gateway's counters, shared by every request.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    allowed: Counter,
+    denied_by_key: Counter,
+    denied_by_org: Counter,
+    reserve_failed: Counter,
+    settled_ok: Counter,
+    settled_overrun: Counter,
+    settled_estimated: Counter,
+    settled_late: Counter,
+    expired: Counter,
+    charged: Counter,
+    /// Indexed by [`StoreOp::index`].
+    store_latency: [Histogram; 6],
+    store_errors: [Counter; 6],
+    /// Statuses are only known as responses go out; a new (route, status)
+    /// pair takes the family's lock once, later ones only read it.
+    requests: Family<RequestLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("tollgate");
+
+        let reserve = Family::<ReserveLabels, Counter>::default();
+        registry.register(
+            "reserve",
+            "Reserve calls by outcome; a denial names the scope that denied it",
+            reserve.clone(),
+        );
+        let reserved =
+            |outcome, scope| reserve.get_or_create_owned(&ReserveLabels { outcome, scope });
+
+        let settlements = Family::<SettlementLabels, Counter>::default();
+        registry.register(
+            "settlements",
+            "Settlements applied by this gateway, by ledger status",
+            settlements.clone(),
+        );
+        let settled = |status: LedgerStatus| {
+            settlements.get_or_create_owned(&SettlementLabels {
+                status: status.as_str(),
+            })
+        };
+
+        let charged = Counter::default();
+        registry.register(
+            "charged_usd_micros",
+            "Sum of the actual cost of the settlements applied by this gateway, in micro-USD",
+            charged.clone(),
+        );
+        let expired = Counter::default();
+        registry.register(
+            "expired_reservations",
+            "Reservations released unsettled at their deadline by this gateway's periodic \
+             sweep (those released inside a reserve are not counted; the ledger has all)",
+            expired.clone(),
+        );
+
+        let latency =
+            Family::<StoreLabels, Histogram, fn() -> Histogram>::new_with_constructor(|| {
+                Histogram::new(LATENCY_BUCKETS)
+            });
+        registry.register_with_unit(
+            "store_call_duration",
+            "Budget store call latency, retries included",
+            Unit::Seconds,
+            latency.clone(),
+        );
+        let errors = Family::<StoreLabels, Counter>::default();
+        registry.register(
+            "store_errors",
+            "Budget store calls that failed: store unreachable or timed out",
+            errors.clone(),
+        );
+        let by_op = |op: StoreOp| StoreLabels { op: op.as_str() };
+
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "HTTP responses by route and status",
+            requests.clone(),
+        );
+
+        Metrics {
+            allowed: reserved("allowed", ""),
+            denied_by_key: reserved("denied", ScopeKind::Key.as_str()),
+            denied_by_org: reserved("denied", ScopeKind::Org.as_str()),
+            reserve_failed: reserved("error", ""),
+            settled_ok: settled(LedgerStatus::Ok),
+            settled_overrun: settled(LedgerStatus::Overrun),
+            settled_estimated: settled(LedgerStatus::Estimated),
+            settled_late: settled(LedgerStatus::Late),
+            expired,
+            charged,
+            store_latency: StoreOp::ALL.map(|op| latency.get_or_create_owned(&by_op(op))),
+            store_errors: StoreOp::ALL.map(|op| errors.get_or_create_owned(&by_op(op))),
+            requests,
+            registry,
+        }
+    }
+
+    /// Runs one store call, recording its latency and whether the store
+    /// failed.
+    pub async fn time<T>(
+        &self,
+        op: StoreOp,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let result = call.await;
+        self.store_latency[op.index()].observe(started.elapsed().as_secs_f64());
+        if let Err(StoreError::Unavailable(_) | StoreError::Timeout) = &result {
+            self.store_errors[op.index()].inc();
+        }
+        result
+    }
+
+    /// Counts a reserve's answer; an error is a store that did not answer.
+    pub fn count_reserve(&self, outcome: &Result<ReserveOutcome, StoreError>) {
+        let counter = match outcome {
+            Ok(ReserveOutcome::Reserved) => &self.allowed,
+            Ok(ReserveOutcome::Denied(denial)) => match denial.kind {
+                ScopeKind::Key => &self.denied_by_key,
+                ScopeKind::Org => &self.denied_by_org,
+            },
+            Err(_) => &self.reserve_failed,
+        };
+        counter.inc();
+    }
+
+    /// Counts a settlement this gateway applied, and what it charged. A
+    /// retry that found its settlement already applied counts nothing.
+    pub fn count_settlement(&self, outcome: &SettleOutcome) {
+        if !outcome.applied {
+            return;
+        }
+        let counter = match outcome.status {
+            LedgerStatus::Ok => &self.settled_ok,
+            LedgerStatus::Overrun => &self.settled_overrun,
+            LedgerStatus::Estimated => &self.settled_estimated,
+            LedgerStatus::Late => &self.settled_late,
+            // A settle never expires a reservation; were a store to say so,
+            // the reservation was released unsettled.
+            LedgerStatus::Expired => &self.expired,
+        };
+        counter.inc();
+        self.charged.inc_by(outcome.actual);
+    }
+
+    /// Counts reservations released by a sweep this gateway ran.
+    pub fn count_expired(&self, released: usize) {
+        self.expired
+            .inc_by(u64::try_from(released).unwrap_or(u64::MAX));
+    }
+
+    /// Counts one response; `route` is one of the gateway's fixed paths.
+    pub fn count_request(&self, route: &'static str, status: StatusCode) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route,
+                status: status.as_u16(),
+            })
+            .inc();
+    }
+
+    /// The scrape's text: every counter, and the open reservations read
+    /// from the store now. If the store cannot say, those two gauges are
+    /// left out (and the failure counted), and the scrape still answers.
+    pub async fn scrape(&self, store: &BudgetStore, tags: &[String]) -> Result<String, fmt::Error> {
+        let open = self
+            .time(StoreOp::OpenReservations, store.open_reservations(tags))
+            .await;
+        let open = match open {
+            Ok(open) => Some(open),
+            Err(error) => {
+                tracing::warn!(%error, "metrics: could not count the open reservations");
+                None
+            }
+        };
+        self.encode(open)
+    }
+
+    /// The text of a scrape, given the open reservations' count and µUSD.
+    pub fn encode(&self, open: Option<(usize, UsdMicros)>) -> Result<String, fmt::Error> {
+        let mut text = String::new();
+        encode_registry(&mut text, &self.registry)?;
+        if let Some((count, amount)) = open {
+            let mut now = Registry::with_prefix("tollgate");
+            now.register(
+                "open_reservations",
+                "Reservations held now, not yet settled or expired",
+                gauge(count),
+            );
+            now.register(
+                "open_reservations_usd_micros",
+                "Micro-USD held by the open reservations",
+                gauge(amount),
+            );
+            encode_registry(&mut text, &now)?;
+        }
+        encode_eof(&mut text)?;
+        Ok(text)
+    }
+}
+
+/// A gauge read once, by the scrape it was made for.
+fn gauge(value: impl TryInto<i64>) -> Gauge {
+    let gauge = Gauge::default();
+    gauge.set(value.try_into().unwrap_or(i64::MAX));
+    gauge
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::{Denial, MemoryStore, Period};
+
+    fn denial(kind: ScopeKind) -> ReserveOutcome {
+        ReserveOutcome::Denied(Denial {
+            kind,
+            id: "alice".to_owned(),
+            period: Period::Day,
+            cap: 10,
+            remaining: 0,
+            resets_at: None,
+        })
+    }
+
+    fn settled(status: LedgerStatus, actual: UsdMicros, applied: bool) -> SettleOutcome {
+        SettleOutcome {
+            status,
+            reserved: 1_000,
+            actual,
+            applied,
+            key_remaining: 0,
+        }
+    }
+
+    /// The value of the sample line starting with `series`.
+    fn sample(text: &str, series: &str) -> Option<String> {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn every_fixed_series_is_exported_at_zero_before_any_call() {
+        let text = Metrics::new().encode(None).unwrap();
+        for series in [
+            r#"tollgate_reserve_total{outcome="allowed",scope=""}"#,
+            r#"tollgate_reserve_total{outcome="denied",scope="key"}"#,
+            r#"tollgate_reserve_total{outcome="denied",scope="org"}"#,
+            r#"tollgate_reserve_total{outcome="error",scope=""}"#,
+            r#"tollgate_settlements_total{status="ok"}"#,
+            r#"tollgate_settlements_total{status="overrun"}"#,
+            r#"tollgate_settlements_total{status="estimated"}"#,
+            r#"tollgate_settlements_total{status="late"}"#,
+            "tollgate_expired_reservations_total",
+            "tollgate_charged_usd_micros_total",
+            r#"tollgate_store_errors_total{op="reserve"}"#,
+            r#"tollgate_store_errors_total{op="open_reservations"}"#,
+            r#"tollgate_store_call_duration_seconds_count{op="settle"}"#,
+        ] {
+            assert_eq!(
+                sample(&text, series).as_deref(),
+                Some("0"),
+                "{series}\n{text}"
+            );
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(!text.contains("tollgate_open_reservations"), "{text}");
+    }
+
+    #[test]
+    fn reserve_outcomes_are_counted_by_outcome_and_denying_scope() {
+        let metrics = Metrics::new();
+        metrics.count_reserve(&Ok(ReserveOutcome::Reserved));
+        metrics.count_reserve(&Ok(ReserveOutcome::Reserved));
+        metrics.count_reserve(&Ok(denial(ScopeKind::Org)));
+        metrics.count_reserve(&Err(StoreError::Timeout));
+        let text = metrics.encode(None).unwrap();
+        let count = |series: &str| sample(&text, series);
+        assert_eq!(
+            count(r#"tollgate_reserve_total{outcome="allowed",scope=""}"#).as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            count(r#"tollgate_reserve_total{outcome="denied",scope="org"}"#).as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            count(r#"tollgate_reserve_total{outcome="denied",scope="key"}"#).as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            count(r#"tollgate_reserve_total{outcome="error",scope=""}"#).as_deref(),
+            Some("1")
+        );
+    }
+
+    #[test]
+    fn applied_settlements_count_by_status_and_sum_what_they_charged() {
+        let metrics = Metrics::new();
+        metrics.count_settlement(&settled(LedgerStatus::Ok, 1_200, true));
+        metrics.count_settlement(&settled(LedgerStatus::Overrun, 5_000, true));
+        metrics.count_settlement(&settled(LedgerStatus::Late, 300, true));
+        // A retry of an applied settle changes nothing.
+        metrics.count_settlement(&settled(LedgerStatus::Ok, 1_200, false));
+        metrics.count_expired(2);
+        let text = metrics.encode(None).unwrap();
+        let count = |series: &str| sample(&text, series);
+        assert_eq!(
+            count(r#"tollgate_settlements_total{status="ok"}"#).as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            count(r#"tollgate_settlements_total{status="overrun"}"#).as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            count(r#"tollgate_settlements_total{status="late"}"#).as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            count("tollgate_charged_usd_micros_total").as_deref(),
+            Some("6500")
+        );
+        assert_eq!(
+            count("tollgate_expired_reservations_total").as_deref(),
+            Some("2")
+        );
+    }
+
+    #[tokio::test]
+    async fn store_calls_are_timed_and_failures_counted_but_refusals_not() {
+        let metrics = Metrics::new();
+        let ok: Result<(), StoreError> = metrics.time(StoreOp::Ping, async { Ok(()) }).await;
+        assert!(ok.is_ok());
+        let down = metrics
+            .time(StoreOp::Reserve, async {
+                Err::<(), _>(StoreError::Unavailable("connection refused".to_owned()))
+            })
+            .await;
+        assert!(down.is_err());
+        let refused = metrics
+            .time(StoreOp::Settle, async {
+                Err::<(), _>(StoreError::UnknownReservation("x".to_owned()))
+            })
+            .await;
+        assert!(refused.is_err());
+        let text = metrics.encode(None).unwrap();
+        let count = |series: &str| sample(&text, series);
+        assert_eq!(
+            count(r#"tollgate_store_errors_total{op="reserve"}"#).as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            count(r#"tollgate_store_errors_total{op="settle"}"#).as_deref(),
+            Some("0")
+        );
+        for op in ["ping", "reserve", "settle"] {
+            let series = format!(r#"tollgate_store_call_duration_seconds_count{{op="{op}"}}"#);
+            assert_eq!(count(&series).as_deref(), Some("1"), "{text}");
+        }
+        assert!(
+            text.contains(r#"tollgate_store_call_duration_seconds_bucket{le="0.0001",op="ping"}"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"tollgate_store_call_duration_seconds_bucket{le="2.5",op="ping"}"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn requests_are_counted_by_route_and_status() {
+        let metrics = Metrics::new();
+        metrics.count_request("/v1/chat/completions", StatusCode::OK);
+        metrics.count_request("/v1/chat/completions", StatusCode::OK);
+        metrics.count_request("/v1/messages", StatusCode::PAYMENT_REQUIRED);
+        let text = metrics.encode(None).unwrap();
+        assert_eq!(
+            sample(
+                &text,
+                r#"tollgate_requests_total{route="/v1/chat/completions",status="200"}"#
+            )
+            .as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"tollgate_requests_total{route="/v1/messages",status="402"}"#
+            )
+            .as_deref(),
+            Some("1")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_scrape_reads_the_open_reservations_from_the_store() {
+        let store = MemoryStore::new(0);
+        let metrics = Metrics::new();
+        let text = metrics
+            .scrape(&BudgetStore::Memory(store), &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            sample(&text, "tollgate_open_reservations").as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            sample(&text, "tollgate_open_reservations_usd_micros").as_deref(),
+            Some("0")
+        );
+        assert!(
+            text.contains("# TYPE tollgate_open_reservations gauge"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let text = metrics.encode(Some((3, 4_500))).unwrap();
+        assert_eq!(
+            sample(&text, "tollgate_open_reservations").as_deref(),
+            Some("3")
+        );
+        assert_eq!(
+            sample(&text, "tollgate_open_reservations_usd_micros").as_deref(),
+            Some("4500")
+        );
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+    }
+}

@@ -1,0 +1,519 @@
+//! Real processes for the Redis integration tests: gateways run as the
+//! real `tollgate serve` binary on a config written for the test, Redis
+//! servers the test owns (`servers`), and readers of a tag's books through
+//! the library's [`RedisStore`].
+//!
+//! Tests on the shared Redis (127.0.0.1:6379) keep to their own hash tags:
+//! every org and key id carries a fresh UUID, and nothing is ever flushed.
+
+#![allow(dead_code)]
+
+pub mod servers;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use tollgate::budget::{Reconciliation, RedisStore, DEFAULT_LEDGER_RETENTION};
+use tollgate::usage::Usage;
+
+/// The Redis every machine and CI run of this project has.
+pub const SHARED_REDIS: &str = "redis://127.0.0.1:6379";
+pub const SHARED_REDIS_PORT: u16 = 6379;
+/// The provider credential the mock expects and the gateways hold.
+pub const PROVIDER_KEY: &str = "sk-provider-secret";
+/// A gateway in a debug build on a busy machine can take a while to load
+/// its tokenizers.
+const GATEWAY_START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A fresh id: `prefix` and a UUID, so tests never share budget data.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::now_v7().simple())
+}
+
+/// The mock provider, answering only with the provider key.
+/// Streams are paced per call with `mock:sleep_ms`.
+pub async fn mock() -> tollgate::mock::MockServer {
+    tollgate::mock::spawn(tollgate::mock::MockOptions {
+        expect_key: Some(PROVIDER_KEY.to_owned()),
+        ..tollgate::mock::MockOptions::default()
+    })
+    .await
+    .unwrap()
+}
+
+// === Config ===
+
+#[derive(Clone)]
+pub struct OrgSpec {
+    pub id: String,
+    pub cap: &'static str,
+    pub period: &'static str,
+}
+
+#[derive(Clone)]
+pub struct KeySpec {
+    pub id: String,
+    /// What the client sends as its bearer token.
+    pub raw: String,
+    pub org: Option<String>,
+    pub cap: &'static str,
+    pub period: &'static str,
+}
+
+impl KeySpec {
+    /// A key with a fresh id and a fresh raw value.
+    pub fn new(name: &str, org: Option<&OrgSpec>, cap: &'static str, period: &'static str) -> Self {
+        KeySpec {
+            id: unique(name),
+            raw: unique(&format!("tg-{name}")),
+            org: org.map(|org| org.id.clone()),
+            cap,
+            period,
+        }
+    }
+
+    /// The hash tag its budget data lives under.
+    pub fn tag(&self) -> String {
+        tollgate::budget::tag_for(self.org.as_deref(), &self.id)
+    }
+}
+
+/// The config of one gateway process.
+#[derive(Clone)]
+pub struct GatewayConfig {
+    pub redis_url: String,
+    /// The mock provider's address; both providers point at it.
+    pub provider: std::net::SocketAddr,
+    pub upstream_timeout_secs: u64,
+    pub reservation_ttl_secs: u64,
+    pub on_store_error: &'static str,
+    pub orgs: Vec<OrgSpec>,
+    pub keys: Vec<KeySpec>,
+}
+
+impl GatewayConfig {
+    pub fn new(redis_url: &str, provider: std::net::SocketAddr) -> Self {
+        GatewayConfig {
+            redis_url: redis_url.to_owned(),
+            provider,
+            upstream_timeout_secs: 30,
+            reservation_ttl_secs: 60,
+            on_store_error: "reject",
+            orgs: Vec::new(),
+            keys: Vec::new(),
+        }
+    }
+
+    pub fn toml(&self) -> String {
+        let prices = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml");
+        let mut text = format!(
+            r#"
+[server]
+listen = "127.0.0.1:0"
+upstream_timeout_secs = {timeout}
+
+[store]
+backend = "redis"
+redis_url = "{url}"
+reservation_ttl_secs = {ttl}
+on_store_error = "{on_error}"
+
+[prices]
+file = "{prices}"
+
+[[providers]]
+name = "openai"
+kind = "openai"
+base_url = "http://{provider}"
+api_key_env = "TEST_PROVIDER_KEY"
+models = ["gpt-*"]
+
+[[providers]]
+name = "anthropic"
+kind = "anthropic"
+base_url = "http://{provider}"
+api_key_env = "TEST_PROVIDER_KEY"
+models = ["claude-*"]
+"#,
+            timeout = self.upstream_timeout_secs,
+            url = self.redis_url,
+            ttl = self.reservation_ttl_secs,
+            on_error = self.on_store_error,
+            prices = prices.display(),
+            provider = self.provider,
+        );
+        for org in &self.orgs {
+            text.push_str(&format!(
+                "\n[[orgs]]\nid = \"{}\"\ncap_usd = \"{}\"\nperiod = \"{}\"\n",
+                org.id, org.cap, org.period
+            ));
+        }
+        for key in &self.keys {
+            text.push_str(&format!(
+                "\n[[keys]]\nid = \"{}\"\nkey_sha256 = \"{}\"\ncap_usd = \"{}\"\nperiod = \"{}\"\n",
+                key.id,
+                hex::encode(tollgate::config::hash_key(&key.raw)),
+                key.cap,
+                key.period
+            ));
+            if let Some(org) = &key.org {
+                text.push_str(&format!("org = \"{org}\"\n"));
+            }
+        }
+        text
+    }
+
+    /// Every tag the configured keys' data lives under.
+    pub fn tags(&self) -> Vec<String> {
+        let mut tags: Vec<String> = self.keys.iter().map(KeySpec::tag).collect();
+        tags.sort();
+        tags.dedup();
+        tags
+    }
+}
+
+// === Gateway processes ===
+
+/// `tollgate serve` as a child process; SIGKILLed when dropped.
+pub struct GatewayProcess {
+    child: Child,
+    pub url: String,
+    log: Arc<Mutex<String>>,
+    _dir: tempfile::TempDir,
+}
+
+impl GatewayProcess {
+    /// Starts the binary on `config` and waits until it logs
+    /// `listening on ADDR`.
+    pub async fn start(config: &GatewayConfig) -> GatewayProcess {
+        let text = config.toml();
+        tokio::task::spawn_blocking(move || GatewayProcess::start_blocking(&text))
+            .await
+            .unwrap()
+    }
+
+    fn start_blocking(config: &str) -> GatewayProcess {
+        let dir = tempfile::Builder::new()
+            .prefix("tollgate-gateway-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("tollgate.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&path)
+            .env("RUST_LOG", "info")
+            .env("TEST_PROVIDER_KEY", PROVIDER_KEY)
+            .env_remove("TOLLGATE_REDIS_URL")
+            .env_remove("TOLLGATE_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (listening, bound) = std::sync::mpsc::channel();
+        let lines = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = listening_addr(&line) {
+                    let _ = listening.send(addr);
+                }
+                let mut log = lines.lock().unwrap_or_else(|e| e.into_inner());
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let mut gateway = GatewayProcess {
+            child,
+            url: String::new(),
+            log,
+            _dir: dir,
+        };
+        match bound.recv_timeout(GATEWAY_START_TIMEOUT) {
+            Ok(addr) => gateway.url = format!("http://{addr}"),
+            Err(_) => {
+                gateway.kill();
+                panic!("the gateway did not start:\n{}", gateway.log());
+            }
+        }
+        gateway
+    }
+
+    /// SIGKILL: no shutdown, no settlement, nothing flushed.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Everything it wrote to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The address in a `listening on ADDR` log line, whatever precedes it.
+fn listening_addr(line: &str) -> Option<String> {
+    let (_, rest) = line.split_once("listening on ")?;
+    rest.split_whitespace().next().map(str::to_owned)
+}
+
+/// A gateway run in this process on the library, with no periodic sweep:
+/// only a reserve's own lazy sweep can expire a reservation through it.
+pub struct UnsweptGateway {
+    pub url: String,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+impl UnsweptGateway {
+    pub async fn start(config: &GatewayConfig) -> UnsweptGateway {
+        let env = |name: &str| (name == "TEST_PROVIDER_KEY").then(|| PROVIDER_KEY.to_owned());
+        let config = tollgate::config::Config::from_toml_str_with_env(
+            &config.toml(),
+            Path::new("unswept.toml"),
+            &env,
+        )
+        .unwrap();
+        let tollgate::config::StoreBackend::Redis { url } = &config.store.backend else {
+            panic!("a Redis config");
+        };
+        let store = store(url.expose()).await;
+        for key in &config.keys {
+            store.track_key(&key.id, key.org.as_deref());
+        }
+        let gateway = tokio::task::spawn_blocking(move || {
+            tollgate::server::Gateway::new(config, tollgate::budget::BudgetStore::Redis(store))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(tollgate::server::run(
+            listener,
+            Arc::new(gateway),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        UnsweptGateway {
+            url,
+            _shutdown: shutdown,
+        }
+    }
+}
+
+// === HTTP ===
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// An OpenAI chat body; `text` may carry mock directives.
+pub fn chat(model: &str, text: &str, stream: bool, max_tokens: u64) -> Value {
+    json!({
+        "model": model,
+        "stream": stream,
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": text}],
+    })
+}
+
+/// An Anthropic Messages body.
+pub fn messages(model: &str, text: &str, stream: bool, max_tokens: u64) -> Value {
+    json!({
+        "model": model,
+        "stream": stream,
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": text}],
+    })
+}
+
+/// The output limit of every [`mixed_call`]; most of them bill all of it,
+/// so their cost is close to what they reserve.
+pub const MIXED_MAX_TOKENS: u64 = 100;
+
+/// The i-th call of a mixed burst through `gateway`: OpenAI chat or
+/// Anthropic messages, streamed (paced by the mock, so many reservations
+/// are open at once) or not. Returns its status and body.
+pub async fn mixed_call(
+    client: &reqwest::Client,
+    gateway: &str,
+    key: &str,
+    i: usize,
+) -> (u16, String) {
+    let tokens = if i.is_multiple_of(7) {
+        10
+    } else {
+        MIXED_MAX_TOKENS
+    };
+    let text = format!("call {i} mock:tokens={tokens} mock:sleep_ms=2");
+    let request = match i % 5 {
+        0 | 1 => client
+            .post(format!("{gateway}/v1/messages"))
+            .header("x-api-key", key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&messages(
+                "claude-haiku-4-5",
+                &text,
+                i % 5 == 1,
+                MIXED_MAX_TOKENS,
+            )),
+        n => client
+            .post(format!("{gateway}/v1/chat/completions"))
+            .bearer_auth(key)
+            .json(&chat("gpt-4o", &text, n != 4, MIXED_MAX_TOKENS)),
+    };
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+/// POSTs a chat completion with `key` as bearer token.
+pub async fn post_chat(
+    client: &reqwest::Client,
+    gateway: &str,
+    key: &str,
+    body: &Value,
+) -> reqwest::Response {
+    client
+        .post(format!("{gateway}/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// `GET /v1/budget` for `key`.
+pub async fn budget(gateway: &str, key: &str) -> Value {
+    let response = client()
+        .get(format!("{gateway}/v1/budget"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "GET /v1/budget on {gateway}");
+    response.json().await.unwrap()
+}
+
+/// A scope's field of a `/v1/budget` answer (`scope` is "key" or "org").
+pub fn field(budget: &Value, scope: &str, name: &str) -> u64 {
+    budget[scope][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {scope}.{name} in {budget}"))
+}
+
+/// The status of `GET /readyz`.
+pub async fn readyz(gateway: &str) -> u16 {
+    client()
+        .get(format!("{gateway}/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// Polls `check` every 50 ms until it holds or `within` passes; returns
+/// whether it held.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// === Books ===
+
+/// A store handle on `url`, to read the books the gateways wrote.
+pub async fn store(url: &str) -> RedisStore {
+    RedisStore::connect(url, 100, DEFAULT_LEDGER_RETENTION)
+        .await
+        .unwrap()
+}
+
+/// Reconciles `tags`: every row must have zero drift and no open
+/// reservation. Returns the rows.
+pub async fn assert_books_balance(store: &RedisStore, tags: &[String]) -> Vec<Reconciliation> {
+    let rows = store.reconcile(tags).await.unwrap();
+    assert!(!rows.is_empty(), "no books under {tags:?}");
+    for row in &rows {
+        assert_eq!(row.drift(), 0, "drift in {row:?}");
+        assert_eq!(row.open, 0, "open reservation in {row:?}");
+    }
+    assert_eq!(store.open_reservations(tags).await.unwrap(), (0, 0));
+    rows
+}
+
+/// The price table the gateways use.
+pub fn prices() -> tollgate::prices::PriceTable {
+    tollgate::prices::PriceTable::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml"),
+    )
+    .unwrap()
+}
+
+/// `a + b`, field by field.
+pub fn add_usage(a: Usage, b: &Usage) -> Usage {
+    Usage {
+        input: a.input + b.input,
+        cached_input: a.cached_input + b.cached_input,
+        cache_write: a.cache_write + b.cache_write,
+        output: a.output + b.output,
+    }
+}
+
+/// The usage of a non-streaming OpenAI chat answer.
+pub fn chat_usage(body: &Value) -> Usage {
+    Usage {
+        input: body["usage"]["prompt_tokens"].as_u64().unwrap(),
+        output: body["usage"]["completion_tokens"].as_u64().unwrap(),
+        ..Usage::default()
+    }
+}
+
+/// The SHA Redis knows each script by: `lua/common.lua` and the script's
+/// body, as the store loads them.
+pub fn script_sha(script: &str) -> String {
+    let common = include_str!("../../lua/common.lua");
+    let body = match script {
+        "reserve" => include_str!("../../lua/reserve.lua"),
+        "settle" => include_str!("../../lua/settle.lua"),
+        "sweep" => include_str!("../../lua/sweep.lua"),
+        "state" => include_str!("../../lua/state.lua"),
+        other => panic!("no script {other}"),
+    };
+    redis::Script::new(&format!("{common}\n{body}"))
+        .get_hash()
+        .to_owned()
+}
