@@ -29,6 +29,8 @@ mod client;
 mod drive;
 #[path = "load/error.rs"]
 mod error;
+#[path = "load/figures.rs"]
+mod figures;
 #[path = "load/passthrough.rs"]
 mod passthrough;
 #[path = "load/procs.rs"]
@@ -43,17 +45,43 @@ mod run;
 mod setup;
 #[path = "load/streams.rs"]
 mod streams;
+#[path = "load/subjects.rs"]
+mod subjects;
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 
 use error::BenchError;
 
 /// The argument that turns this binary into the pass-through proxy.
 pub const SERVE_PASSTHROUGH: &str = "--serve-passthrough";
+
+/// How load is applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Closed loop at full concurrency: maximum throughput.
+    Closed,
+    /// Closed loop on one connection: latency of one call at a time.
+    Single,
+    /// Open loop at a fixed rate, latency from each intended start.
+    Open,
+    /// Many concurrent SSE streams.
+    Streams,
+}
+
+impl Mode {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mode::Closed => "closed loop",
+            Mode::Single => "concurrency 1",
+            Mode::Open => "open loop",
+            Mode::Streams => "streams",
+        }
+    }
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -65,6 +93,14 @@ struct Cli {
     /// benchmark runs and that every call and stream settles.
     #[arg(long)]
     smoke: bool,
+    /// Modes to run, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "closed,single,open,streams"
+    )]
+    modes: Vec<Mode>,
     /// Rounds of D P G0 G in every mode.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
@@ -107,6 +143,7 @@ struct Cli {
 #[derive(Debug)]
 pub struct Settings {
     pub smoke: bool,
+    pub modes: Vec<Mode>,
     pub rounds: u32,
     pub seconds: Duration,
     pub warm_up: Duration,
@@ -144,6 +181,7 @@ impl Settings {
         if cli.smoke {
             return Ok(Settings {
                 smoke: true,
+                modes: cli.modes.clone(),
                 rounds: 1,
                 seconds: Duration::from_millis(500),
                 warm_up: Duration::from_millis(100),
@@ -159,6 +197,7 @@ impl Settings {
         }
         Ok(Settings {
             smoke: false,
+            modes: cli.modes.clone(),
             rounds: cli.rounds,
             seconds: Duration::from_secs_f64(cli.seconds),
             warm_up: Duration::from_secs(1),

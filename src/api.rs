@@ -282,7 +282,21 @@ fn choices(api: Api, body: &Map<String, Value>) -> Result<u64, GatewayError> {
             choices = choices.max(n);
         }
     }
-    Ok(choices)
+    Ok(choices.saturating_mul(prompts(api, body)))
+}
+
+/// How many prompts one legacy completions request carries: each gets its
+/// own `n` choices. An array of strings or of token arrays is several
+/// prompts; a string, or one array of token ids, is one.
+fn prompts(api: Api, body: &Map<String, Value>) -> u64 {
+    match (api, body.get("prompt")) {
+        (Api::Completions, Some(Value::Array(items)))
+            if items.iter().any(|item| !item.is_number()) =>
+        {
+            items.len().max(1) as u64
+        }
+        _ => 1,
+    }
 }
 
 /// The input each API requires.
@@ -487,6 +501,20 @@ mod tests {
             assert_eq!(err.status(), http::StatusCode::BAD_REQUEST, "{body}");
             assert_eq!(param_of(err), param, "{body}");
         }
+    }
+
+    #[test]
+    fn every_prompt_of_a_completion_gets_its_choices() {
+        let call = parse(
+            Api::Completions,
+            r#"{"model":"m","prompt":["a","b","c"],"n":2}"#,
+        )
+        .unwrap();
+        assert_eq!(call.choices, 6);
+        let tokens = parse(Api::Completions, r#"{"model":"m","prompt":[1,2,3]}"#).unwrap();
+        assert_eq!(tokens.choices, 1);
+        let arrays = parse(Api::Completions, r#"{"model":"m","prompt":[[1],[2]]}"#).unwrap();
+        assert_eq!(arrays.choices, 2);
     }
 
     #[test]

@@ -31,9 +31,10 @@ const TOKENS_PER_REPLY: u64 = 3;
 const TOKENS_PER_IMAGE: u64 = 2_000;
 /// Context window assumed for a model the price table gives none.
 const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
-/// Bytes per token of the heuristic count: well below the 3.5 to 4 bytes
-/// an English token averages, and one token per 3-byte CJK character.
-const HEURISTIC_BYTES_PER_TOKEN: u64 = 3;
+/// Bytes per token of the heuristic count: half the 3.5 to 4 bytes an
+/// English token averages, and at or below what digits, code and CJK text
+/// average, so the count stays above the provider's for nearly all text.
+const HEURISTIC_BYTES_PER_TOKEN: u64 = 2;
 
 /// Content parts carrying media the gateway does not tokenize.
 const IMAGE_TYPES: &[&str] = &["image_url", "input_image", "image"];
@@ -45,6 +46,7 @@ const UNSEEN_TYPES: &[&str] = &[
     "document",
     "input_audio",
     "container_upload",
+    "item_reference",
 ];
 
 /// How input tokens are counted for a model.
@@ -58,7 +60,16 @@ impl TokenCounter {
     /// OpenAI's own tokenizer for OpenAI models; the heuristic for every
     /// other model, including other models behind OpenAI-compatible APIs.
     pub fn for_model(kind: ProviderKind, model: &str) -> TokenCounter {
-        match (kind, get_tokenizer(model)) {
+        // OpenAI's newer families use o200k, as tiktoken's own table does
+        // for gpt-4o and o3 (the crate's table predates some of them).
+        let newer = ["gpt-5", "o1", "o3", "o4", "gpt-4.1", "gpt-4o", "chatgpt-4o"];
+        let tokenizer = get_tokenizer(model).or_else(|| {
+            newer
+                .iter()
+                .any(|family| model.starts_with(family))
+                .then_some(Tokenizer::O200kBase)
+        });
+        match (kind, tokenizer) {
             (ProviderKind::OpenAi, Some(Tokenizer::O200kBase)) => {
                 TokenCounter::Tiktoken(tiktoken_rs::o200k_base_singleton())
             }
@@ -174,7 +185,6 @@ impl Tally {
         match value {
             Value::Null => {}
             Value::Bool(_) | Value::Number(_) => self.add(1),
-            Value::String(text) if is_inline_media(text) => self.add(TOKENS_PER_IMAGE),
             Value::String(text) => self.add(self.counter.count(text)),
             Value::Array(items) => items.iter().for_each(|item| self.walk(item)),
             Value::Object(map) => {
@@ -192,12 +202,6 @@ impl Tally {
             }
         }
     }
-}
-
-/// A data URL (an image or file inlined as base64): tokenizing it would
-/// overstate the call a thousandfold.
-fn is_inline_media(text: &str) -> bool {
-    text.len() > 256 && text.starts_with("data:")
 }
 
 #[cfg(test)]
@@ -315,6 +319,43 @@ mod tests {
             }),
         );
         assert!(estimate(&c, &price(), tiktoken()).input_tokens >= 10_000);
+    }
+
+    #[test]
+    fn text_that_looks_like_a_data_url_is_still_counted() {
+        let text = format!("data: {}", "word ".repeat(20_000));
+        let c = call(
+            Api::ChatCompletions,
+            serde_json::json!({
+                "model": "gpt-4o-mini", "max_tokens": 1, "messages": [{"role": "user", "content": text}],
+            }),
+        );
+        assert!(estimate(&c, &price(), tiktoken()).input_tokens >= 20_000);
+    }
+
+    #[test]
+    fn stored_items_and_newer_models_are_bounded() {
+        let c = call(
+            Api::Responses,
+            serde_json::json!({
+                "model": "gpt-5-mini", "max_output_tokens": 1,
+                "input": [{"type": "item_reference", "id": "msg_1"}],
+            }),
+        );
+        assert!(estimate(&c, &price(), tiktoken()).input_tokens >= 10_000);
+        for model in ["gpt-5", "gpt-5-mini", "gpt-4.1-nano", "o3", "o4-mini"] {
+            assert!(
+                matches!(
+                    TokenCounter::for_model(ProviderKind::OpenAi, model),
+                    TokenCounter::Tiktoken(_)
+                ),
+                "{model}"
+            );
+        }
+        assert!(matches!(
+            TokenCounter::for_model(ProviderKind::Anthropic, "claude-haiku-4-5"),
+            TokenCounter::Heuristic
+        ));
     }
 
     #[test]

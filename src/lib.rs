@@ -17,7 +17,8 @@
 //! - [`estimate`] bounds a call's cost before it is sent; [`money`] and
 //!   [`prices`] price tokens exactly in integer micro-USD.
 //! - [`budget`] is the reserve/settle protocol and its stores.
-//! - [`metered`] is the response body that settles exactly once.
+//! - [`settle`] holds the ticket that settles each call exactly once;
+//!   [`metered`] is the streaming response body that reads usage on the way.
 //! - [`metrics`] counts reserves, settlements and store calls for
 //!   `GET /metrics`.
 //! - [`config`] loads and checks the TOML config; [`auth`] finds the key.
@@ -37,6 +38,7 @@ pub mod money;
 pub mod prices;
 pub mod proxy;
 pub mod server;
+pub mod settle;
 pub mod sse;
 pub mod upstream;
 pub mod usage;

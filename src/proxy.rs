@@ -13,6 +13,8 @@
 //!
 //! Every error before step 4 costs nothing and forwards nothing. From step
 //! 4 on, a [`SettleTicket`] guarantees exactly one settlement on every path.
+//! With the store down and `on_store_error = "allow"`, the call goes the
+//! same way unmetered.
 
 use std::sync::Arc;
 
@@ -30,9 +32,10 @@ use crate::budget::{ClaimedReserve, ReserveOutcome, ReserveRequest};
 use crate::config::{KeyConfig, OnStoreError, ProviderKind};
 use crate::error::GatewayError;
 use crate::estimate::{estimate, TokenCounter};
-use crate::metered::{MeteredBody, SettleTicket};
+use crate::metered::MeteredBody;
 use crate::metrics::StoreOp;
 use crate::server::{full, Body, BoxError, Gateway};
+use crate::settle::SettleTicket;
 use crate::upstream;
 use crate::usage::parse_body_usage;
 
@@ -104,6 +107,7 @@ async fn proxy(
         .provider_for(&call.model)
         .ok_or_else(unknown)?;
     check_api_matches(api, provider.kind, &call.model)?;
+    check_priced_options(api, &parts.headers, &call)?;
     let provider_key =
         provider
             .api_key
@@ -118,24 +122,7 @@ async fn proxy(
         price,
         TokenCounter::for_model(provider.kind, &call.model),
     );
-    if !reserve(gateway, key, exec_id, estimate.amount, claim.as_deref()).await? {
-        // The store is down and the operator chose to let calls through
-        // unmetered; each one is logged.
-        return forward_unmetered(gateway, api, &call, provider, provider_key, &parts.headers)
-            .await;
-    }
-    let mut ticket = SettleTicket::new(
-        gateway,
-        exec_id.to_owned(),
-        key.id.clone(),
-        key.org.clone(),
-        call.model.clone(),
-        price.clone(),
-        estimate,
-    );
-
-    let timeout = gateway.config.server.upstream_timeout;
-    let deadline = Instant::now() + timeout;
+    // Built before reserving: a request that cannot be sent costs nothing.
     let upstream_request = upstream::request(
         provider,
         provider_key,
@@ -144,11 +131,28 @@ async fn proxy(
         call.forward_body(),
     )
     .map_err(|error| {
-        tracing::error!(%error, "could not build the provider request");
+        tracing::error!(provider = %provider.name, %error, "could not build the provider request");
         GatewayError::UpstreamUnreachable {
             provider: provider.name.clone(),
         }
     })?;
+    let mut ticket = SettleTicket::new(gateway, exec_id, key, &call.model, price, estimate);
+    match reserve(gateway, key, exec_id, estimate.amount, claim.as_deref()).await {
+        Ok(true) => {}
+        // The store is down and the operator chose to let calls through
+        // unmetered (each one is logged): nothing to settle.
+        Ok(false) => ticket.disarm(),
+        Err(error) => {
+            // Denied, or the store failed: nothing was reserved (a reserve
+            // that landed unanswered expires by itself), nothing is sent.
+            ticket.disarm();
+            return Err(error);
+        }
+    }
+    ticket.sent(call.stream);
+
+    let timeout = gateway.config.server.upstream_timeout;
+    let deadline = Instant::now() + timeout;
     let response = match timeout_at(deadline, gateway.client.request(upstream_request)).await {
         Ok(Ok(response)) => response,
         Ok(Err(error)) => {
@@ -349,37 +353,6 @@ async fn reserve(
     }
 }
 
-/// A call forwarded with no reservation, when the operator chose that over
-/// refusing calls while the store is down.
-async fn forward_unmetered(
-    gateway: &Gateway,
-    api: Api,
-    call: &Call,
-    provider: &crate::config::Provider,
-    provider_key: &crate::config::Secret,
-    headers: &HeaderMap,
-) -> Result<Response<Body>, GatewayError> {
-    let unreachable = || GatewayError::UpstreamUnreachable {
-        provider: provider.name.clone(),
-    };
-    let request = upstream::request(provider, provider_key, api, headers, call.forward_body())
-        .map_err(|_| unreachable())?;
-    let timeout = gateway.config.server.upstream_timeout;
-    let response = tokio::time::timeout(timeout, gateway.client.request(request))
-        .await
-        .map_err(|_| GatewayError::UpstreamTimeout {
-            provider: provider.name.clone(),
-            secs: timeout.as_secs(),
-        })?
-        .map_err(|_| unreachable())?;
-    let (mut head, body) = response.into_parts();
-    upstream::strip_response_headers(&mut head.headers);
-    Ok(Response::from_parts(
-        head,
-        body.map_err(BoxError::from).boxed_unsync(),
-    ))
-}
-
 /// An OpenAI-shaped route can only reach an OpenAI-compatible provider, and
 /// `/v1/messages` only Anthropic.
 fn check_api_matches(api: Api, kind: ProviderKind, model: &str) -> Result<(), GatewayError> {
@@ -401,6 +374,34 @@ fn check_api_matches(api: Api, kind: ProviderKind, model: &str) -> Result<(), Ga
             param: Some("model"),
         })
     }
+}
+
+/// Refuses options the providers bill at rates the price table does not
+/// hold, which would charge the call less than it costs: OpenAI's priority
+/// tier and Anthropic's 1M-context beta.
+fn check_priced_options(api: Api, headers: &HeaderMap, call: &Call) -> Result<(), GatewayError> {
+    if call.body.get("service_tier").and_then(|v| v.as_str()) == Some("priority") {
+        return Err(GatewayError::BadRequest {
+            message: "service_tier \"priority\" is billed at rates this gateway does not price; \
+                      use \"auto\", \"default\" or \"flex\""
+                .to_owned(),
+            param: Some("service_tier"),
+        });
+    }
+    let long_context = headers
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("context-1m"));
+    if api == Api::Messages && long_context {
+        return Err(GatewayError::BadRequest {
+            message: "the anthropic-beta context-1m option is billed at rates this gateway does \
+                      not price; remove it from the anthropic-beta header"
+                .to_owned(),
+            param: None,
+        });
+    }
+    Ok(())
 }
 
 fn is_event_stream(headers: &HeaderMap) -> bool {

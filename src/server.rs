@@ -19,6 +19,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
+use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use crate::api::Api;
@@ -27,6 +28,7 @@ use crate::budget::{tag_for, BudgetStore, Scope, ScopeKind, SweeperGuard};
 use crate::config::{Config, KeyConfig};
 use crate::error::{GatewayError, Shape};
 use crate::metrics::{self, Metrics, StoreOp};
+use crate::settle::BackgroundSettles;
 use crate::upstream::{self, UpstreamClient};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -47,6 +49,9 @@ pub struct Gateway {
     pub store: BudgetStore,
     pub client: UpstreamClient,
     pub metrics: Arc<Metrics>,
+    /// Settlements finishing after their request is gone; shutdown waits
+    /// for them.
+    pub background: BackgroundSettles,
     /// Every tag the configured scopes' budget data lives under (see
     /// [`budget_tags`]): what the sweep and the metrics read.
     pub budget_tags: Vec<String>,
@@ -81,6 +86,7 @@ impl Gateway {
             client: upstream::client()?,
             store,
             metrics: Arc::new(Metrics::new()),
+            background: BackgroundSettles::default(),
             budget_tags: budget_tags(&config),
             config,
         })
@@ -156,14 +162,33 @@ async fn sweep_periodically(gateway: Weak<Gateway>, every: Duration) {
     }
 }
 
-/// Serves until `shutdown` completes, then waits for in-flight requests.
+/// How long shutdown waits for in-flight calls before it cuts them: a
+/// little less than the 30 s an orchestrator usually grants, so every cut
+/// call can still be settled before the process is killed.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// How long shutdown then waits for settlements still in flight.
+const SETTLE_DRAIN: Duration = Duration::from_secs(8);
+
+/// Serves until `shutdown` completes. Then it stops accepting, lets
+/// in-flight calls finish for up to `grace`, cuts the rest (each settles
+/// what it saw) and waits for their settlements.
 pub async fn run(
     listener: TcpListener,
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    run_with_grace(listener, gateway, shutdown, SHUTDOWN_GRACE).await
+}
+
+pub async fn run_with_grace(
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());
+    let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -176,6 +201,7 @@ pub async fn run(
                     continue;
                 }
             },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
@@ -188,7 +214,7 @@ pub async fn run(
             .serve_connection(TokioIo::new(stream), service)
             .into_owned();
         let connection = graceful.watch(connection);
-        tokio::spawn(async move {
+        connections.spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
@@ -196,7 +222,24 @@ pub async fn run(
     }
     drop(listener);
     tracing::info!("shutting down: waiting for in-flight calls to finish");
-    graceful.shutdown().await;
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            connections = connections.len(),
+            "calls still running after {grace:?}: cutting them (each is settled as seen)"
+        );
+        connections.abort_all();
+    }
+    while connections.join_next().await.is_some() {}
+    let unsettled = gateway.background.drained(SETTLE_DRAIN).await;
+    if unsettled > 0 {
+        tracing::error!(
+            unsettled,
+            "settlements still unfinished at exit; their reservations will expire"
+        );
+    }
     Ok(())
 }
 

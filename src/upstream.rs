@@ -60,6 +60,10 @@ const DROPPED_REQUEST_HEADERS: &[&str] = &[
     "transfer-encoding",
     "upgrade",
     "cookie",
+    // The client's own OpenAI account scoping: the provider key is the
+    // gateway's, and a mismatched organization or project is refused.
+    "openai-organization",
+    "openai-project",
 ];
 
 /// The provider's request for a call.

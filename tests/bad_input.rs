@@ -203,6 +203,19 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "unpriced service tier",
+            path: "/v1/chat/completions",
+            key: Some(ALICE),
+            body: json_body(
+                json!({"model": "gpt-4o-mini", "service_tier": "priority", "messages": [{"role": "user", "content": "hi"}]}),
+            ),
+            status: 400,
+            expect: Expect::OpenAi {
+                code: None,
+                param: Some("service_tier"),
+            },
+        },
+        Case {
             name: "body too large",
             path: "/v1/chat/completions",
             key: Some(ALICE),
@@ -388,4 +401,28 @@ async fn unknown_routes_are_404_in_the_callers_shape() {
         .as_str()
         .unwrap()
         .contains("/v1/nothing"));
+}
+
+#[tokio::test]
+async fn unpriced_anthropic_beta_is_refused() {
+    let h = start(Setup::default()).await;
+    let response = h
+        .client()
+        .post(format!("{}/v1/messages", h.url))
+        .header("x-api-key", ALICE)
+        .header("anthropic-version", "2023-06-01")
+        .header("anthropic-beta", "context-1m-2025-08-07")
+        .json(&messages("claude-sonnet-4-5", "hi", 10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("context-1m"));
+    assert_eq!(h.mock.stats.requests(), 0);
+    assert!(h.ledger().is_empty());
 }

@@ -503,9 +503,74 @@ async fn client_gone_before_the_response_is_settled_once() {
         .await;
     assert!(result.is_err(), "the client was meant to give up");
     h.settled().await;
+    // The provider may finish a plain call whose client left: it is charged
+    // its whole upper bound.
     let entry = only_entry(&h);
     assert_eq!(entry.status, LedgerStatus::Estimated);
     assert!(entry.usage.input > 0);
-    assert_eq!(entry.usage.output, 0);
+    let limit = prices()
+        .get("gpt-4o-mini")
+        .unwrap()
+        .max_output_tokens
+        .unwrap();
+    assert_eq!(entry.usage.output, limit);
+    assert_eq!(entry.actual, entry.reserved);
     assert_eq!(spent(&h, ALICE).await, entry.actual);
+}
+
+#[tokio::test]
+async fn shutdown_cuts_streams_past_the_grace_and_settles_them_before_returning() {
+    let mut setup = Setup {
+        shutdown_grace: std::time::Duration::from_millis(300),
+        ..Setup::default()
+    };
+    setup.mock.tokens_per_sec = Some(20);
+    let mut h = start(setup).await;
+    let mut body = chat("gpt-4o-mini", "mock:tokens=400");
+    body["stream"] = json!(true);
+    let response = h.post("/v1/chat/completions", ALICE, &body).await;
+    let reader = tokio::spawn(async move {
+        let mut stream = response.bytes_stream();
+        let mut failed = false;
+        while let Some(chunk) = stream.next().await {
+            failed |= chunk.is_err();
+        }
+        failed
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    h.shutdown().await;
+    // Settled by the time the server has stopped, not some time later.
+    assert_eq!(h.store.open_reservations(), (0, 0));
+    let entry = only_entry(&h);
+    assert_eq!(entry.status, LedgerStatus::Estimated);
+    assert!(
+        entry.usage.output > 0 && entry.usage.output < 400,
+        "{entry:?}"
+    );
+    assert!(
+        reader.await.unwrap(),
+        "the cut must reach the client as an error"
+    );
+}
+
+#[tokio::test]
+async fn client_account_headers_do_not_reach_the_provider() {
+    let h = start(Setup::default()).await;
+    let response = h
+        .client()
+        .post(format!("{}/v1/chat/completions", h.url))
+        .bearer_auth(ALICE)
+        .header("openai-organization", "org-client")
+        .header("openai-project", "proj-client")
+        .header("x-custom-trace", "kept")
+        .json(&chat("gpt-4o-mini", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let forwarded = h.mock.stats.last_request().unwrap().headers;
+    assert!(!forwarded.contains_key("openai-organization"));
+    assert!(!forwarded.contains_key("openai-project"));
+    assert_eq!(forwarded["x-custom-trace"], "kept");
+    assert_eq!(forwarded["accept-encoding"], "identity");
 }

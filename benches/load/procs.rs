@@ -113,10 +113,6 @@ impl Proc {
             .collect()
     }
 
-    pub fn rss_kib(&self) -> Option<u64> {
-        rss_kib(self.pid())
-    }
-
     pub fn cpu_ticks(&self) -> Option<u64> {
         cpu_ticks(&format!("/proc/{}/stat", self.pid()))
     }

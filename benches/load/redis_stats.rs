@@ -32,7 +32,9 @@ pub struct Counters {
     /// Time Redis spent running EVALSHA calls, µs.
     pub evalsha_usec: u64,
     pub eval: u64,
+    /// Every command Redis ran, those inside scripts included.
     pub commands: u64,
+    /// Socket reads.
     pub reads: u64,
 }
 

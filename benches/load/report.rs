@@ -8,11 +8,10 @@
 
 use std::fmt::Write as _;
 
-use hdrhistogram::Histogram;
-
 use crate::drive::Sample;
-use crate::procs::TICKS_PER_SEC;
-use crate::run::{describe, Measured, Outcome};
+use crate::figures::*;
+use crate::run::{Measured, Outcome};
+use crate::subjects::describe;
 use crate::Settings;
 
 /// The targets (benchmark figures, not test assertions).
@@ -89,6 +88,9 @@ pub fn render(settings: &Settings, outcome: &Outcome) -> Report {
 // === tables ===
 
 fn throughput_table(out: &mut String, settings: &Settings, m: &[Measured]) {
+    if m.iter().all(|x| x.closed.is_empty()) {
+        return;
+    }
     let _ = writeln!(
         out,
         "\nMax throughput: closed loop, {} connections, {:.1} s per round",
@@ -102,7 +104,10 @@ fn throughput_table(out: &mut String, settings: &Settings, m: &[Measured]) {
     );
     for measured in ran(m) {
         let merged = merged(&measured.closed);
-        let cpu = |ticks: u64| per_call_cpu(ticks, measured.cpu.calls);
+        if measured.closed.is_empty() {
+            continue;
+        }
+        let cpu = |ticks: u64| per_call_cpu(ticks, measured.closed_calls);
         let _ = writeln!(
             out,
             "{:<26} {:>9.0} {:>9} {:>9} {:>9} {:>8} {:>11} {:>10} {:>11}",
@@ -115,10 +120,10 @@ fn throughput_table(out: &mut String, settings: &Settings, m: &[Measured]) {
             if measured.label == "D" {
                 "—".to_owned()
             } else {
-                cpu(measured.cpu.proxy)
+                cpu(measured.closed_cpu.proxy)
             },
-            cpu(measured.cpu.mock),
-            cpu(measured.cpu.client),
+            cpu(measured.closed_cpu.mock),
+            cpu(measured.closed_cpu.client),
         );
     }
     let _ = writeln!(
@@ -128,6 +133,9 @@ fn throughput_table(out: &mut String, settings: &Settings, m: &[Measured]) {
 }
 
 fn single_table(out: &mut String, settings: &Settings, m: &[Measured]) {
+    if m.iter().all(|x| x.single.is_none()) {
+        return;
+    }
     let _ = writeln!(
         out,
         "\nLatency at concurrency 1: one connection, back to back, {:.1} s per round",
@@ -150,19 +158,16 @@ fn single_table(out: &mut String, settings: &Settings, m: &[Measured]) {
             latency(&single.latency, 0.50),
             latency(&single.latency, 0.99),
             latency(&single.latency, 0.999),
-            added_text(added(m, measured.label, 0.50, |x| x
-                .single
-                .as_ref()
-                .map(|s| &s.latency))),
-            added_text(added(m, measured.label, 0.99, |x| x
-                .single
-                .as_ref()
-                .map(|s| &s.latency))),
+            added_text(added(m, measured.label, 0.50, single_latency)),
+            added_text(added(m, measured.label, 0.99, single_latency)),
         );
     }
 }
 
 fn open_table(out: &mut String, settings: &Settings, m: &[Measured]) {
+    if m.iter().all(|x| x.open.is_none()) {
+        return;
+    }
     let lag = m
         .iter()
         .filter_map(|x| x.open.as_ref())
@@ -191,15 +196,15 @@ fn open_table(out: &mut String, settings: &Settings, m: &[Measured]) {
             latency(&open.latency, 0.50),
             latency(&open.latency, 0.99),
             latency(&open.latency, 0.999),
-            added_text(added(m, measured.label, 0.99, |x| x
-                .open
-                .as_ref()
-                .map(|s| &s.latency))),
+            added_text(added(m, measured.label, 0.99, open_latency)),
         );
     }
 }
 
 fn stream_table(out: &mut String, settings: &Settings, m: &[Measured]) {
+    if m.iter().all(|x| x.streams.is_empty()) {
+        return;
+    }
     let _ = writeln!(
         out,
         "\nStreams: {} SSE streams started {}/s, {} tokens each at {} tokens/s",
@@ -207,7 +212,7 @@ fn stream_table(out: &mut String, settings: &Settings, m: &[Measured]) {
     );
     let _ = writeln!(
         out,
-        "{:<26} {:>8} {:>9} {:>9} {:>10} {:>9} {:>6} {:>9} {:>11} {:>10}",
+        "{:<26} {:>8} {:>9} {:>9} {:>10} {:>9} {:>6} {:>9} {:>11} {:>10} {:>10}",
         "config",
         "settled",
         "TTFT p50",
@@ -217,7 +222,8 @@ fn stream_table(out: &mut String, settings: &Settings, m: &[Measured]) {
         "vs D",
         "peak open",
         "RSS/stream",
-        "idle RSS"
+        "idle RSS",
+        "proxy CPU"
     );
     for measured in ran(m) {
         if measured.streams.is_empty() {
@@ -226,7 +232,7 @@ fn stream_table(out: &mut String, settings: &Settings, m: &[Measured]) {
         let ttft = merged_ttft(measured);
         let _ = writeln!(
             out,
-            "{:<26} {:>8} {:>9} {:>9} {:>10} {:>9.0} {:>6} {:>9} {:>11} {:>10}",
+            "{:<26} {:>8} {:>9} {:>9} {:>10} {:>9.0} {:>6} {:>9} {:>11} {:>10} {:>10}",
             name(measured),
             settled_text(measured),
             latency(&ttft, 0.50),
@@ -248,11 +254,16 @@ fn stream_table(out: &mut String, settings: &Settings, m: &[Measured]) {
                 .unwrap_or(0),
             rss_per_stream(measured).map_or("—".to_owned(), |kib| format!("{kib:.1} KiB")),
             measured.idle_rss_kib.map_or("—".to_owned(), kib_text),
+            if measured.label == "D" {
+                "—".to_owned()
+            } else {
+                core_share(measured.stream_cpu.proxy, measured.stream_time)
+            },
         );
     }
     let _ = writeln!(
         out,
-        "(settled: streams that ended with [DONE] after their usage; RSS/stream: growth of the proxy's\n resident memory from before a round to its peak, per stream open at the peak, worst round)"
+        "(settled: streams that ended with [DONE] after their usage; RSS/stream: growth of the proxy's\n resident memory from before a round to its peak, per stream open at the peak, worst round;\n proxy CPU: share of one core over the rounds)"
     );
 }
 
@@ -267,6 +278,11 @@ fn redis_section(out: &mut String, outcome: &Outcome) {
         redis.all.evalsha,
         redis.calls,
         per_call(redis.all.eval)
+    );
+    let _ = writeln!(
+        out,
+        "  Redis commands run per call, those inside the scripts included: {:.1}",
+        per_call(redis.all.commands)
     );
     let _ = writeln!(
         out,
@@ -329,14 +345,14 @@ fn settlement_section(out: &mut String, m: &[Measured]) -> bool {
 
 fn targets(out: &mut String, settings: &Settings, outcome: &Outcome) {
     let m = &outcome.measured;
-    let _ = writeln!(out, "\nTargets");
-    let mut line = |what: String, value: String, pass: Option<bool>| {
+    let _ = writeln!(out, "\nTargets{:>62} {:>14}", "measured", "P, for scale");
+    let mut line = |what: String, value: String, pass: Option<bool>, reference: String| {
         let verdict = match pass {
             Some(true) => "PASS",
             Some(false) => "MISS",
-            None => "n/a",
+            None => "n/a ",
         };
-        let _ = writeln!(out, "  {what:<48} {value:>16}  {verdict}");
+        let _ = writeln!(out, "  {what:<46} {value:>16}  {verdict} {reference:>14}");
     };
     for (label, floor) in [("G", G_THROUGHPUT), ("G0", G0_THROUGHPUT)] {
         let ratio = throughput_ratio(m, label, "P");
@@ -344,18 +360,21 @@ fn targets(out: &mut String, settings: &Settings, outcome: &Outcome) {
             format!("{label} throughput >= {floor:.2} x P"),
             ratio_text(ratio),
             ratio.map(|r| r >= floor),
+            String::new(),
         );
     }
     for label in ["G0", "G"] {
-        let add = added(m, label, 0.99, |x| x.single.as_ref().map(|s| &s.latency));
+        let add = added(m, label, 0.99, single_latency);
         line(
             format!("{label} added p99 at concurrency 1 <= 250 µs"),
             added_text(add),
             add.map(|ns| ns <= ADDED_P99_NS),
+            added_text(added(m, "P", 0.99, single_latency)),
         );
     }
+    let p = find(m, "P");
     for label in ["G0", "G"] {
-        let measured = m.iter().find(|x| x.label == label && x.skipped.is_none());
+        let measured = find(m, label);
         let settled = measured.map(|x| {
             !x.streams.is_empty()
                 && x.streams.iter().all(|s| s.completed == s.streams)
@@ -368,189 +387,39 @@ fn targets(out: &mut String, settings: &Settings, outcome: &Outcome) {
             ),
             measured.map_or("—".to_owned(), settled_text),
             settled,
+            String::new(),
         );
         let add = added_ttft_p99(m, label);
         line(
             format!("{label} added TTFT p99 <= 0.5 ms"),
             added_text(add),
             add.map(|ns| ns <= ADDED_TTFT_P99_NS),
+            added_text(added_ttft_p99(m, "P")),
         );
         let rss = measured.and_then(rss_per_stream);
         line(
             format!("{label} RSS per open stream <= 32 KiB"),
             rss.map_or("—".to_owned(), |kib| format!("{kib:.1} KiB")),
             rss.map(|kib| kib <= RSS_PER_STREAM_KIB),
+            p.and_then(rss_per_stream)
+                .map_or("—".to_owned(), |kib| format!("{kib:.1} KiB")),
         );
         let idle = measured.and_then(|x| x.idle_rss_kib);
         line(
             format!("{label} idle RSS <= 20 MB"),
             idle.map_or("—".to_owned(), kib_text),
             idle.map(|kib| kib <= IDLE_RSS_KIB),
+            p.and_then(|x| x.idle_rss_kib)
+                .map_or("—".to_owned(), kib_text),
         );
     }
     let evalsha = outcome
         .redis
         .map(|r| r.all.evalsha as f64 / r.calls.max(1) as f64);
     line(
-        "G EVALSHA per call = 2 (one reserve, one settle)".to_owned(),
+        "G EVALSHA per call = 2 (reserve, settle)".to_owned(),
         evalsha.map_or("—".to_owned(), |v| format!("{v:.3}")),
         evalsha.map(|v| (v - EVALSHA_PER_CALL).abs() < 0.005),
+        String::new(),
     );
-}
-
-// === figures ===
-
-fn ran(m: &[Measured]) -> impl Iterator<Item = &Measured> {
-    m.iter().filter(|x| x.skipped.is_none())
-}
-
-fn name(measured: &Measured) -> String {
-    format!("{:<3}{}", measured.label, describe(measured.label))
-}
-
-fn find<'a>(m: &'a [Measured], label: &str) -> Option<&'a Measured> {
-    m.iter().find(|x| x.label == label && x.skipped.is_none())
-}
-
-fn merged(samples: &[Sample]) -> Sample {
-    let mut total = Sample::empty();
-    for sample in samples {
-        total.merge(sample);
-    }
-    total
-}
-
-fn merged_ttft(measured: &Measured) -> Histogram<u64> {
-    let mut total = crate::drive::histogram();
-    for run in &measured.streams {
-        let _ = total.add(&run.ttft);
-    }
-    total
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.retain(|v| v.is_finite());
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[mid]
-    } else {
-        (values[mid - 1] + values[mid]) / 2.0
-    }
-}
-
-/// Median over rounds of `label`'s closed-loop rps over `base`'s.
-fn throughput_ratio(m: &[Measured], label: &str, base: &str) -> Option<f64> {
-    let (this, base) = (find(m, label)?, find(m, base)?);
-    let ratios: Vec<f64> = this
-        .closed
-        .iter()
-        .zip(&base.closed)
-        .map(|(a, b)| a.rps() / b.rps().max(1e-9))
-        .collect();
-    (!ratios.is_empty()).then(|| median(ratios))
-}
-
-/// Median over rounds of `label`'s stream events/s over D's.
-fn event_ratio(m: &[Measured], label: &str) -> Option<f64> {
-    let (this, base) = (find(m, label)?, find(m, "D")?);
-    let ratios: Vec<f64> = this
-        .streams
-        .iter()
-        .zip(&base.streams)
-        .map(|(a, b)| a.events_per_sec() / b.events_per_sec().max(1e-9))
-        .collect();
-    (!ratios.is_empty()).then(|| median(ratios))
-}
-
-/// `label`'s latency quantile minus D's, in ns.
-fn added(
-    m: &[Measured],
-    label: &str,
-    quantile: f64,
-    histogram: impl Fn(&Measured) -> Option<&Histogram<u64>>,
-) -> Option<i64> {
-    let this = histogram(find(m, label)?)?;
-    let base = histogram(find(m, "D")?)?;
-    Some(signed(this.value_at_quantile(quantile)) - signed(base.value_at_quantile(quantile)))
-}
-
-fn added_ttft_p99(m: &[Measured], label: &str) -> Option<i64> {
-    let this = find(m, label)?;
-    let base = find(m, "D")?;
-    if this.streams.is_empty() || base.streams.is_empty() {
-        return None;
-    }
-    Some(
-        signed(merged_ttft(this).value_at_quantile(0.99))
-            - signed(merged_ttft(base).value_at_quantile(0.99)),
-    )
-}
-
-fn signed(ns: u64) -> i64 {
-    i64::try_from(ns).unwrap_or(i64::MAX)
-}
-
-/// The worst round's memory growth per stream open at the peak, KiB.
-fn rss_per_stream(measured: &Measured) -> Option<f64> {
-    measured
-        .streams
-        .iter()
-        .zip(&measured.rss_before_kib)
-        .filter_map(|(run, before)| {
-            let growth = run.peak_rss_kib?.saturating_sub((*before)?);
-            Some(growth as f64 / run.peak_open.max(1) as f64)
-        })
-        .reduce(f64::max)
-}
-
-fn per_call_cpu(ticks: u64, calls: u64) -> String {
-    let micros = ticks as f64 * 1e6 / TICKS_PER_SEC as f64 / calls.max(1) as f64;
-    format!("{micros:.0} µs")
-}
-
-// === formatting ===
-
-fn latency(histogram: &Histogram<u64>, quantile: f64) -> String {
-    if histogram.is_empty() {
-        return "—".to_owned();
-    }
-    ns_text(histogram.value_at_quantile(quantile))
-}
-
-fn ns_text(ns: u64) -> String {
-    match ns {
-        0..=999_999 => format!("{} µs", ns / 1_000),
-        1_000_000..=999_999_999 => format!("{:.2} ms", ns as f64 / 1e6),
-        _ => format!("{:.2} s", ns as f64 / 1e9),
-    }
-}
-
-fn added_text(ns: Option<i64>) -> String {
-    match ns {
-        None => "—".to_owned(),
-        Some(ns) if ns < 0 => format!("-{}", ns_text(ns.unsigned_abs())),
-        Some(ns) => format!("+{}", ns_text(ns.unsigned_abs())),
-    }
-}
-
-fn ratio_text(ratio: Option<f64>) -> String {
-    ratio.map_or("—".to_owned(), |r| format!("{r:.2}"))
-}
-
-/// Decimal megabytes, the unit of the idle-memory target.
-fn kib_text(kib: u64) -> String {
-    format!("{:.1} MB", kib as f64 * 1024.0 / 1e6)
-}
-
-fn settled_text(measured: &Measured) -> String {
-    let streams: usize = measured.streams.iter().map(|s| s.streams).sum();
-    let completed: usize = measured.streams.iter().map(|s| s.completed).sum();
-    if streams == 0 {
-        return "—".to_owned();
-    }
-    format!("{:.1}%", completed as f64 * 100.0 / streams as f64)
 }

@@ -33,6 +33,8 @@ pub struct Setup {
     pub mock: MockOptions,
     /// Leave the Anthropic provider's key unset.
     pub anthropic_key_missing: bool,
+    /// How long shutdown lets in-flight calls run before cutting them.
+    pub shutdown_grace: std::time::Duration,
 }
 
 impl Default for Setup {
@@ -47,6 +49,7 @@ impl Default for Setup {
                 ..MockOptions::default()
             },
             anthropic_key_missing: false,
+            shutdown_grace: server::SHUTDOWN_GRACE,
         }
     }
 }
@@ -145,9 +148,16 @@ models = ["gpt-4o-mini"]
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel::<()>();
-    let server = tokio::spawn(server::run(listener, Arc::new(gateway), async move {
+    let grace = setup.shutdown_grace;
+    let shutdown = async move {
         let _ = rx.await;
-    }));
+    };
+    let server = tokio::spawn(server::run_with_grace(
+        listener,
+        Arc::new(gateway),
+        shutdown,
+        grace,
+    ));
     Harness {
         url: format!("http://{addr}"),
         addr,

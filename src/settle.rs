@@ -1,0 +1,372 @@
+//! Settling exactly once: the [`SettleTicket`] every metered call carries
+//! from before its reservation to its end.
+//!
+//! A ticket settles once, by whichever comes first: the call's end, an
+//! error, or being dropped (client gone, handler cancelled, panic
+//! unwinding). What a dropped ticket charges depends on how far the call
+//! got: nothing if it was never sent, the whole upper bound for a plain
+//! call the provider may have finished, the input and the output seen for
+//! a stream (the provider stops generating when its stream is closed).
+//!
+//! A settlement in flight is a [`Settling`] future; dropped before it is
+//! done, it finishes in the background, tracked by [`BackgroundSettles`] so
+//! a shutting-down gateway waits for it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::budget::{BudgetStore, LedgerStatus, SettleOutcome, Settlement, StoreError};
+use crate::estimate::Estimate;
+use crate::metrics::{Metrics, StoreOp};
+use crate::prices::ModelPrice;
+use crate::server::Gateway;
+use crate::usage::Usage;
+
+/// Longest wait between two attempts at a settle the store refuses.
+const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(2);
+
+// === impl SettleTicket ===
+
+/// The right, and the duty, to settle one reservation.
+pub struct SettleTicket {
+    call: Option<MeteredCall>,
+}
+
+/// How far a call got, which decides what it is charged if its usage
+/// never comes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Reserving: the provider has seen nothing.
+    Reserving,
+    /// Sent to the provider.
+    Sent { stream: bool },
+}
+
+/// What a settlement needs to know of the call.
+struct MeteredCall {
+    store: BudgetStore,
+    metrics: Arc<Metrics>,
+    background: BackgroundSettles,
+    exec_id: String,
+    key: String,
+    org: Option<String>,
+    model: String,
+    price: ModelPrice,
+    estimate: Estimate,
+    stage: Stage,
+    /// Until when a failing settle is retried: past the reservation's
+    /// deadline a settle still lands (charged as `late`) as long as the
+    /// store remembers the reservation, which is one more TTL.
+    retry_until: Instant,
+}
+
+impl SettleTicket {
+    /// A ticket for a call about to be reserved in `gateway`'s store under
+    /// `exec_id`. Created before the reserve, so a handler dropped while the
+    /// reserve is in flight still releases whatever the reserve did.
+    pub fn new(
+        gateway: &Gateway,
+        exec_id: &str,
+        key: &crate::config::KeyConfig,
+        model: &str,
+        price: &ModelPrice,
+        estimate: Estimate,
+    ) -> SettleTicket {
+        let ttl = gateway.config.store.reservation_ttl;
+        SettleTicket {
+            call: Some(MeteredCall {
+                store: gateway.store.clone(),
+                metrics: gateway.metrics.clone(),
+                background: gateway.background.clone(),
+                exec_id: exec_id.to_owned(),
+                key: key.id.clone(),
+                org: key.org.clone(),
+                model: model.to_owned(),
+                price: price.clone(),
+                estimate,
+                stage: Stage::Reserving,
+                retry_until: Instant::now() + ttl * 2,
+            }),
+        }
+    }
+
+    /// Nothing to settle: the reserve was denied or failed, or the call goes
+    /// through unmetered.
+    pub fn disarm(&mut self) {
+        self.call = None;
+    }
+
+    /// The call is on its way to the provider.
+    pub fn sent(&mut self, stream: bool) {
+        if let Some(call) = self.call.as_mut() {
+            call.stage = Stage::Sent { stream };
+        }
+    }
+
+    /// Settles with `usage`; `estimated` when the gateway counted it. Does
+    /// nothing (and returns `None`) once the ticket is spent.
+    pub fn settle(&mut self, usage: Usage, estimated: bool) -> Option<Settling> {
+        let call = self.call.take()?;
+        let background = call.background.clone();
+        Some(Settling {
+            future: Some(Box::pin(call.settle(usage, estimated))),
+            background,
+        })
+    }
+
+    /// Settles a call that produced nothing billable (refused by the
+    /// provider, or never sent).
+    pub async fn settle_nothing(&mut self) -> Option<SettleOutcome> {
+        self.settle(Usage::default(), false)?.await
+    }
+
+    /// Settles a call whose usage never came, with what the gateway saw.
+    pub fn settle_seen(&mut self, seen: Usage) -> Option<Settling> {
+        let call = self.call.as_ref()?;
+        let (usage, estimated) = call.fallback(seen);
+        self.settle(usage, estimated)
+    }
+}
+
+impl Drop for SettleTicket {
+    fn drop(&mut self) {
+        // A `Settling` dropped unfinished goes on by itself.
+        drop(self.settle_seen(Usage::default()));
+    }
+}
+
+impl MeteredCall {
+    /// The usage charged when the provider's never came.
+    fn fallback(&self, seen: Usage) -> (Usage, bool) {
+        match self.stage {
+            Stage::Reserving => (Usage::default(), false),
+            // The provider may have finished the whole call.
+            Stage::Sent { stream: false } => (
+                self.estimate.fallback_usage(self.estimate.output_tokens),
+                true,
+            ),
+            // The input it reported, or the estimated input, plus the output
+            // counted, which cannot exceed what the output limit allows.
+            Stage::Sent { stream: true } => {
+                let input_seen = seen.input + seen.cached_input + seen.cache_write > 0;
+                let mut usage = if input_seen {
+                    seen
+                } else {
+                    self.estimate.fallback_usage(seen.output)
+                };
+                usage.output = usage.output.min(self.estimate.output_tokens);
+                (usage, true)
+            }
+        }
+    }
+
+    async fn settle(self, usage: Usage, estimated: bool) -> Option<SettleOutcome> {
+        let settlement = Settlement {
+            actual: self.price.cost(&usage),
+            exec_id: self.exec_id,
+            key: self.key,
+            org: self.org,
+            model: self.model,
+            usage,
+            estimated,
+        };
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let settled = self.store.settle(&settlement);
+            match self.metrics.time(StoreOp::Settle, settled).await {
+                Ok(outcome) => {
+                    log_outcome(&settlement, &outcome);
+                    self.metrics.count_settlement(&outcome);
+                    return Some(outcome);
+                }
+                // The handler was dropped while the reserve was in flight.
+                // If it never landed there is nothing to release; if the
+                // store cannot say, the reservation expires by itself, which
+                // is right for a call that was never sent.
+                Err(_) if self.stage == Stage::Reserving => return None,
+                Err(error @ (StoreError::Unavailable(_) | StoreError::Timeout))
+                    if Instant::now() < self.retry_until =>
+                {
+                    tracing::warn!(exec_id = %settlement.exec_id, %error, "settle failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
+                }
+                Err(error) => {
+                    tracing::error!(
+                        exec_id = %settlement.exec_id,
+                        key = %settlement.key,
+                        actual_usd_micros = settlement.actual,
+                        %error,
+                        "settle failed for good; the call is not charged"
+                    );
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+fn log_outcome(settlement: &Settlement, outcome: &SettleOutcome) {
+    match outcome.status {
+        LedgerStatus::Overrun | LedgerStatus::Late => tracing::warn!(
+            exec_id = %settlement.exec_id,
+            key = %settlement.key,
+            model = %settlement.model,
+            reserved_usd_micros = outcome.reserved,
+            actual_usd_micros = outcome.actual,
+            status = outcome.status.as_str(),
+            "call cost more than its reservation; charged in full"
+        ),
+        _ => tracing::debug!(
+            exec_id = %settlement.exec_id,
+            reserved_usd_micros = outcome.reserved,
+            actual_usd_micros = outcome.actual,
+            status = outcome.status.as_str(),
+            "settled"
+        ),
+    }
+}
+
+// === impl Settling ===
+
+type SettleFuture = Pin<Box<dyn Future<Output = Option<SettleOutcome>> + Send>>;
+
+/// A settlement in flight. Dropped before it is done, it is not lost: it
+/// finishes in the background.
+pub struct Settling {
+    future: Option<SettleFuture>,
+    background: BackgroundSettles,
+}
+
+impl Future for Settling {
+    type Output = Option<SettleOutcome>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(future) = self.future.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let outcome = std::task::ready!(future.as_mut().poll(cx));
+        self.future = None;
+        Poll::Ready(outcome)
+    }
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        if let Some(future) = self.future.take() {
+            self.background.finish(future);
+        }
+    }
+}
+
+// === impl BackgroundSettles ===
+
+/// Settlements no request waits for any more, counted so that shutdown can
+/// wait for them.
+#[derive(Clone, Default)]
+pub struct BackgroundSettles {
+    shared: Arc<Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+impl BackgroundSettles {
+    /// Drives `future` to its end. A store that answers at once (the memory
+    /// store) finishes here and now; otherwise it goes on in a task.
+    fn finish(&self, mut future: SettleFuture) {
+        let mut cx = Context::from_waker(Waker::noop());
+        if future.as_mut().poll(&mut cx).is_ready() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::error!("no runtime to finish a settlement on; the reservation will expire");
+            return;
+        };
+        self.shared.count.fetch_add(1, Ordering::SeqCst);
+        let shared = self.shared.clone();
+        runtime.spawn(async move {
+            future.await;
+            if shared.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+                shared.idle.notify_waiters();
+            }
+        });
+    }
+
+    /// How many settlements are running in the background.
+    pub fn pending(&self) -> usize {
+        self.shared.count.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no settlement runs in the background, or `limit` passes;
+    /// returns how many are still running.
+    pub async fn drained(&self, limit: Duration) -> usize {
+        let deadline = Instant::now() + limit;
+        loop {
+            let idle = self.shared.idle.notified();
+            if self.pending() == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return self.pending();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// A settlement dropped while its store has not answered yet goes on in
+    /// the background until it is done, and shutdown can wait for it.
+    #[tokio::test]
+    async fn a_dropped_settling_finishes_in_the_background() {
+        let background = BackgroundSettles::default();
+        let (answer, answered) = tokio::sync::oneshot::channel::<()>();
+        let done = Arc::new(AtomicBool::new(false));
+        let finished = done.clone();
+        let settling = Settling {
+            future: Some(Box::pin(async move {
+                let _ = answered.await;
+                finished.store(true, Ordering::SeqCst);
+                None
+            })),
+            background: background.clone(),
+        };
+        drop(settling);
+        assert_eq!(background.pending(), 1);
+        assert_eq!(background.drained(Duration::from_millis(20)).await, 1);
+        answer.send(()).unwrap();
+        assert_eq!(background.drained(Duration::from_secs(5)).await, 0);
+        assert!(done.load(Ordering::SeqCst));
+    }
+
+    /// One that can finish at once (the memory store) does so on the spot.
+    #[tokio::test]
+    async fn a_ready_settling_finishes_on_drop() {
+        let background = BackgroundSettles::default();
+        let done = Arc::new(AtomicBool::new(false));
+        let finished = done.clone();
+        drop(Settling {
+            future: Some(Box::pin(async move {
+                finished.store(true, Ordering::SeqCst);
+                None
+            })),
+            background: background.clone(),
+        });
+        assert!(done.load(Ordering::SeqCst));
+        assert_eq!(background.pending(), 0);
+    }
+}
