@@ -16,8 +16,9 @@
 //!
 //! Traffic goes only to 127.0.0.1; every loop is bounded in count and
 //! time; every process started is killed when the run ends, fails or
-//! panics. On Redis it creates keys named after the run and deletes
-//! exactly those afterwards.
+//! panics, and (through `setpriv --pdeathsig`) when the benchmark itself is
+//! killed. On Redis it creates keys named after the run and deletes
+//! exactly those afterwards, also after a failure.
 
 #[path = "load/books.rs"]
 mod books;

@@ -42,6 +42,11 @@ use crate::usage::parse_body_usage;
 /// Output allowance for a model whose price entry gives no maximum.
 const DEFAULT_OUTPUT_LIMIT: u64 = 4_096;
 
+/// Bodies larger than this are estimated on a blocking thread: counting the
+/// tokens of a 100k-token prompt takes 100 ms or more, which would stall
+/// one of the runtime's workers and every call it serves.
+const BLOCKING_ESTIMATE_BYTES: usize = 64 * 1024;
+
 /// The header a client names a request with, so that a repeat sent while
 /// the first is still in flight is refused instead of paid twice. It is
 /// forwarded to the provider unchanged.
@@ -85,6 +90,7 @@ async fn proxy(
         gateway.config.server.max_request_bytes,
     )
     .await?;
+    let body_len = body.len();
     let prices = &gateway.config.prices;
     let call = Call::parse(api, body, |model| {
         prices
@@ -117,11 +123,20 @@ async fn proxy(
                 env: provider.api_key_env.clone(),
             })?;
 
-    let estimate = estimate(
-        &call,
-        price,
-        TokenCounter::for_model(provider.kind, &call.model),
-    );
+    let counter = TokenCounter::for_model(provider.kind, &call.model);
+    let (call, estimate) = if body_len > BLOCKING_ESTIMATE_BYTES {
+        let price = price.clone();
+        let counting = tokio::task::spawn_blocking(move || {
+            let estimate = estimate(&call, &price, counter);
+            (call, estimate)
+        });
+        counting
+            .await
+            .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
+    } else {
+        let estimate = estimate(&call, price, counter);
+        (call, estimate)
+    };
     // Built before reserving: a request that cannot be sent costs nothing.
     let upstream_request = upstream::request(
         provider,

@@ -19,6 +19,8 @@ fn texts() -> Vec<String> {
         "🙂🚀✨ ".repeat(100),
         "a a a a a a a a a a a a a a a a".repeat(20),
         "1234567890".repeat(100),
+        // Large enough to be counted off the async runtime.
+        "lorem ipsum dolor sit amet ".repeat(4000),
     ]
 }
 

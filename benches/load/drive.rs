@@ -23,7 +23,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::calls::Calls;
-use crate::client::{Conn, Target};
+use crate::client::{Conn, Reply, Target};
 use crate::error::BenchError;
 
 /// The proxied route every call goes to.
@@ -81,18 +81,20 @@ impl Sample {
         self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    fn record(
-        &mut self,
-        outcome: Result<(u16, Option<u64>, String), BenchError>,
-        latency: Duration,
-    ) {
+    fn record(&mut self, outcome: Result<Reply, BenchError>, latency: Duration) {
         match outcome {
-            Ok((200, cost, _)) => {
+            Ok(reply) if reply.status == 200 => {
                 self.ok += 1;
-                self.charged = self.charged.saturating_add(cost.unwrap_or(0));
+                self.charged = self.charged.saturating_add(reply.cost.unwrap_or(0));
                 self.latency.saturating_record(nanos(latency));
             }
-            Ok((status, _, body)) => self.fail(format!("status {status}: {body}")),
+            Ok(reply) => {
+                let body: String = String::from_utf8_lossy(&reply.body)
+                    .chars()
+                    .take(300)
+                    .collect();
+                self.fail(format!("status {}: {body}", reply.status));
+            }
             Err(error) => self.fail(error.to_string()),
         }
     }
@@ -116,24 +118,8 @@ impl Sample {
     }
 }
 
-/// One call and its outcome: status, charge, and the body when it failed.
-async fn call(
-    conn: &mut Conn,
-    target: &Target,
-    calls: &Calls,
-) -> Result<(u16, Option<u64>, String), BenchError> {
-    let reply = conn
-        .call(target.post(CHAT_PATH, calls.next_body())?)
-        .await?;
-    let text = if reply.status == 200 {
-        String::new()
-    } else {
-        String::from_utf8_lossy(&reply.body)
-            .chars()
-            .take(300)
-            .collect()
-    };
-    Ok((reply.status, reply.cost, text))
+async fn call(conn: &mut Conn, target: &Target, calls: &Calls) -> Result<Reply, BenchError> {
+    conn.call(target.post(CHAT_PATH, calls.next_body())?).await
 }
 
 /// `connections` connections, each calling back to back for `duration`.

@@ -76,14 +76,12 @@ impl Proc {
                 proc.addr = addr;
                 Ok(proc)
             }
-            Err(RecvTimeoutError::Disconnected) => {
-                // stderr closed without the line: the process exited.
-                let _ = proc.child.wait();
-                Err(BenchError::NotStarted {
-                    name: name.to_owned(),
-                    log: proc.log_tail(),
-                })
-            }
+            // stderr closed without the line: the process exited. In both
+            // failures `proc` is dropped on return, which kills and reaps it.
+            Err(RecvTimeoutError::Disconnected) => Err(BenchError::NotStarted {
+                name: name.to_owned(),
+                log: proc.log_tail(),
+            }),
             Err(RecvTimeoutError::Timeout) => Err(BenchError::NotStarted {
                 name: name.to_owned(),
                 log: format!(

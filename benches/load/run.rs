@@ -92,6 +92,8 @@ struct Bench<'a> {
     redis_down: Option<String>,
     measured: Vec<Measured>,
     redis_use: RedisUse,
+    /// The run's Redis keys are gone (or Redis was never reached).
+    redis_clean: bool,
 }
 
 pub fn run(settings: &Settings, runtime: &Runtime) -> Result<Outcome, BenchError> {
@@ -110,6 +112,7 @@ pub fn run(settings: &Settings, runtime: &Runtime) -> Result<Outcome, BenchError
         redis_down,
         measured: LABELS.iter().map(|label| Measured::new(label)).collect(),
         redis_use: RedisUse::default(),
+        redis_clean: false,
     };
     let mock = Proc::start(
         "mock (instant)",
@@ -131,17 +134,14 @@ pub fn run(settings: &Settings, runtime: &Runtime) -> Result<Outcome, BenchError
     if settings.modes.contains(&Mode::Streams) {
         bench.streams(&mock, &stream_mock)?;
     }
-    let redis_keys_deleted = match bench.probe.as_mut() {
-        Some(probe) => probe.delete_keys_with(&bench.files.run_id)?,
-        None => 0,
-    };
+    let redis_keys_deleted = bench.delete_redis_keys()?;
     let g_ran = bench
         .measured
         .iter()
         .any(|m| m.label == "G" && m.skipped.is_none());
     Ok(Outcome {
         redis: (g_ran && !instant_modes.is_empty()).then_some(bench.redis_use),
-        measured: bench.measured,
+        measured: std::mem::take(&mut bench.measured),
         redis_keys_deleted,
         load_before,
         load_after: load_average(),
@@ -150,6 +150,16 @@ pub fn run(settings: &Settings, runtime: &Runtime) -> Result<Outcome, BenchError
 }
 
 impl Bench<'_> {
+    /// Deletes every Redis key named after this run; returns how many.
+    fn delete_redis_keys(&mut self) -> Result<usize, BenchError> {
+        let deleted = match self.probe.as_mut() {
+            Some(probe) => probe.delete_keys_with(&self.files.run_id)?,
+            None => 0,
+        };
+        self.redis_clean = true;
+        Ok(deleted)
+    }
+
     fn instant_calls(
         &mut self,
         modes: &[Mode],
@@ -354,6 +364,17 @@ impl Bench<'_> {
         match self.probe.as_mut() {
             Some(probe) if subject.label == "G" => Ok(Some(probe.counters()?)),
             _ => Ok(None),
+        }
+    }
+}
+
+impl Drop for Bench<'_> {
+    /// A run that failed or panicked half way still removes its Redis keys.
+    fn drop(&mut self) {
+        if !self.redis_clean {
+            if let Err(error) = self.delete_redis_keys() {
+                eprintln!("could not delete this run's Redis keys: {error}");
+            }
         }
     }
 }

@@ -167,9 +167,26 @@ period = "total"
     }
 }
 
+/// Runs `program` so that it is killed when this benchmark dies, even by a
+/// signal that leaves no chance to clean up: util-linux's `setpriv` sets
+/// the parent-death signal and then executes the program in its place
+/// (same pid). Without `setpriv`, the program runs as is and only the
+/// normal cleanup (kill on drop) applies.
+fn guarded(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    if Path::new(SETPRIV).exists() {
+        let mut command = Command::new(SETPRIV);
+        command.arg("--pdeathsig").arg("KILL").arg(program);
+        command
+    } else {
+        Command::new(program)
+    }
+}
+
+const SETPRIV: &str = "/usr/bin/setpriv";
+
 /// The release binary cargo built for this benchmark.
 fn tollgate() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    let mut command = guarded(env!("CARGO_BIN_EXE_tollgate"));
     // Only the listening line and warnings are read; the config names the
     // store, so no variable from the caller's shell may change it.
     command
@@ -210,7 +227,7 @@ pub fn mock_command(reply_tokens: u64, pace: Option<u32>) -> Command {
 
 /// This benchmark's own binary as the pass-through proxy to `upstream`.
 pub fn passthrough_command(upstream: SocketAddr) -> Result<Command, BenchError> {
-    let mut command = Command::new(std::env::current_exe()?);
+    let mut command = guarded(std::env::current_exe()?);
     command
         .arg(crate::SERVE_PASSTHROUGH)
         .arg(upstream.to_string());
