@@ -408,6 +408,14 @@ fn check_priced_options(api: Api, headers: &HeaderMap, call: &Call) -> Result<()
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("context-1m"));
+    if api == Api::Messages && has_hour_long_cache(&call.body) {
+        return Err(GatewayError::BadRequest {
+            message: "cache_control ttl \"1h\" is billed at a cache-write rate this gateway \
+                      does not price; use the default 5-minute cache"
+                .to_owned(),
+            param: None,
+        });
+    }
     if api == Api::Messages && long_context {
         return Err(GatewayError::BadRequest {
             message: "the anthropic-beta context-1m option is billed at rates this gateway does \
@@ -417,6 +425,22 @@ fn check_priced_options(api: Api, headers: &HeaderMap, call: &Call) -> Result<()
         });
     }
     Ok(())
+}
+
+/// Whether any `cache_control` in the body asks for Anthropic's 1-hour
+/// cache, whose writes cost twice the input price instead of 1.25 times.
+fn has_hour_long_cache(body: &serde_json::Map<String, serde_json::Value>) -> bool {
+    fn walk(value: &serde_json::Value) -> bool {
+        match value {
+            serde_json::Value::Array(items) => items.iter().any(walk),
+            serde_json::Value::Object(map) => map.iter().any(|(key, value)| {
+                (key == "cache_control" && value.get("ttl").and_then(|t| t.as_str()) == Some("1h"))
+                    || walk(value)
+            }),
+            _ => false,
+        }
+    }
+    body.values().any(walk)
 }
 
 fn is_event_stream(headers: &HeaderMap) -> bool {

@@ -216,6 +216,19 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "unpriced hour-long prompt cache",
+            path: "/v1/messages",
+            key: Some(ALICE),
+            body: json_body(
+                json!({"model": "claude-haiku-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]}),
+            ),
+            status: 400,
+            expect: Expect::Anthropic {
+                kind: "invalid_request_error",
+            },
+        },
+        Case {
             name: "body too large",
             path: "/v1/chat/completions",
             key: Some(ALICE),
