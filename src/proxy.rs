@@ -175,17 +175,15 @@ async fn proxy(
             if error.is_connect() {
                 // Nothing reached the provider: nothing to pay.
                 ticket.settle_nothing().await;
-            } else if let Some(settling) = ticket.settle_seen(Default::default()) {
-                settling.await;
+            } else {
+                ticket.settle_unseen().await;
             }
             return Err(GatewayError::UpstreamUnreachable {
                 provider: provider.name.clone(),
             });
         }
         Err(_) => {
-            if let Some(settling) = ticket.settle_seen(Default::default()) {
-                settling.await;
-            }
+            ticket.settle_unseen().await;
             return Err(GatewayError::UpstreamTimeout {
                 provider: provider.name.clone(),
                 secs: timeout.as_secs(),
@@ -214,17 +212,13 @@ async fn proxy(
         Ok(Ok(collected)) => collected.to_bytes(),
         Ok(Err(error)) => {
             tracing::warn!(%exec_id, %error, "provider response cut");
-            if let Some(settling) = ticket.settle_seen(Default::default()) {
-                settling.await;
-            }
+            ticket.settle_unseen().await;
             return Err(GatewayError::UpstreamUnreachable {
                 provider: provider.name.clone(),
             });
         }
         Err(_) => {
-            if let Some(settling) = ticket.settle_seen(Default::default()) {
-                settling.await;
-            }
+            ticket.settle_unseen().await;
             return Err(GatewayError::UpstreamTimeout {
                 provider: provider.name.clone(),
                 secs: timeout.as_secs(),

@@ -127,6 +127,12 @@ impl SettleTicket {
         self.settle(Usage::default(), false)?.await
     }
 
+    /// Settles a call that failed before the gateway saw any of its
+    /// response, by how far it got (see [`SettleTicket::settle_seen`]).
+    pub async fn settle_unseen(&mut self) -> Option<SettleOutcome> {
+        self.settle_seen(Usage::default())?.await
+    }
+
     /// Settles a call whose usage never came, with what the gateway saw.
     pub fn settle_seen(&mut self, seen: Usage) -> Option<Settling> {
         let call = self.call.as_ref()?;

@@ -574,3 +574,49 @@ async fn client_account_headers_do_not_reach_the_provider() {
     assert_eq!(forwarded["x-custom-trace"], "kept");
     assert_eq!(forwarded["accept-encoding"], "identity");
 }
+
+#[tokio::test]
+async fn unreachable_provider_is_502_and_costs_nothing() {
+    // A port nothing listens on: bind one, then let it go.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let h = start(Setup {
+        openai_base_url: Some(format!("http://{closed}")),
+        ..Setup::default()
+    })
+    .await;
+    let response = h
+        .post("/v1/chat/completions", ALICE, &chat("gpt-4o-mini", "hi"))
+        .await;
+    assert_eq!(response.status(), 502);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "upstream_unreachable");
+    let entry = only_entry(&h);
+    assert_eq!(entry.actual, 0);
+    assert_eq!(spent(&h, ALICE).await, 0);
+    assert_eq!(h.store.open_reservations(), (0, 0));
+}
+
+#[tokio::test]
+async fn provider_timeout_is_504_and_charges_the_bound_once() {
+    let mut setup = Setup {
+        upstream_timeout_secs: 1,
+        ..Setup::default()
+    };
+    setup.mock.latency = std::time::Duration::from_millis(2500);
+    let h = start(setup).await;
+    let response = h
+        .post("/v1/chat/completions", ALICE, &chat("gpt-4o-mini", "hi"))
+        .await;
+    assert_eq!(response.status(), 504);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "upstream_timeout");
+    // The provider had the call and may bill it: the whole bound, once.
+    let entry = only_entry(&h);
+    assert_eq!(entry.status, LedgerStatus::Estimated);
+    assert_eq!(entry.actual, entry.reserved);
+    assert_eq!(spent(&h, ALICE).await, entry.actual);
+    assert_eq!(h.store.open_reservations(), (0, 0));
+}

@@ -35,6 +35,9 @@ pub struct Setup {
     pub anthropic_key_missing: bool,
     /// How long shutdown lets in-flight calls run before cutting them.
     pub shutdown_grace: std::time::Duration,
+    pub upstream_timeout_secs: u64,
+    /// Where the OpenAI provider points instead of the mock.
+    pub openai_base_url: Option<String>,
 }
 
 impl Default for Setup {
@@ -50,6 +53,8 @@ impl Default for Setup {
             },
             anthropic_key_missing: false,
             shutdown_grace: server::SHUTDOWN_GRACE,
+            upstream_timeout_secs: 30,
+            openai_base_url: None,
         }
     }
 }
@@ -76,7 +81,7 @@ pub async fn start(setup: Setup) -> Harness {
 [server]
 listen = "127.0.0.1:0"
 max_request_bytes = {max}
-upstream_timeout_secs = 30
+upstream_timeout_secs = {timeout}
 
 [store]
 backend = "memory"
@@ -88,7 +93,7 @@ file = "{prices}"
 [[providers]]
 name = "openai"
 kind = "openai"
-base_url = "http://{mock}"
+base_url = "{openai_url}"
 api_key_env = "TEST_OPENAI_KEY"
 models = ["gpt-*", "text-embedding-*"]
 
@@ -126,6 +131,11 @@ period = "total"
 models = ["gpt-4o-mini"]
 "#,
         max = setup.max_request_bytes,
+        timeout = setup.upstream_timeout_secs,
+        openai_url = setup
+            .openai_base_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", mock.addr)),
         prices = prices.display(),
         mock = mock.addr,
         org_cap = setup.org_cap,
