@@ -1,7 +1,7 @@
 //! Micro-benchmarks of the work the gateway adds to every call, each step
 //! on its own: scanning a stream for its usage, reading usage from a body,
-//! parsing and estimating a request, and one reserve + settle on the
-//! memory store.
+//! parsing and estimating a request, counting tokens (beside tiktoken-rs),
+//! and one reserve + settle on the memory store.
 //!
 //! `cargo bench --bench micro` measures; `cargo bench --bench micro --
 //! --test` runs each benchmark once, to check they still work.
@@ -148,7 +148,7 @@ fn request_parsing(c: &mut Criterion) {
 fn cost_estimation(c: &mut Criterion) {
     let mut group = c.benchmark_group("estimate");
     let models = [
-        ("tiktoken", ProviderKind::OpenAi, "gpt-4o-mini"),
+        ("exact", ProviderKind::OpenAi, "gpt-4o-mini"),
         ("heuristic", ProviderKind::Anthropic, "claude-haiku-4-5"),
     ];
     for (counting, kind, model) in models {
@@ -168,6 +168,34 @@ fn cost_estimation(c: &mut Criterion) {
                 },
             );
         }
+    }
+    group.finish();
+}
+
+/// The gateway's count-only tokenizer beside tiktoken-rs, the reference it
+/// matches, on the same texts: a chat message and long prose.
+fn token_counting(c: &mut Criterion) {
+    let counter = TokenCounter::for_model(ProviderKind::OpenAi, "gpt-4o-mini");
+    let (Some(ours), reference) = (
+        tollgate::tokenizer::Tokenizer::o200k_base(),
+        tiktoken_rs::o200k_base_singleton(),
+    ) else {
+        unreachable!("the o200k_base tables are built into the binary");
+    };
+    let mut group = c.benchmark_group("token_count");
+    let texts = [
+        ("message", SUPPORT_MESSAGE.to_owned()),
+        ("1k_tokens", prose(1_000, counter)),
+        ("10k_tokens", prose(10_000, counter)),
+    ];
+    for (name, text) in &texts {
+        group.throughput(Throughput::Bytes(text.len() as u64));
+        group.bench_with_input(BenchmarkId::new("tollgate", name), text, |b, text| {
+            b.iter(|| ours.count(black_box(text)))
+        });
+        group.bench_with_input(BenchmarkId::new("tiktoken-rs", name), text, |b, text| {
+            b.iter(|| reference.encode_ordinary(black_box(text)).len())
+        });
     }
     group.finish();
 }
@@ -237,6 +265,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = sse_scanning, usage_parsing, request_parsing, cost_estimation, reserve_and_settle
+    targets = sse_scanning, usage_parsing, request_parsing, cost_estimation, token_counting, reserve_and_settle
 }
 criterion_main!(micro);

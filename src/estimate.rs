@@ -8,16 +8,14 @@
 //! the call's output limit times its choices. The bound is priced at the
 //! dearest input rate, so prompt-cache writes cannot push a call past it.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
 use serde_json::{Map, Value};
-use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer};
-use tiktoken_rs::CoreBPE;
+use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer as Encoding};
 
 use crate::api::{Api, Call};
 use crate::config::ProviderKind;
 use crate::money::{Cost, UsdMicros};
 use crate::prices::ModelPrice;
+use crate::tokenizer::Tokenizer;
 use crate::usage::Usage;
 
 /// Tokens framing each message or input item (role markers, separators):
@@ -36,12 +34,6 @@ const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
 /// average, so the count stays above the provider's for nearly all text.
 const HEURISTIC_BYTES_PER_TOKEN: u64 = 2;
 
-/// Texts this short (keys, roles, ids) count one token per byte: a strict
-/// bound, since no token is shorter than a byte, at most a few tokens over,
-/// and far cheaper than running the tokenizer on each of them — most of a
-/// small request's estimate time otherwise.
-const SHORT_TEXT_BYTES: usize = 12;
-
 /// Content parts carrying media the gateway does not tokenize.
 const IMAGE_TYPES: &[&str] = &["image_url", "input_image", "image"];
 /// Content parts whose text lives at the provider (uploads, documents):
@@ -58,7 +50,8 @@ const UNSEEN_TYPES: &[&str] = &[
 /// How input tokens are counted for a model.
 #[derive(Clone, Copy)]
 pub enum TokenCounter {
-    Tiktoken(&'static CoreBPE),
+    /// OpenAI's own tokenizer.
+    Exact(&'static Tokenizer),
     Heuristic,
 }
 
@@ -69,44 +62,32 @@ impl TokenCounter {
         // OpenAI's newer families use o200k, as tiktoken's own table does
         // for gpt-4o and o3 (the crate's table predates some of them).
         let newer = ["gpt-5", "o1", "o3", "o4", "gpt-4.1", "gpt-4o", "chatgpt-4o"];
-        let tokenizer = get_tokenizer(model).or_else(|| {
+        let encoding = get_tokenizer(model).or_else(|| {
             newer
                 .iter()
                 .any(|family| model.starts_with(family))
-                .then_some(Tokenizer::O200kBase)
+                .then_some(Encoding::O200kBase)
         });
-        match (kind, tokenizer) {
-            (ProviderKind::OpenAi, Some(Tokenizer::O200kBase)) => {
-                TokenCounter::Tiktoken(tiktoken_rs::o200k_base_singleton())
-            }
-            (ProviderKind::OpenAi, Some(Tokenizer::Cl100kBase)) => {
-                TokenCounter::Tiktoken(tiktoken_rs::cl100k_base_singleton())
-            }
-            _ => TokenCounter::Heuristic,
-        }
+        let tokenizer = match (kind, encoding) {
+            (ProviderKind::OpenAi, Some(Encoding::O200kBase)) => Tokenizer::o200k_base(),
+            (ProviderKind::OpenAi, Some(Encoding::Cl100kBase)) => Tokenizer::cl100k_base(),
+            _ => None,
+        };
+        tokenizer.map_or(TokenCounter::Heuristic, TokenCounter::Exact)
     }
 
     pub fn count(self, text: &str) -> u64 {
-        let bytes = text.len() as u64;
-        if text.len() <= SHORT_TEXT_BYTES {
-            return bytes;
-        }
         match self {
-            TokenCounter::Heuristic => bytes.div_ceil(HEURISTIC_BYTES_PER_TOKEN),
-            // The tokenizer's regex engine can give up on pathological input
-            // (it panics then); such text gets the strict bound.
-            TokenCounter::Tiktoken(bpe) => {
-                catch_unwind(AssertUnwindSafe(|| bpe.encode_ordinary(text).len() as u64))
-                    .unwrap_or(bytes)
-            }
+            TokenCounter::Exact(tokenizer) => tokenizer.count(text),
+            TokenCounter::Heuristic => (text.len() as u64).div_ceil(HEURISTIC_BYTES_PER_TOKEN),
         }
     }
 }
 
-/// Loads the tokenizers once, at startup, rather than on the first call.
+/// Builds the tokenizers at startup rather than on the first call.
 pub fn warm_up() {
-    let _ = tiktoken_rs::o200k_base_singleton();
-    let _ = tiktoken_rs::cl100k_base_singleton();
+    let _ = Tokenizer::o200k_base();
+    let _ = Tokenizer::cl100k_base();
 }
 
 /// A call's upper bound.
@@ -160,9 +141,21 @@ fn input_tokens(
         match key.as_str() {
             "model" => {}
             "messages" | "input" => {
-                if let Value::Array(items) = value {
-                    tally.add(TOKENS_PER_ITEM.saturating_mul(items.len() as u64));
-                }
+                let items = match value {
+                    Value::Array(items) => items.len() as u64,
+                    // The Responses API takes a string as one user message.
+                    Value::String(_) => 1,
+                    _ => 0,
+                };
+                tally.add(TOKENS_PER_ITEM.saturating_mul(items));
+                tally.walk(value);
+            }
+            // A system prompt given beside the messages (Anthropic's
+            // `system`, the Responses API's `instructions`) is framed as
+            // one more message.
+            "system" | "instructions" => {
+                tally.add(TOKENS_PER_ITEM);
+                tally.add(counter.count(key));
                 tally.walk(value);
             }
             // Server-side state the gateway cannot see.
@@ -234,7 +227,7 @@ mod tests {
         Call::parse(api, Bytes::from(body.to_string()), |_| 100).unwrap()
     }
 
-    fn tiktoken() -> TokenCounter {
+    fn openai() -> TokenCounter {
         TokenCounter::for_model(ProviderKind::OpenAi, "gpt-4o-mini")
     }
 
@@ -248,8 +241,8 @@ mod tests {
                 "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}],
             }),
         );
-        let e = estimate(&c, &price(), tiktoken());
-        let exact = tiktoken().count(&text) + tiktoken().count("Be brief.") + 2 * 3 + 3;
+        let e = estimate(&c, &price(), openai());
+        let exact = openai().count(&text) + openai().count("Be brief.") + 2 * 3 + 3;
         assert!(e.input_tokens >= exact, "{} < {exact}", e.input_tokens);
         assert!(
             e.input_tokens < exact + 80,
@@ -257,6 +250,20 @@ mod tests {
             e.input_tokens
         );
         assert_eq!(e.output_tokens, 10);
+    }
+
+    #[test]
+    fn instructions_and_a_string_input_are_framed_as_messages() {
+        let (instructions, input) = ("Be terse.", "Summarise the news of the day.");
+        let c = call(
+            Api::Responses,
+            serde_json::json!({"model": "gpt-4o-mini", "instructions": instructions, "input": input}),
+        );
+        // Each becomes a message the provider frames with 3 tokens and a
+        // role, and 3 more prime the reply.
+        let billed = openai().count(instructions) + openai().count(input) + 2 * (3 + 1) + 3;
+        let e = estimate(&c, &price(), openai());
+        assert!(e.input_tokens >= billed, "{} < {billed}", e.input_tokens);
     }
 
     #[test]
@@ -305,7 +312,7 @@ mod tests {
                 ]}],
             }),
         );
-        let e = estimate(&c, &price(), tiktoken());
+        let e = estimate(&c, &price(), openai());
         assert!(
             e.input_tokens >= TOKENS_PER_IMAGE && e.input_tokens < TOKENS_PER_IMAGE + 50,
             "{}",
@@ -318,7 +325,7 @@ mod tests {
                 "model": "gpt-4o-mini", "max_output_tokens": 1, "previous_response_id": "resp_1", "input": "go on",
             }),
         );
-        assert!(estimate(&c, &price(), tiktoken()).input_tokens >= 10_000);
+        assert!(estimate(&c, &price(), openai()).input_tokens >= 10_000);
 
         let c = call(
             Api::Responses,
@@ -327,7 +334,7 @@ mod tests {
                 "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}],
             }),
         );
-        assert!(estimate(&c, &price(), tiktoken()).input_tokens >= 10_000);
+        assert!(estimate(&c, &price(), openai()).input_tokens >= 10_000);
     }
 
     #[test]
@@ -339,7 +346,7 @@ mod tests {
                 "model": "gpt-4o-mini", "max_tokens": 1, "messages": [{"role": "user", "content": text}],
             }),
         );
-        assert!(estimate(&c, &price(), tiktoken()).input_tokens >= 20_000);
+        assert!(estimate(&c, &price(), openai()).input_tokens >= 20_000);
     }
 
     #[test]
@@ -351,12 +358,12 @@ mod tests {
                 "input": [{"type": "item_reference", "id": "msg_1"}],
             }),
         );
-        assert!(estimate(&c, &price(), tiktoken()).input_tokens >= 10_000);
+        assert!(estimate(&c, &price(), openai()).input_tokens >= 10_000);
         for model in ["gpt-5", "gpt-5-mini", "gpt-4.1-nano", "o3", "o4-mini"] {
             assert!(
                 matches!(
                     TokenCounter::for_model(ProviderKind::OpenAi, model),
-                    TokenCounter::Tiktoken(_)
+                    TokenCounter::Exact(_)
                 ),
                 "{model}"
             );
@@ -373,7 +380,7 @@ mod tests {
             Api::Embeddings,
             serde_json::json!({"model": "text-embedding-3-small", "input": ["a", "b"]}),
         );
-        let e = estimate(&c, &price(), tiktoken());
+        let e = estimate(&c, &price(), openai());
         assert_eq!(e.output_tokens, 0);
         assert!(e.input_tokens >= 2);
     }

@@ -14,8 +14,9 @@
 //! - [`api`] knows each provider API shape: request checks, output limits,
 //!   error bodies. [`usage`] reads token usage from bodies and SSE events;
 //!   [`sse`] splits an event stream in one pass.
-//! - [`estimate`] bounds a call's cost before it is sent; [`money`] and
-//!   [`prices`] price tokens exactly in integer micro-USD.
+//! - [`estimate`] bounds a call's cost before it is sent, counting OpenAI
+//!   models' tokens with [`tokenizer`]; [`money`] and [`prices`] price
+//!   tokens exactly in integer micro-USD.
 //! - [`budget`] is the reserve/settle protocol and its stores.
 //! - [`settle`] holds the ticket that settles each call exactly once;
 //!   [`metered`] is the streaming response body that reads usage on the way.
@@ -40,5 +41,6 @@ pub mod proxy;
 pub mod server;
 pub mod settle;
 pub mod sse;
+pub mod tokenizer;
 pub mod upstream;
 pub mod usage;

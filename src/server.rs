@@ -208,7 +208,11 @@ pub async fn run_with_grace(
         let gateway = gateway.clone();
         let service = service_fn(move |request| {
             let gateway = gateway.clone();
-            async move { Ok::<_, Infallible>(route(&gateway, request).await) }
+            // Boxed, because hyper keeps a connection's slot for its
+            // in-flight call, sized for the call's future, as long as the
+            // connection lives: the call's state (some 6 KB) is then freed
+            // once the response head is out, not held through a stream.
+            Box::pin(async move { Ok::<_, Infallible>(route(&gateway, request).await) })
         });
         let connection = builder
             .serve_connection(TokioIo::new(stream), service)

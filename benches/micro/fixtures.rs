@@ -179,6 +179,11 @@ pub fn embeddings_body() -> String {
     )
 }
 
+/// A chat message of the length an agent's calls carry.
+pub const SUPPORT_MESSAGE: &str = "You are the support agent of a small online \
+shop. Answer in two sentences at most, politely, and escalate billing disputes \
+or refunds above $50 to a human with the ticket number.";
+
 /// Prose of about `tokens` tokens by `counter`'s count (at least that
 /// many, give or take the seams between repeated blocks).
 pub fn prose(tokens: u64, counter: TokenCounter) -> String {
