@@ -23,7 +23,8 @@ Record (`res` value), every number a decimal string:
   a   amount; k key id; o org id (absent without org); kp, op the period
       ids charged; kc the key's cap at reserve time; d deadline (ms);
       ttl (ms) how long a closed record is kept; c the idempotency claim
-      the reservation holds while open (absent without one)
+      the reservation holds while open (absent without one, once closed,
+      and once a later reservation took the claim over)
   settled: st status, act actual, rem the key's remaining after the settle,
            by the id of the settle call that applied it
   denied:  dk kind, di id, dp period, dc cap, dr remaining, at time (ms)
@@ -47,12 +48,20 @@ local function fail(message)
   return error('tollgate: ' .. message, 0)
 end
 
+-- An integer as a decimal string: tostring would print 1e+15; %d is exact
+-- below 2^53 and cheaper than %.0f.
+local function fmt(value)
+  return string.format('%d', value)
+end
+
 -- An integer of at most 2^53 - 1, given as a decimal string.
 local function int_arg(text, what)
   if type(text) ~= 'string' or not string.match(text, '^%d+$') or #text > 16 then
     fail(what .. ' is not an integer: ' .. tostring(text))
   end
-  local value = tonumber(text)
+  -- Digits only, so arithmetic reads it as a number, without the cost of
+  -- calling tonumber.
+  local value = text + 0
   if value > MAX_SAFE then
     fail(what .. ' is 2^53 or more: ' .. text)
   end
@@ -84,29 +93,30 @@ local function period_arg(text, what)
   return text
 end
 
--- An integer as a decimal string: tostring would print 1e+15.
-local function fmt(value)
-  return string.format('%.0f', value)
-end
-
 -- The store's clock in ms: Redis's TIME, plus an offset that only tests set.
+-- TIME answers decimal strings, which arithmetic reads as numbers.
 local function store_now(offset_ms)
   local time = redis.call('TIME')
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + offset_ms
+  local micros = time[2] + 0
+  return time[1] * 1000 + (micros - micros % 1000) / 1000 + offset_ms
 end
 
 -- === Period ids (mirror Period::id_at) ===
 
+-- A local: a period id takes a dozen floors, and looking `math.floor` up
+-- each time adds a sixth to its cost.
+local floor = math.floor
+
 -- Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
 local function civil_from_days(days)
   local z = days + 719468
-  local era = math.floor(z / 146097)
+  local era = floor(z / 146097)
   local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
-    - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local day = doy - math.floor((153 * mp + 2) / 5) + 1
+  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524)
+    - floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+  local mp = floor((5 * doy + 2) / 153)
+  local day = doy - floor((153 * mp + 2) / 5) + 1
   local month = mp < 10 and mp + 3 or mp - 9
   local year = yoe + era * 400
   if month <= 2 then
@@ -119,11 +129,11 @@ local function days_from_civil(year, month, day)
   if month <= 2 then
     year = year - 1
   end
-  local era = math.floor(year / 400)
+  local era = floor(year / 400)
   local yoe = year - era * 400
   local mp = month > 2 and month - 3 or month + 9
-  local doy = math.floor((153 * mp + 2) / 5) + day - 1
-  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  local doy = floor((153 * mp + 2) / 5) + day - 1
+  local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
   return era * 146097 + doe - 719468
 end
 
@@ -133,20 +143,20 @@ local function period_id(period, now_ms)
   if period == 'total' then
     return 'total'
   end
-  local secs = math.floor(now_ms / 1000)
-  local days = math.floor(secs / 86400)
+  local secs = floor(now_ms / 1000)
+  local days = floor(secs / 86400)
   if period == 'week' then
     -- 1970-01-01 was a Thursday; 0 is Monday. A week belongs to the ISO
     -- year of its Thursday.
     local weekday = (days + 3) % 7
     local thursday = days - weekday + 3
     local iso_year = civil_from_days(thursday)
-    local week = math.floor((thursday - days_from_civil(iso_year, 1, 1)) / 7) + 1
+    local week = floor((thursday - days_from_civil(iso_year, 1, 1)) / 7) + 1
     return string.format('%04d-W%02d', iso_year, week)
   end
   local year, month, day = civil_from_days(days)
   if period == 'hour' then
-    local hour = math.floor((secs - days * 86400) / 3600)
+    local hour = floor((secs - days * 86400) / 3600)
     return string.format('%04d-%02d-%02dT%02d', year, month, day, hour)
   elseif period == 'day' then
     return string.format('%04d-%02d-%02d', year, month, day)
@@ -179,14 +189,73 @@ local function add(field, delta)
   end
 end
 
+-- Reserve and settle read the counters they change with one HMGET and
+-- write them with one HSET, where a HGET and a HINCRBY per field would
+-- cost a redis.call each. `fields` alternates a committed counter and its
+-- reserved part (`held_fields`). Values stay below 2^53, where doubles are
+-- exact.
+
+-- The committed counters a reservation holds headroom in and their
+-- reserved parts, the key's first.
+local function held_fields(key_field, org_field)
+  if org_field then
+    return { key_field, key_field .. ':r', org_field, org_field .. ':r' }
+  end
+  return { key_field, key_field .. ':r' }
+end
+
+-- The values of `fields`, 0 where absent.
+local function read_counters(fields)
+  local values = redis.call('HMGET', KEYS[1], unpack(fields))
+  for i = 1, #fields do
+    values[i] = (values[i] or 0) + 0
+  end
+  return values
+end
+
+-- Moves each committed counter in `fields` by `committed` and each
+-- reserved part by `reserved`; like `add`, a move of 0 writes nothing.
+local function write_counters(fields, values, committed, reserved)
+  -- The common case, every field moving, spells its HSET out: a list
+  -- built field by field costs more than the command.
+  if committed ~= 0 and reserved ~= 0 then
+    if fields[3] then
+      redis.call('HSET', KEYS[1],
+        fields[1], fmt(values[1] + committed), fields[2], fmt(values[2] + reserved),
+        fields[3], fmt(values[3] + committed), fields[4], fmt(values[4] + reserved))
+    else
+      redis.call('HSET', KEYS[1],
+        fields[1], fmt(values[1] + committed), fields[2], fmt(values[2] + reserved))
+    end
+    return
+  end
+  local args = {}
+  for i = 1, #fields, 2 do
+    if committed ~= 0 then
+      args[#args + 1] = fields[i]
+      args[#args + 1] = fmt(values[i] + committed)
+    end
+    if reserved ~= 0 then
+      args[#args + 1] = fields[i + 1]
+      args[#args + 1] = fmt(values[i + 1] + reserved)
+    end
+  end
+  if #args > 0 then
+    redis.call('HSET', KEYS[1], unpack(args))
+  end
+end
+
 -- === Records and the ledger ===
 
-local function load_record(exec_id)
-  local raw = redis.call('HGET', KEYS[2], exec_id)
+local function decode_record(raw)
   if not raw then
     return nil
   end
   return cjson.decode(raw)
+end
+
+local function load_record(exec_id)
+  return decode_record(redis.call('HGET', KEYS[2], exec_id))
 end
 
 -- The `res` field naming the exec id that holds an idempotency claim; the
@@ -196,43 +265,42 @@ local function claim_field(claim)
 end
 
 -- Stores a closed record and keeps it `ttl` from now, so retries still get
--- the first answer; the sweep forgets it after that. A claim the
--- reservation held is released, unless a later reservation took it over
--- (this one was past its deadline by then).
+-- the first answer; the sweep forgets it after that. The claim the
+-- reservation holds is released. A later reservation takes a claim over
+-- only past this one's deadline, and drops `c` from this record when it
+-- does; past the deadline the holder is read as well, so a record whose
+-- `c` outlived a takeover (one stored by older scripts) never releases
+-- another reservation's claim.
 local function close(exec_id, rec, now)
-  if rec.c and redis.call('HGET', KEYS[2], claim_field(rec.c)) == exec_id then
-    redis.call('HDEL', KEYS[2], claim_field(rec.c))
+  if rec.c then
+    local field = claim_field(rec.c)
+    if tonumber(rec.d) > now or redis.call('HGET', KEYS[2], field) == exec_id then
+      redis.call('HDEL', KEYS[2], field)
+    end
+    rec.c = nil
   end
   redis.call('HSET', KEYS[2], exec_id, cjson.encode(rec))
   redis.call('ZADD', KEYS[4], fmt(now + tonumber(rec.ttl)), exec_id)
 end
 
 -- `call` holds model, usage counts (strings) and actual; nil for an expiry.
+-- The fields are spelled out once per shape (with and without an org):
+-- building the entry as a list first cost more than the XADD itself.
 local function book(exec_id, rec, status, call, now)
-  local entry = { 'exec', exec_id, 'key', rec.k }
-  if rec.o then
-    entry[#entry + 1] = 'org'
-    entry[#entry + 1] = rec.o
-  end
   local model, input, cached, written, output, actual = '', '0', '0', '0', '0', '0'
   if call then
     model, input, cached, written, output = call.model, call.input, call.cached, call.written, call.output
     actual = fmt(call.actual)
   end
-  local rest = {
-    'model', model, 'in', input, 'cin', cached, 'cw', written, 'out', output,
-    'res', rec.a, 'act', actual, 'st', status, 'kp', rec.kp,
-  }
-  for _, value in ipairs(rest) do
-    entry[#entry + 1] = value
-  end
   if rec.o then
-    entry[#entry + 1] = 'op'
-    entry[#entry + 1] = rec.op
+    redis.call('XADD', KEYS[5], '*', 'exec', exec_id, 'key', rec.k, 'org', rec.o,
+      'model', model, 'in', input, 'cin', cached, 'cw', written, 'out', output,
+      'res', rec.a, 'act', actual, 'st', status, 'kp', rec.kp, 'op', rec.op, 'at', fmt(now))
+  else
+    redis.call('XADD', KEYS[5], '*', 'exec', exec_id, 'key', rec.k,
+      'model', model, 'in', input, 'cin', cached, 'cw', written, 'out', output,
+      'res', rec.a, 'act', actual, 'st', status, 'kp', rec.kp, 'at', fmt(now))
   end
-  entry[#entry + 1] = 'at'
-  entry[#entry + 1] = fmt(now)
-  redis.call('XADD', KEYS[5], '*', unpack(entry))
 end
 
 -- Releases an open reservation's amount and books it as expired.

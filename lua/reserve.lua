@@ -57,7 +57,14 @@ local now = store_now(offset)
 local expired = expire_due(now, lazy_limit)
 forget_due(now, lazy_limit)
 
-local first = load_record(exec_id)
+-- The record and the claim's holder in one read.
+local first, holder
+if claim ~= '' then
+  local raw = redis.call('HMGET', KEYS[2], exec_id, claim_field(claim))
+  first, holder = decode_record(raw[1]), raw[2]
+else
+  first = load_record(exec_id)
+end
 if first then
   if first.s == 'denied' then
     return { 'denied', fmt(expired), first.dk, first.di, first.dp, first.dc, first.dr, first.at }
@@ -65,19 +72,28 @@ if first then
   return { 'reserved', fmt(expired) }
 end
 
-if claim ~= '' then
-  local holder = redis.call('HGET', KEYS[2], claim_field(claim))
-  local held = holder and load_record(holder)
-  if held and held.s == 'open' and tonumber(held.d) > now then
-    return { 'duplicate', fmt(expired) }
-  end
+local held = holder and load_record(holder)
+if held and held.s == 'open' and tonumber(held.d) > now then
+  return { 'duplicate', fmt(expired) }
 end
 
--- The key is checked first, so when both would deny, the key is named.
-for _, scope in ipairs(scopes) do
-  scope.pid = period_id(scope.period, now)
+-- An org on the key's period shares its id, which is not cheap to derive.
+for i = 1, #scopes do
+  local scope = scopes[i]
+  if i > 1 and scope.period == scopes[1].period then
+    scope.pid = scopes[1].pid
+  else
+    scope.pid = period_id(scope.period, now)
+  end
   scope.field = counter_field(scope.kind, scope.id, scope.pid)
-  local committed = counter(scope.field)
+end
+local fields = held_fields(scopes[1].field, scopes[2] and scopes[2].field)
+local values = read_counters(fields)
+
+-- The key is checked first, so when both would deny, the key is named.
+for i = 1, #scopes do
+  local scope = scopes[i]
+  local committed = values[2 * i - 1]
   if committed + amount > scope.cap then
     local remaining = math.max(scope.cap - committed, 0)
     local denial = {
@@ -93,19 +109,21 @@ end
 local rec = {
   s = 'open', a = fmt(amount), k = scopes[1].id, kp = scopes[1].pid,
   kc = fmt(scopes[1].cap), d = fmt(now + ttl), ttl = fmt(ttl),
+  o = scopes[2] and scopes[2].id, op = scopes[2] and scopes[2].pid,
+  c = claim ~= '' and claim or nil,
 }
-if scopes[2] then
-  rec.o = scopes[2].id
-  rec.op = scopes[2].pid
-end
+write_counters(fields, values, amount, amount)
+local records = { exec_id, cjson.encode(rec) }
 if claim ~= '' then
-  rec.c = claim
-  redis.call('HSET', KEYS[2], claim_field(claim), exec_id)
+  records[3] = claim_field(claim)
+  records[4] = exec_id
+  -- A holder past its deadline loses the claim to this reservation.
+  if held and held.c then
+    held.c = nil
+    records[5] = holder
+    records[6] = cjson.encode(held)
+  end
 end
-for _, scope in ipairs(scopes) do
-  add(scope.field, amount)
-  add(scope.field .. ':r', amount)
-end
-redis.call('HSET', KEYS[2], exec_id, cjson.encode(rec))
+redis.call('HSET', KEYS[2], unpack(records))
 redis.call('ZADD', KEYS[3], rec.d, exec_id)
 return { 'reserved', fmt(expired) }

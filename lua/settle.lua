@@ -68,19 +68,27 @@ if rec.s == 'settled' then
   return { 'settled', rec.st, rec.a, rec.act, rec.rem, applied, '0' }
 end
 
-local fields = charged_fields(rec)
-for _, field in ipairs(fields) do
-  if counter(field) + call.actual > MAX_SAFE then
-    fail('settling ' .. exec_id .. ' would take ' .. field .. ' to 2^53 or more')
+-- Each scope's committed counter and its reserved part, in one read,
+-- checked before anything is written.
+local fields = held_fields(counter_field('key', rec.k, rec.kp),
+  rec.o and counter_field('org', rec.o, rec.op))
+local values = read_counters(fields)
+for i = 1, #fields, 2 do
+  if values[i] + call.actual > MAX_SAFE then
+    fail('settling ' .. exec_id .. ' would take ' .. fields[i] .. ' to 2^53 or more')
   end
 end
 
 local now = store_now(offset)
 local amount = tonumber(rec.a)
+local pending = rec.s == 'open'
 local late = rec.s == 'expired'
 local expired_now = '0'
-if not late and tonumber(rec.d) <= now then
-  expire(exec_id, rec, now)
+if pending and tonumber(rec.d) <= now then
+  -- Expired first, as the sweep would have; the release of its amount is
+  -- folded into the counter moves below.
+  book(exec_id, rec, 'expired', nil, now)
+  rec.s = 'expired'
   late = true
   expired_now = '1'
 end
@@ -94,22 +102,20 @@ elseif call.actual > amount + epsilon then
   status = 'overrun'
 end
 
--- On time, the reservation becomes the actual cost; late, its amount was
--- already released at expiry and the cost is charged in full.
-for _, field in ipairs(fields) do
-  if late then
-    add(field, call.actual)
-  else
-    add(field, call.actual - amount)
-    add(field .. ':r', -amount)
-  end
+-- An open reservation becomes the actual cost, whether it expires now or
+-- not; one already expired released its amount then, and the cost is
+-- charged in full.
+local committed, reserved = call.actual, 0
+if pending then
+  committed, reserved = call.actual - amount, -amount
 end
-if not late then
+write_counters(fields, values, committed, reserved)
+if pending then
   redis.call('ZREM', KEYS[3], exec_id)
 end
 book(exec_id, rec, status, call, now)
 
-local remaining = math.max(tonumber(rec.kc) - counter(fields[1]), 0)
+local remaining = math.max(rec.kc - (values[1] + committed), 0)
 rec.s = 'settled'
 rec.st = status
 rec.act = fmt(call.actual)
