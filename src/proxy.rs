@@ -397,12 +397,10 @@ fn check_priced_options(api: Api, headers: &HeaderMap, call: &Call) -> Result<()
             param: Some("service_tier"),
         });
     }
-    let long_context = headers
-        .get_all("anthropic-beta")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("context-1m"));
-    if api == Api::Messages && has_hour_long_cache(&call.body) {
+    if api != Api::Messages {
+        return Ok(());
+    }
+    if has_hour_long_cache(&call.body) {
         return Err(GatewayError::BadRequest {
             message: "cache_control ttl \"1h\" is billed at a cache-write rate this gateway \
                       does not price; use the default 5-minute cache"
@@ -410,7 +408,12 @@ fn check_priced_options(api: Api, headers: &HeaderMap, call: &Call) -> Result<()
             param: None,
         });
     }
-    if api == Api::Messages && long_context {
+    let long_context = headers
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("context-1m"));
+    if long_context {
         return Err(GatewayError::BadRequest {
             message: "the anthropic-beta context-1m option is billed at rates this gateway does \
                       not price; remove it from the anthropic-beta header"

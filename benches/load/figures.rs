@@ -9,6 +9,7 @@ use hdrhistogram::Histogram;
 use crate::drive::{histogram, Sample};
 use crate::procs::TICKS_PER_SEC;
 use crate::run::Measured;
+use crate::streams::StreamRun;
 use crate::subjects::describe;
 
 pub fn ran(m: &[Measured]) -> impl Iterator<Item = &Measured> {
@@ -56,23 +57,21 @@ pub fn median(mut values: Vec<f64>) -> f64 {
 /// Median over rounds of `label`'s closed-loop rps over `base`'s.
 pub fn throughput_ratio(m: &[Measured], label: &str, base: &str) -> Option<f64> {
     let (this, base) = (find(m, label)?, find(m, base)?);
-    let ratios: Vec<f64> = this
-        .closed
-        .iter()
-        .zip(&base.closed)
-        .map(|(a, b)| a.rps() / b.rps().max(1e-9))
-        .collect();
-    (!ratios.is_empty()).then(|| median(ratios))
+    median_ratio(&this.closed, &base.closed, Sample::rps)
 }
 
 /// Median over rounds of `label`'s stream events/s over D's.
 pub fn event_ratio(m: &[Measured], label: &str) -> Option<f64> {
     let (this, base) = (find(m, label)?, find(m, "D")?);
+    median_ratio(&this.streams, &base.streams, StreamRun::events_per_sec)
+}
+
+/// The median, over the rounds both ran, of `value` in `this` over `base`.
+fn median_ratio<T>(this: &[T], base: &[T], value: impl Fn(&T) -> f64) -> Option<f64> {
     let ratios: Vec<f64> = this
-        .streams
         .iter()
-        .zip(&base.streams)
-        .map(|(a, b)| a.events_per_sec() / b.events_per_sec().max(1e-9))
+        .zip(base)
+        .map(|(a, b)| value(a) / value(b).max(1e-9))
         .collect();
     (!ratios.is_empty()).then(|| median(ratios))
 }
