@@ -1,7 +1,8 @@
 //! What Redis itself says about the gateway's use of it: script calls and
 //! the time Redis spent in them from `INFO commandstats`, socket reads from
 //! `INFO stats` (more script calls than reads means they arrived
-//! pipelined), and the removal of the run's own keys.
+//! pipelined), the CPU time of the Redis process from `INFO cpu`, and the
+//! removal of the run's own keys.
 //!
 //! `total_commands_processed` also counts the commands a script runs
 //! inside Redis, so per-read figures use the EVALSHA calls, which are what
@@ -36,6 +37,9 @@ pub struct Counters {
     pub commands: u64,
     /// Socket reads.
     pub reads: u64,
+    /// CPU time of the Redis server process (user + system, all its
+    /// threads), µs.
+    pub cpu_usec: u64,
 }
 
 impl Counters {
@@ -47,6 +51,7 @@ impl Counters {
             eval: self.eval.saturating_sub(before.eval),
             commands: self.commands.saturating_sub(before.commands),
             reads: self.reads.saturating_sub(before.reads),
+            cpu_usec: self.cpu_usec.saturating_sub(before.cpu_usec),
         }
     }
 
@@ -57,6 +62,7 @@ impl Counters {
             eval: self.eval + other.eval,
             commands: self.commands + other.commands,
             reads: self.reads + other.reads,
+            cpu_usec: self.cpu_usec + other.cpu_usec,
         }
     }
 }
@@ -74,15 +80,24 @@ impl RedisProbe {
             .arg("commandstats")
             .query(&mut self.conn)?;
         let stats: String = redis::cmd("INFO").arg("stats").query(&mut self.conn)?;
+        let cpu: String = redis::cmd("INFO").arg("cpu").query(&mut self.conn)?;
         let calls = |command: &str| command_stat(&commandstats, command, "calls").unwrap_or(0);
         let stats = info_fields(&stats);
         let field = |name: &str| stats.get(name).and_then(|v| v.parse().ok()).unwrap_or(0);
+        let cpu = info_fields(&cpu);
+        // Seconds with a fractional part.
+        let seconds = |name: &str| {
+            cpu.get(name)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
         Ok(Counters {
             evalsha: calls("evalsha"),
             evalsha_usec: command_stat(&commandstats, "evalsha", "usec").unwrap_or(0),
             eval: calls("eval"),
             commands: field("total_commands_processed"),
             reads: field("total_reads_processed"),
+            cpu_usec: ((seconds("used_cpu_user") + seconds("used_cpu_sys")) * 1e6) as u64,
         })
     }
 

@@ -290,6 +290,15 @@ fn redis_section(out: &mut String, outcome: &Outcome) {
         redis.all.evalsha_usec as f64 / redis.all.evalsha.max(1) as f64,
         1e6 / (redis.all.evalsha_usec as f64 / redis.calls.max(1) as f64).max(1e-9),
     );
+    if redis.closed_calls > 0 {
+        let closed_per_call = |usec: u64| usec as f64 / redis.closed_calls as f64;
+        let _ = writeln!(
+            out,
+            "  Redis CPU per call at full concurrency: {:.0} µs, {:.0} µs of it running the scripts",
+            closed_per_call(redis.closed.cpu_usec),
+            closed_per_call(redis.closed.evalsha_usec)
+        );
+    }
     let _ = writeln!(
         out,
         "  EVALSHA per socket read at full concurrency: {:.2} ({} calls, {} reads; above 1 means pipelined)",
@@ -375,9 +384,9 @@ fn targets(out: &mut String, settings: &Settings, outcome: &Outcome) {
     let p = find(m, "P");
     for label in ["G0", "G"] {
         let measured = find(m, label);
-        let settled = measured.map(|x| {
-            !x.streams.is_empty()
-                && x.streams.iter().all(|s| s.completed == s.streams)
+        // Judged only when the streams mode ran.
+        let settled = measured.filter(|x| !x.streams.is_empty()).map(|x| {
+            x.streams.iter().all(|s| s.completed == s.streams)
                 && x.settlement.iter().all(|c| c.holds())
         });
         line(

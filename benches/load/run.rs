@@ -71,6 +71,7 @@ pub struct RedisUse {
     pub calls: u64,
     /// Over the G closed-loop phases only (concurrent, so pipelined).
     pub closed: Counters,
+    pub closed_calls: u64,
 }
 
 pub struct Outcome {
@@ -242,6 +243,7 @@ impl Bench<'_> {
             self.redis_use.calls += sample.ok;
             if mode == Mode::Closed {
                 self.redis_use.closed = self.redis_use.closed.plus(delta);
+                self.redis_use.closed_calls += sample.ok;
             }
         }
         account(subject, &sample, mode.describe())?;

@@ -125,6 +125,7 @@ macro_rules! contract_tests {
             concurrent_reserves_never_exceed_the_cap,
             concurrent_reserve_and_settle_keep_the_books,
             old_ledger_entries_fold_into_their_counters,
+            only_entries_past_the_retention_fold,
             claimed_request_in_flight_refuses_its_duplicate,
             claimed_reserve_retry_gets_the_first_answer,
             settled_claim_is_reserved_and_charged_again,

@@ -481,6 +481,40 @@ pub(super) async fn concurrent_reserve_and_settle_keep_the_books(f: &impl Fixtur
     assert_eq!(f.open_reservations().await, (0, 0));
 }
 
+/// The sweep folds the entries past the retention, oldest first, and stops
+/// at the first recent one: only the old part of the ledger goes.
+pub(super) async fn only_entries_past_the_retention_fold(f: &impl Fixture) {
+    let store = f.store();
+    let key = scope(ScopeKind::Key, 100_000, Period::Total);
+    for actual in [100, 200, 300] {
+        let req = request(&key, None, 1_000, TTL_SECS);
+        reserve(&store, &req).await;
+        settle(&store, &req, actual).await;
+    }
+    // Nothing is old yet: a sweep leaves the ledger whole.
+    assert_eq!(f.sweep_expired().await, 0);
+    assert_eq!(f.ledger().await.len(), 3);
+
+    f.advance(Duration::from_secs(31 * 86_400)).await;
+    for actual in [400, 500] {
+        let req = request(&key, None, 1_000, TTL_SECS);
+        reserve(&store, &req).await;
+        settle(&store, &req, actual).await;
+    }
+    assert_eq!(f.sweep_expired().await, 0);
+    assert_eq!(
+        statuses(&f.ledger().await),
+        [(LedgerStatus::Ok, 400), (LedgerStatus::Ok, 500)]
+    );
+    let rows = f.reconcile().await;
+    let row = rows.iter().find(|row| row.id == key.id).unwrap();
+    assert_eq!(
+        (row.counter, row.folded, row.ledger, row.open),
+        (1_500, 600, 900, 0),
+        "{row:?}"
+    );
+}
+
 pub(super) async fn old_ledger_entries_fold_into_their_counters(f: &impl Fixture) {
     let store = f.store();
     let org = scope(ScopeKind::Org, 10_000, Period::Total);
