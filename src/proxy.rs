@@ -158,9 +158,15 @@ async fn proxy(
         // unmetered (each one is logged): nothing to settle.
         Ok(false) => ticket.disarm(),
         Err(error) => {
-            // Denied, or the store failed: nothing was reserved (a reserve
-            // that landed unanswered expires by itself), nothing is sent.
-            ticket.disarm();
+            // Nothing is sent. Denied or a duplicate, nothing was reserved.
+            // When the store failed, a reserve may have landed with its
+            // answer lost: the ticket, dropped armed, settles nothing
+            // against it in the background, which frees its headroom at
+            // once rather than at its deadline (and finds nothing to
+            // release when it never landed).
+            if !matches!(error, GatewayError::StoreUnavailable) {
+                ticket.disarm();
+            }
             return Err(error);
         }
     }

@@ -70,7 +70,8 @@ struct MeteredCall {
 impl SettleTicket {
     /// A ticket for a call about to be reserved in `gateway`'s store under
     /// `exec_id`. Created before the reserve, so a handler dropped while the
-    /// reserve is in flight still releases whatever the reserve did.
+    /// reserve is in flight, or a reserve whose answer was lost, still
+    /// releases whatever the reserve did.
     pub fn new(
         gateway: &Gateway,
         exec_id: &str,
@@ -192,10 +193,11 @@ impl MeteredCall {
                     self.metrics.count_settlement(&outcome);
                     return Some(outcome);
                 }
-                // The handler was dropped while the reserve was in flight.
-                // If it never landed there is nothing to release; if the
-                // store cannot say, the reservation expires by itself, which
-                // is right for a call that was never sent.
+                // The reserve failed on a store error, or its handler was
+                // dropped while it was in flight. If it never landed there
+                // is nothing to release; if the store cannot say, the
+                // reservation expires by itself, which is right for a call
+                // that was never sent.
                 Err(_) if self.stage == Stage::Reserving => return None,
                 Err(error @ (StoreError::Unavailable(_) | StoreError::Timeout))
                     if Instant::now() < self.retry_until =>

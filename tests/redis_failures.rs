@@ -200,6 +200,48 @@ async fn a_gateway_started_while_redis_is_down_becomes_ready_when_it_comes_up() 
     eprintln!("total {:?}", started.elapsed());
 }
 
+/// A reserve whose answer never came may still have landed. The call is
+/// refused and not forwarded, and whatever it reserved is released at once,
+/// not at the reservation's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserve_that_landed_unanswered_is_released_at_once() {
+    let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let mock = mock().await;
+    let config = config(&redis, mock.addr);
+    let key = config.keys[0].raw.clone();
+    let gateway = GatewayProcess::start(&config).await;
+    let (status, _, body) = small_call(&gateway.url, &key).await;
+    assert_eq!(status, 200, "{body}");
+    let spent = field(&budget(&gateway.url, &key).await, "key", "spent_usd_micros");
+
+    // Redis stalls for longer than the gateway's attempts at a reserve
+    // (three of 2 s each); they run when it wakes, with no one waiting.
+    let port = redis.port;
+    let stall = tokio::task::spawn_blocking(move || redis_cli(port, &["DEBUG", "SLEEP", "8"]));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let forwarded = mock.stats.requests();
+    let (status, _, body) = small_call(&gateway.url, &key).await;
+    assert_eq!(status, 503, "{body}");
+    assert_store_unavailable_openai(&body);
+    stall.await.unwrap();
+    assert_eq!(mock.stats.requests(), forwarded, "a refused call was sent");
+
+    // The reservation landed and was released with nothing charged, long
+    // before its 60 s deadline.
+    let store = store(&redis.url()).await;
+    let tag = config.keys[0].tag();
+    let released = eventually(Duration::from_secs(10), || async {
+        let ledger = store.ledger(&tag).await.unwrap();
+        ledger.len() == 2 && ledger[1].actual == 0 && ledger[1].status == LedgerStatus::Ok
+    })
+    .await;
+    assert!(released, "{:?}", store.ledger(&tag).await.unwrap());
+    let now = budget(&gateway.url, &key).await;
+    assert_eq!(field(&now, "key", "reserved_usd_micros"), 0, "{now}");
+    assert_eq!(field(&now, "key", "spent_usd_micros"), spent, "{now}");
+    assert_books_balance(&store, &config.tags()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_on_store_error_allow_calls_pass_unmetered_while_redis_is_down() {
     let mut redis = RedisServer::stopped();
