@@ -2,6 +2,9 @@
 //! loopback port that can be killed and started again empty on the same
 //! port, and a 3-primary Redis Cluster. Everything is killed, and its files
 //! removed, when dropped.
+//!
+//! The integration tests and the library's unit tests
+//! (`src/budget/redis/testing.rs`) share this file.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -109,6 +112,11 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The process id while the server runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGKILL: the server vanishes without saving anything.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -169,18 +177,34 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
 /// A 3-primary Redis Cluster on loopback.
 pub struct Cluster {
     nodes: Vec<RedisServer>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Cluster {
     /// Starts three cluster nodes on free ports, joins them with
     /// `redis-cli --cluster create` and waits for `cluster_state:ok`.
     pub fn start() -> Cluster {
-        let dir = tempfile::Builder::new()
-            .prefix("tollgate-redis-cluster-")
-            .tempdir()
-            .unwrap();
+        let dir = cluster_dir();
         let nodes: Vec<RedisServer> = (0..3).map(|_| Cluster::node(dir.path())).collect();
+        Cluster::join(nodes, dir)
+    }
+
+    /// Starts a cluster on `ports`, each with its bus port free; panics if
+    /// a node does not come up.
+    pub fn start_on(ports: &[u16]) -> Cluster {
+        let dir = cluster_dir();
+        let nodes = ports
+            .iter()
+            .map(|&port| {
+                let mut node = Cluster::stopped_node(dir.path(), port);
+                node.restart();
+                node
+            })
+            .collect();
+        Cluster::join(nodes, dir)
+    }
+
+    fn join(nodes: Vec<RedisServer>, dir: tempfile::TempDir) -> Cluster {
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
         for node in &nodes {
@@ -207,16 +231,12 @@ impl Cluster {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        Cluster { nodes, _dir: dir }
+        Cluster { nodes, dir }
     }
 
     fn node(dir: &Path) -> RedisServer {
         for _ in 0..PORT_TRIES {
-            let port = free_port(true);
-            let config = dir.join(format!("nodes-{port}.conf"));
-            let config = config.to_string_lossy().into_owned();
-            let extra = ["--cluster-enabled", "yes", "--cluster-config-file", &config];
-            let mut node = RedisServer::stopped_on(port, &extra);
+            let mut node = Cluster::stopped_node(dir, free_port(true));
             if node.restart_once() {
                 return node;
             }
@@ -224,8 +244,25 @@ impl Cluster {
         panic!("could not start a cluster node");
     }
 
+    fn stopped_node(dir: &Path, port: u16) -> RedisServer {
+        let config = dir.join(format!("nodes-{port}.conf"));
+        let config = config.to_string_lossy().into_owned();
+        let extra = ["--cluster-enabled", "yes", "--cluster-config-file", &config];
+        RedisServer::stopped_on(port, &extra)
+    }
+
     pub fn ports(&self) -> Vec<u16> {
         self.nodes.iter().map(|node| node.port).collect()
+    }
+
+    /// Where the nodes keep their cluster configs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The running nodes' process ids.
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes.iter().filter_map(RedisServer::pid).collect()
     }
 
     /// `redis://h1:p1,h2:p2,h3:p3`: the cluster form of a `redis://` URL.
@@ -272,6 +309,22 @@ impl Cluster {
         }
         panic!("no primary serves slot {slot}:\n{nodes}");
     }
+}
+
+fn cluster_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("tollgate-redis-cluster-")
+        .tempdir()
+        .unwrap()
+}
+
+/// A `redis+cluster://` URL naming `ports` on the loopback address.
+pub fn cluster_url(ports: impl IntoIterator<Item = u16>) -> String {
+    let hosts: Vec<String> = ports
+        .into_iter()
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect();
+    format!("redis+cluster://{}", hosts.join(","))
 }
 
 // === MONITOR ===

@@ -142,7 +142,7 @@ async fn lua_period_ids_match_period_id_at() {
 
 #[tokio::test]
 async fn scripts_are_loaded_again_after_script_flush() {
-    let server = RedisServer::start(&[]);
+    let server = RedisServer::start();
     let store = RedisStore::connect(&server.url(), 0, DEFAULT_LEDGER_RETENTION)
         .await
         .unwrap();
@@ -213,7 +213,7 @@ async fn evalsha_calls(url: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_timed_out_is_retried_and_applies_once() {
-    let server = RedisServer::start(&["--enable-debug-command", "yes"]);
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
     let policy = CallPolicy {
         timeout: Duration::from_millis(150),
         attempts: 20,
@@ -262,7 +262,7 @@ async fn a_call_that_timed_out_is_retried_and_applies_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claimed_reserve_retried_after_a_timeout_is_no_duplicate() {
-    let server = RedisServer::start(&["--enable-debug-command", "yes"]);
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
     let policy = CallPolicy {
         timeout: Duration::from_millis(150),
         attempts: 20,
@@ -312,20 +312,17 @@ async fn starts_while_redis_is_down_and_recovers_when_it_returns() {
         Err(StoreError::Unavailable(_) | StoreError::Timeout)
     ));
 
-    let Some(mut server) = RedisServer::start_on(port, &[]) else {
-        panic!("port {port} was taken before redis-server could use it");
-    };
+    let mut server = RedisServer::stopped_on(port, &[]);
+    server.restart();
     await_ping(&store).await;
     let req = request(&key, 100);
     assert_eq!(store.reserve(&req).await.unwrap(), ReserveOutcome::Reserved);
 
     // A restart loses the scripts (and, without persistence, the data):
     // the store reconnects and loads them again.
-    server.stop();
+    server.kill();
     assert!(store.ping().await.is_err());
-    let Some(_server) = RedisServer::start_on(port, &[]) else {
-        panic!("port {port} was taken before redis-server could restart on it");
-    };
+    server.restart();
     await_ping(&store).await;
     assert_eq!(
         store.reserve(&request(&key, 100)).await.unwrap(),
