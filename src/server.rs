@@ -130,20 +130,29 @@ impl Gateway {
 /// A zero interval would make the sweep task spin.
 const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(1);
 
+/// Tags one sweep visits. Each costs Redis a script call, so with more tags
+/// than this they are swept in turn, this many per tick: a reserve expires
+/// what is due in its own tag before it checks the caps, so only idle tags
+/// wait longer, and the sweep's load on Redis stays bounded however many
+/// keys the config holds.
+const SWEEP_TAGS_PER_TICK: usize = 256;
+
 async fn sweep_periodically(gateway: Weak<Gateway>, every: Duration) {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // Logged when the sweep starts failing and when it recovers, not on
     // every tick while the store is down.
     let mut failing = false;
+    let mut next_tag = 0;
     loop {
         ticks.tick().await;
         let Some(gateway) = gateway.upgrade() else {
             break;
         };
+        let tags = next_sweep_tags(&gateway.budget_tags, &mut next_tag);
         let swept = gateway
             .metrics
-            .time(StoreOp::Sweep, gateway.store.sweep(&gateway.budget_tags))
+            .time(StoreOp::Sweep, gateway.store.sweep(tags))
             .await;
         match swept {
             Ok(released) => {
@@ -160,6 +169,18 @@ async fn sweep_periodically(gateway: Weak<Gateway>, every: Duration) {
             Err(_) => {}
         }
     }
+}
+
+/// The tags the next sweep visits: up to [`SWEEP_TAGS_PER_TICK`] from
+/// `*next`, which moves on past them and starts over at the end.
+fn next_sweep_tags<'a>(tags: &'a [String], next: &mut usize) -> &'a [String] {
+    if *next >= tags.len() {
+        *next = 0;
+    }
+    let end = tags.len().min(*next + SWEEP_TAGS_PER_TICK);
+    let batch = &tags[*next..end];
+    *next = end;
+    batch
 }
 
 /// How long shutdown waits for in-flight calls before it cuts them: a
@@ -430,4 +451,41 @@ async fn scope_json(gateway: &Gateway, scope: &Scope) -> Result<Value, GatewayEr
         "remaining_usd_micros": remaining,
         "resets_at": state.resets_at.map(|at| at.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tags(count: usize) -> Vec<String> {
+        (0..count).map(|i| format!("tag-{i}")).collect()
+    }
+
+    #[test]
+    fn many_tags_are_swept_in_turn() {
+        let tags = tags(SWEEP_TAGS_PER_TICK * 2 + 1);
+        let mut next = 0;
+        let mut swept = Vec::new();
+        for size in [SWEEP_TAGS_PER_TICK, SWEEP_TAGS_PER_TICK, 1] {
+            let batch = next_sweep_tags(&tags, &mut next);
+            assert_eq!(batch.len(), size);
+            swept.extend_from_slice(batch);
+        }
+        assert_eq!(swept, tags);
+        // Then the turn starts over.
+        assert_eq!(
+            next_sweep_tags(&tags, &mut next),
+            &tags[..SWEEP_TAGS_PER_TICK]
+        );
+    }
+
+    #[test]
+    fn a_few_tags_are_all_swept_every_tick() {
+        let tags = tags(3);
+        let mut next = 0;
+        for _ in 0..3 {
+            assert_eq!(next_sweep_tags(&tags, &mut next), &tags[..]);
+        }
+        assert!(next_sweep_tags(&[], &mut next).is_empty());
+    }
 }
