@@ -122,19 +122,6 @@ impl BudgetStore {
         }
     }
 
-    /// Starts the periodic sweep: every `every`, the memory store sweeps
-    /// itself, the Redis store sweeps `tags` and every tag it has reserved
-    /// under since. Must be called from within a Tokio runtime.
-    pub fn spawn_sweeper(&self, tags: &[String], every: Duration) -> SweeperGuard {
-        match self {
-            BudgetStore::Memory(store) => store.spawn_sweeper(every),
-            BudgetStore::Redis(store) => {
-                store.track_tags(tags.iter().cloned());
-                store.spawn_sweeper(every)
-            }
-        }
-    }
-
     /// How many reservations are open under `tags` and the sum of their
     /// amounts (the memory store ignores `tags` and counts all).
     pub async fn open_reservations(

@@ -48,18 +48,16 @@ mod tests;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::time::MissedTickBehavior;
 
 pub use connection::RedisUrlError;
 
 use super::{
     tag_for, ClaimedReserve, LedgerEntry, LedgerStatus, Reconciliation, ReserveOutcome,
     ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError,
-    SweeperGuard,
 };
 use crate::money::UsdMicros;
 use books::Record;
@@ -73,8 +71,6 @@ const LAZY_SWEEP_LIMIT: usize = 64;
 const SWEEP_BATCH: usize = 1_000;
 /// Sweep calls per tag per sweep before the rest waits for the next tick.
 const SWEEP_CALLS_PER_TAG: usize = 100;
-/// A zero interval would make the sweep task spin.
-const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(1);
 
 /// A handle to the Redis store; clones share one connection.
 #[derive(Clone)]
@@ -150,17 +146,12 @@ impl RedisStore {
 
     /// Records which tag a configured key's data lives under, so
     /// [`RedisStore::scope_state`] finds it before the key's first reserve,
-    /// and the sweeper sweeps it.
+    /// and [`RedisStore::sweep_expired`] sweeps it.
     pub fn track_key(&self, key: &str, org: Option<&str>) {
         let mut tags = self.inner.tags();
         let tag = tag_for(org, key);
         tags.all.insert(tag.clone());
         tags.of_key.insert(key.to_owned(), tag);
-    }
-
-    /// Adds tags for the sweeper to sweep.
-    pub fn track_tags(&self, new: impl IntoIterator<Item = String>) {
-        self.inner.tags().all.extend(new);
     }
 
     /// Every tag this store knows, sorted.
@@ -402,16 +393,6 @@ impl RedisStore {
         Ok(expired)
     }
 
-    /// Starts a task on the current Tokio runtime that sweeps every known
-    /// tag every `every`, so headroom comes back even when no reserve
-    /// arrives. It holds the store weakly: it ends when the guard drops or
-    /// when the last handle to the store does.
-    pub fn spawn_sweeper(&self, every: Duration) -> SweeperGuard {
-        let inner = Arc::downgrade(&self.inner);
-        let task = tokio::spawn(sweep_periodically(inner, every.max(MIN_SWEEP_INTERVAL)));
-        SweeperGuard::new(task.abort_handle())
-    }
-
     /// The tag's ledger entries not yet folded, oldest first.
     pub async fn ledger(&self, tag: &str) -> Result<Vec<LedgerEntry>, StoreError> {
         let lines = books::read_ledger(
@@ -508,33 +489,6 @@ impl fmt::Debug for RedisStore {
             .field("endpoint", &self.inner.endpoint)
             .field("settle_epsilon", &self.inner.settle_epsilon)
             .finish_non_exhaustive()
-    }
-}
-
-async fn sweep_periodically(inner: Weak<Inner>, every: Duration) {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    // Logged when the sweep starts failing and when it recovers, not on
-    // every tick while Redis is down.
-    let mut failing = false;
-    loop {
-        ticks.tick().await;
-        let Some(inner) = inner.upgrade() else {
-            break;
-        };
-        let store = RedisStore { inner };
-        match store.sweep_expired().await {
-            Ok(_) if failing => {
-                failing = false;
-                tracing::info!(endpoint = %store.endpoint(), "budget sweep works again");
-            }
-            Ok(_) => {}
-            Err(error) if !failing => {
-                failing = true;
-                tracing::warn!(endpoint = %store.endpoint(), %error, "budget sweep failed");
-            }
-            Err(_) => {}
-        }
     }
 }
 
