@@ -186,7 +186,15 @@ impl MeteredCall {
         };
         let mut backoff = Duration::from_millis(50);
         loop {
-            let settled = self.store.settle(&settlement);
+            // A reserve whose outcome is unknown may never have landed:
+            // finding nothing is then no error worth a search.
+            let settled = async {
+                if self.stage == Stage::Reserving {
+                    self.store.settle_if_reserved(&settlement).await
+                } else {
+                    self.store.settle(&settlement).await
+                }
+            };
             match self.metrics.time(StoreOp::Settle, settled).await {
                 Ok(outcome) => {
                     log_outcome(&settlement, &outcome);

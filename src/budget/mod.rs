@@ -88,6 +88,19 @@ impl BudgetStore {
         }
     }
 
+    /// Settles a reservation that may never have been made (its reserve
+    /// failed or was abandoned): like [`BudgetStore::settle`], but an
+    /// unknown exec id is reported as such without further lookups.
+    pub async fn settle_if_reserved(
+        &self,
+        settlement: &Settlement,
+    ) -> Result<SettleOutcome, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => store.settle(settlement),
+            BudgetStore::Redis(store) => store.settle_if_reserved(settlement).await,
+        }
+    }
+
     /// The scope's counters for its current period.
     pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
         match self {

@@ -223,6 +223,25 @@ impl RedisStore {
     /// Settles a reservation with its actual cost, exactly once, in one
     /// `settle.lua` call.
     pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
+        self.settle_under_tag(settlement, true).await
+    }
+
+    /// Settles like [`RedisStore::settle`] a reserve whose outcome was never
+    /// known (it failed, or its caller went away): an exec id absent under
+    /// its tag never landed, and is `UnknownReservation` at once, without
+    /// the look under every other tag that tells a forged owner apart.
+    pub async fn settle_if_reserved(
+        &self,
+        settlement: &Settlement,
+    ) -> Result<SettleOutcome, StoreError> {
+        self.settle_under_tag(settlement, false).await
+    }
+
+    async fn settle_under_tag(
+        &self,
+        settlement: &Settlement,
+        look_elsewhere: bool,
+    ) -> Result<SettleOutcome, StoreError> {
         let tag = tag_for(settlement.org.as_deref(), &settlement.key);
         let keys = TagKeys::new(&tag);
         // Tells this call's own earlier attempt (timed out after it
@@ -262,7 +281,8 @@ impl RedisStore {
                 exec_id: exec_id.clone(),
             }),
             SettleReply::Denied => Err(StoreError::UnknownReservation(exec_id.clone())),
-            SettleReply::Absent => Err(self.absent(exec_id, &tag).await?),
+            SettleReply::Absent if look_elsewhere => Err(self.absent(exec_id, &tag).await?),
+            SettleReply::Absent => Err(StoreError::UnknownReservation(exec_id.clone())),
         }
     }
 

@@ -199,16 +199,65 @@ async fn stall(url: &str) -> tokio::task::JoinHandle<()> {
 
 /// How many EVALSHA calls the server at `url` has run.
 async fn evalsha_calls(url: &str) -> u64 {
+    command_calls(url, "evalsha").await
+}
+
+/// How many `command` calls (lower case) the server at `url` has run,
+/// those inside scripts included.
+async fn command_calls(url: &str, command: &str) -> u64 {
     let mut admin = raw_connection(url).await;
     let info: String = ::redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut admin)
         .await
         .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
     info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |calls| calls.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserve_of_unknown_outcome_is_settled_without_a_search() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), 0, DEFAULT_LEDGER_RETENTION)
+        .await
+        .unwrap();
+    for i in 0..50 {
+        store.track_key(&format!("other-{i}"), None);
+    }
+    let key = key_scope(1_000);
+    store.reserve(&request(&key, 1)).await.unwrap();
+    let never_reserved = settlement(&request(&key, 100), 0);
+
+    // A settle of an exec id nowhere to be found looks under every tag the
+    // store knows, to tell a forged owner from an unknown id.
+    let before = command_calls(&server.url(), "hget").await;
+    assert!(matches!(
+        store.settle(&never_reserved).await,
+        Err(StoreError::UnknownReservation(_))
+    ));
+    assert!(command_calls(&server.url(), "hget").await - before >= 50);
+
+    // A settle for a reserve that may never have landed does not.
+    let before = command_calls(&server.url(), "hget").await;
+    assert!(matches!(
+        store.settle_if_reserved(&never_reserved).await,
+        Err(StoreError::UnknownReservation(_))
+    ));
+    assert!(command_calls(&server.url(), "hget").await - before <= 1);
+
+    // One that landed is settled as usual.
+    let landed = request(&key, 100);
+    store.reserve(&landed).await.unwrap();
+    let outcome = store
+        .settle_if_reserved(&settlement(&landed, 0))
+        .await
+        .unwrap();
+    assert!(outcome.applied);
+    let state = store.scope_state(&key).await.unwrap();
+    assert_eq!((state.spent, state.reserved), (0, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
