@@ -19,9 +19,9 @@ use tollgate::api::{Api, Call};
 use tollgate::budget::{
     MemoryStore, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind, Settlement,
 };
-use tollgate::config::ProviderKind;
 use tollgate::estimate::{estimate, TokenCounter};
 use tollgate::prices::{ModelPrice, PriceTable};
+use tollgate::provider::ProviderKind;
 use tollgate::sse::SseSplitter;
 use tollgate::usage::{parse_body_usage, ApiKind, EventAction, StreamKind, StreamMeter, Usage};
 

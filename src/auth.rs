@@ -54,7 +54,7 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::Period;
+    use crate::period::Period;
 
     fn key(id: &str, raw: &str) -> KeyConfig {
         KeyConfig {

@@ -11,9 +11,9 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 use serde_json::json;
 
+use crate::body::{full, Body};
 use crate::budget::{Denial, ScopeKind};
 use crate::money::format_usd;
-use crate::server::{full, Body};
 
 /// The error body shapes of the two provider families.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

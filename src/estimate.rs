@@ -12,9 +12,9 @@ use serde_json::{Map, Value};
 use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer as Encoding};
 
 use crate::api::{Api, Call};
-use crate::config::ProviderKind;
 use crate::money::{Cost, UsdMicros};
 use crate::prices::ModelPrice;
+use crate::provider::ProviderKind;
 use crate::tokenizer::Tokenizer;
 use crate::usage::Usage;
 

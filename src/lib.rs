@@ -9,38 +9,50 @@
 //!
 //! # Layout
 //!
-//! - [`server`] accepts connections and routes requests; [`proxy`] is the
-//!   path of one proxied call, from authentication to settlement.
-//! - [`api`] knows each provider API shape: request checks, output limits,
-//!   error bodies. [`usage`] reads token usage from bodies and SSE events;
-//!   [`sse`] splits an event stream in one pass.
+//! From the door inwards; each module imports only those below it
+//! (`tests/module_loops.rs` keeps it so):
+//!
+//! - [`server`] accepts connections and routes each request: proxied calls
+//!   to [`proxy`], the rest to [`endpoints`] (health, metrics, models,
+//!   budget). [`gateway`] is the state they share.
+//! - [`proxy`] is the path of one call in named steps: admit, reserve,
+//!   forward, settle. [`settle`] holds the ticket that settles each call
+//!   exactly once; [`metered`] is the streaming body that reads usage on
+//!   the way; [`upstream`] is the shared pooled client to the providers.
+//! - [`api`] knows each provider API shape and its request rules;
+//!   [`error`] answers in the caller's shape; [`auth`] finds the key.
 //! - [`estimate`] bounds a call's cost before it is sent, counting OpenAI
-//!   models' tokens with [`tokenizer`]; [`money`] and [`prices`] price
-//!   tokens exactly in integer micro-USD.
-//! - [`budget`] is the reserve/settle protocol and its stores.
-//! - [`settle`] holds the ticket that settles each call exactly once;
-//!   [`metered`] is the streaming response body that reads usage on the way.
+//!   models' tokens with [`tokenizer`]; [`usage`] reads token usage from
+//!   bodies and SSE events; [`sse`] splits an event stream in one pass.
+//! - [`budget`] is the reserve/settle protocol and its stores; [`sweep`]
+//!   expires what crashed calls left; [`reconcile`] proves the books.
 //! - [`metrics`] counts reserves, settlements and store calls for
-//!   `GET /metrics`.
-//! - [`config`] loads and checks the TOML config; [`auth`] finds the key.
-//! - [`upstream`] is the shared pooled client to the providers.
-//! - [`mock`] is a fake OpenAI + Anthropic provider for tests and demos.
+//!   `GET /metrics`; [`config`] loads and checks the TOML config.
+//! - Leaves, importing nothing of ours: [`money`] (integer micro-USD),
+//!   [`period`], [`provider`], [`body`]; [`prices`] prices tokens exactly.
 
 pub mod api;
 pub mod auth;
+pub mod body;
 pub mod budget;
 pub mod config;
+pub mod endpoints;
 pub mod error;
 pub mod estimate;
+pub mod gateway;
 pub mod metered;
 pub mod metrics;
 pub mod mock;
 pub mod money;
+pub mod period;
 pub mod prices;
+pub mod provider;
 pub mod proxy;
+pub mod reconcile;
 pub mod server;
 pub mod settle;
 pub mod sse;
+pub mod sweep;
 pub mod tokenizer;
 pub mod upstream;
 pub mod usage;

@@ -19,7 +19,7 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
-use crate::server::BoxError;
+use crate::body::BoxError;
 use crate::settle::{SettleTicket, Settling};
 use crate::sse::SseSplitter;
 use crate::usage::{EventAction, StreamKind, StreamMeter};

@@ -23,14 +23,75 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::budget::{BudgetStore, LedgerStatus, SettleOutcome, Settlement, StoreError};
+use crate::config::KeyConfig;
 use crate::estimate::Estimate;
 use crate::metrics::{Metrics, StoreOp};
 use crate::prices::ModelPrice;
-use crate::server::Gateway;
 use crate::usage::Usage;
 
 /// Longest wait between two attempts at a settle the store refuses.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(2);
+
+// === impl Settler ===
+
+/// What settling a call needs of the gateway: the store, the metrics, and
+/// the settlements that finish in the background.
+#[derive(Clone)]
+pub struct Settler {
+    store: BudgetStore,
+    metrics: Arc<Metrics>,
+    background: BackgroundSettles,
+    /// How long a failing settle is retried: past the reservation's
+    /// deadline a settle still lands (charged as `late`) as long as the
+    /// store remembers the reservation, which is one more TTL.
+    retry_for: Duration,
+}
+
+impl Settler {
+    pub fn new(store: BudgetStore, metrics: Arc<Metrics>, reservation_ttl: Duration) -> Settler {
+        Settler {
+            store,
+            metrics,
+            background: BackgroundSettles::default(),
+            retry_for: reservation_ttl * 2,
+        }
+    }
+
+    /// A ticket for a call about to be reserved under `exec_id`. Created
+    /// before the reserve, so a handler dropped while the reserve is in
+    /// flight, or a reserve whose answer was lost, still releases whatever
+    /// the reserve did.
+    pub fn ticket(
+        &self,
+        exec_id: &str,
+        key: &KeyConfig,
+        model: &str,
+        price: &ModelPrice,
+        estimate: Estimate,
+    ) -> SettleTicket {
+        SettleTicket {
+            call: Some(MeteredCall {
+                store: self.store.clone(),
+                metrics: self.metrics.clone(),
+                background: self.background.clone(),
+                exec_id: exec_id.to_owned(),
+                key: key.id.clone(),
+                org: key.org.clone(),
+                model: model.to_owned(),
+                price: price.clone(),
+                estimate,
+                stage: Stage::Reserving,
+                retry_until: Instant::now() + self.retry_for,
+            }),
+        }
+    }
+
+    /// Waits until no settlement runs in the background, or `limit`
+    /// passes; returns how many are still running.
+    pub async fn drained(&self, limit: Duration) -> usize {
+        self.background.drained(limit).await
+    }
+}
 
 // === impl SettleTicket ===
 
@@ -68,36 +129,6 @@ struct MeteredCall {
 }
 
 impl SettleTicket {
-    /// A ticket for a call about to be reserved in `gateway`'s store under
-    /// `exec_id`. Created before the reserve, so a handler dropped while the
-    /// reserve is in flight, or a reserve whose answer was lost, still
-    /// releases whatever the reserve did.
-    pub fn new(
-        gateway: &Gateway,
-        exec_id: &str,
-        key: &crate::config::KeyConfig,
-        model: &str,
-        price: &ModelPrice,
-        estimate: Estimate,
-    ) -> SettleTicket {
-        let ttl = gateway.config.store.reservation_ttl;
-        SettleTicket {
-            call: Some(MeteredCall {
-                store: gateway.store.clone(),
-                metrics: gateway.metrics.clone(),
-                background: gateway.background.clone(),
-                exec_id: exec_id.to_owned(),
-                key: key.id.clone(),
-                org: key.org.clone(),
-                model: model.to_owned(),
-                price: price.clone(),
-                estimate,
-                stage: Stage::Reserving,
-                retry_until: Instant::now() + ttl * 2,
-            }),
-        }
-    }
-
     /// Nothing to settle: the reserve was denied or failed, or the call goes
     /// through unmetered.
     pub fn disarm(&mut self) {

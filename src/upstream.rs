@@ -15,7 +15,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::api::Api;
-use crate::config::{Provider, ProviderKind, Secret};
+use crate::config::{Provider, Secret};
+use crate::provider::ProviderKind;
 
 pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 

@@ -25,8 +25,9 @@ use tokio::task::JoinHandle;
 
 use tollgate::budget::{BudgetStore, RedisStore};
 use tollgate::config::Config;
+use tollgate::gateway::Gateway;
 use tollgate::mock::{self, MockOptions, MockServer};
-use tollgate::server::{self, Gateway};
+use tollgate::server;
 
 const SHARED_REDIS: &str = "redis://127.0.0.1:6379";
 

@@ -28,7 +28,7 @@
 #[cfg(test)]
 mod contract;
 pub mod memory;
-pub mod period;
+mod open;
 pub mod redis;
 
 use std::fmt;
@@ -38,8 +38,9 @@ use chrono::{DateTime, Utc};
 use tokio::task::AbortHandle;
 
 pub use self::redis::{RedisStore, RedisUrlError};
+pub use crate::period::Period;
 pub use memory::MemoryStore;
-pub use period::Period;
+pub use open::{open, tags, OpenError};
 
 use crate::money::UsdMicros;
 use crate::usage::Usage;

@@ -9,12 +9,13 @@ use glob::Pattern;
 
 use super::raw::{RawConfig, RawKey, RawOrg, RawProvider, RawServer, RawStore};
 use super::{
-    hash_key, Config, ConfigError, KeyConfig, OnStoreError, OrgConfig, Provider, ProviderKind,
-    Secret, ServerConfig, StoreBackend, StoreConfig,
+    hash_key, Config, ConfigError, KeyConfig, OnStoreError, OrgConfig, Provider, Secret,
+    ServerConfig, StoreBackend, StoreConfig,
 };
-use crate::budget::Period;
 use crate::money::{parse_usd, UsdMicros};
+use crate::period::Period;
 use crate::prices::PriceTable;
+use crate::provider::ProviderKind;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 const DEFAULT_MAX_REQUEST_BYTES: u64 = 10 * 1024 * 1024;

@@ -23,9 +23,10 @@ use std::time::Duration;
 use glob::Pattern;
 use sha2::{Digest, Sha256};
 
-use crate::budget::Period;
 use crate::money::UsdMicros;
+use crate::period::Period;
 use crate::prices::{PriceError, PriceTable};
+use crate::provider::ProviderKind;
 use check::Checker;
 use raw::RawConfig;
 
@@ -81,14 +82,6 @@ pub enum OnStoreError {
     Reject,
     /// Forward unmetered; an explicit opt-in.
     Allow,
-}
-
-/// The API shape a provider speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProviderKind {
-    /// OpenAI or any OpenAI-compatible API.
-    OpenAi,
-    Anthropic,
 }
 
 #[derive(Clone, Debug)]

@@ -14,8 +14,9 @@ use tokio::task::JoinHandle;
 
 use tollgate::budget::{BudgetStore, LedgerEntry, MemoryStore};
 use tollgate::config::Config;
+use tollgate::gateway::Gateway;
 use tollgate::mock::{self, MockOptions, MockServer};
-use tollgate::server::{self, Gateway};
+use tollgate::server;
 
 /// The provider credential the mock expects and the gateway holds.
 pub const PROVIDER_KEY: &str = "sk-provider-secret";
@@ -261,4 +262,20 @@ pub fn chat(model: &str, text: &str) -> Value {
 
 pub fn messages(model: &str, text: &str, max_tokens: u64) -> Value {
     serde_json::json!({"model": model, "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}]})
+}
+
+/// The one ledger entry of a single call, checked against its charge.
+pub fn only_entry(h: &Harness) -> tollgate::budget::LedgerEntry {
+    let ledger = h.ledger();
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    let entry = ledger.into_iter().next().unwrap();
+    assert_eq!(entry.actual, cost(&entry.model, &entry.usage));
+    assert!(entry.actual <= entry.reserved, "{entry:?}");
+    entry
+}
+
+pub async fn spent(h: &Harness, key: &str) -> u64 {
+    h.budget(key).await["key"]["spent_usd_micros"]
+        .as_u64()
+        .unwrap()
 }

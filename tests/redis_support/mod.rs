@@ -296,7 +296,7 @@ impl UnsweptGateway {
             store.track_key(&key.id, key.org.as_deref());
         }
         let gateway = tokio::task::spawn_blocking(move || {
-            tollgate::server::Gateway::new(config, tollgate::budget::BudgetStore::Redis(store))
+            tollgate::gateway::Gateway::new(config, tollgate::budget::BudgetStore::Redis(store))
         })
         .await
         .unwrap()

@@ -6,11 +6,15 @@
 //! Each request is checked field by field: a bad value is a 400 naming the
 //! field, before anything is reserved or forwarded.
 
+mod rules;
+
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::error::{GatewayError, Shape};
 use crate::usage::{ApiKind, StreamKind};
+
+pub use rules::{check_api_matches, check_priced_options};
 
 /// A proxied route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,44 @@
+//! The store a config names, opened, and the hash tags its scopes' budget
+//! data lives under.
+
+use super::{tag_for, BudgetStore, MemoryStore, RedisStore, RedisUrlError};
+use crate::config::{Config, StoreBackend};
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("store.redis_url: {0}")]
+    RedisUrl(#[from] RedisUrlError),
+}
+
+/// Opens the budget store `config` names. The Redis store connects in the
+/// background: the gateway starts while Redis is down, and its `/readyz`
+/// answers 503 until Redis does.
+pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
+    let store = &config.store;
+    Ok(match &store.backend {
+        StoreBackend::Memory => BudgetStore::Memory(
+            MemoryStore::new(store.settle_epsilon).with_ledger_retention(store.ledger_retention),
+        ),
+        StoreBackend::Redis { url } => {
+            let redis =
+                RedisStore::connect(url.expose(), store.settle_epsilon, store.ledger_retention)
+                    .await?;
+            for key in &config.keys {
+                redis.track_key(&key.id, key.org.as_deref());
+            }
+            BudgetStore::Redis(redis)
+        }
+    })
+}
+
+/// Every hash tag the configured scopes' budget data can live under: each
+/// org, and each key without one (see [`tag_for`]).
+pub fn tags(config: &Config) -> Vec<String> {
+    let orgs = config.orgs.iter().map(|org| org.id.clone());
+    let keys_alone = config
+        .keys
+        .iter()
+        .filter(|key| key.org.is_none())
+        .map(|key| tag_for(None, &key.id));
+    orgs.chain(keys_alone).collect()
+}

@@ -1,0 +1,76 @@
+//! One proxied call, from the client's request to its settlement, in four
+//! steps:
+//!
+//! 1. [`admit`]: authenticate the gateway key, read and check the body
+//!    (setting an output limit if the client gave none), find the model's
+//!    price and provider and the key's right to it, estimate the call's
+//!    upper bound and build the provider's request;
+//! 2. [`reserve`]: reserve the bound against every cap (refused with 409
+//!    while a request with the same `Idempotency-Key` under the same
+//!    gateway key is still in flight);
+//! 3. [`forward`]: send it with the provider's credential;
+//! 4. settle the actual cost — before the body of a plain response, before
+//!    the terminal event of a stream (see [`crate::metered`]).
+//!
+//! Every error in step 1 costs nothing and forwards nothing. From step 2
+//! on, a [`SettleTicket`](crate::settle::SettleTicket) guarantees exactly
+//! one settlement on every path. With the store down and
+//! `on_store_error = "allow"`, the call goes the same way unmetered.
+
+mod admit;
+mod forward;
+mod reserve;
+
+use std::sync::Arc;
+
+use http::header::HeaderValue;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use uuid::Uuid;
+
+use crate::api::Api;
+use crate::body::Body;
+use crate::error::GatewayError;
+use crate::gateway::Gateway;
+use admit::admit;
+use forward::forward;
+use reserve::reserve;
+
+pub async fn handle(
+    gateway: &Arc<Gateway>,
+    api: Api,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let exec_id = Uuid::now_v7().to_string();
+    let mut response = match proxy(gateway, api, request, &exec_id).await {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::info!(%exec_id, status = error.status().as_u16(), %error, "refused");
+            return error.into_response(api.shape(), &exec_id);
+        }
+    };
+    if let Ok(id) = HeaderValue::from_str(&exec_id) {
+        response.headers_mut().insert("x-tollgate-request-id", id);
+    }
+    response
+}
+
+async fn proxy(
+    gateway: &Gateway,
+    api: Api,
+    request: Request<Incoming>,
+    exec_id: &str,
+) -> Result<Response<Body>, GatewayError> {
+    let (parts, body) = request.into_parts();
+    let admitted = admit(gateway, api, &parts.headers, body).await?;
+    let mut ticket = gateway.settler.ticket(
+        exec_id,
+        admitted.key,
+        &admitted.call.model,
+        admitted.price,
+        admitted.estimate,
+    );
+    reserve(gateway, &admitted, exec_id, &mut ticket).await?;
+    ticket.sent(admitted.call.stream);
+    forward(gateway, admitted, ticket, exec_id).await
+}

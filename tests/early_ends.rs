@@ -1,0 +1,240 @@
+//! Every way a proxied call can end before its usage arrives — a provider
+//! error, a cut stream, a client gone, a shutdown, an unreachable or slow
+//! provider — through the real server to the mock provider: each call is
+//! settled exactly once, for what the provider can have billed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::*;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tollgate::budget::LedgerStatus;
+
+#[tokio::test]
+async fn upstream_errors_pass_through_and_cost_nothing() {
+    let h = start(Setup::default()).await;
+    let response = h
+        .post(
+            "/v1/chat/completions",
+            ALICE,
+            &chat("gpt-4o-mini", "mock:status=429"),
+        )
+        .await;
+    assert_eq!(response.status(), 429);
+    let body: Value = response.json().await.unwrap();
+    assert!(body["error"]["message"].is_string());
+    let entry = only_entry(&h);
+    assert_eq!(entry.actual, 0);
+    assert_eq!(spent(&h, ALICE).await, 0);
+    assert_eq!(h.budget(ALICE).await["key"]["reserved_usd_micros"], 0);
+
+    let response = h
+        .post(
+            "/v1/messages",
+            ALICE,
+            &messages("claude-haiku-4-5", "mock:status=529", 10),
+        )
+        .await;
+    assert_eq!(response.status(), 529);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["type"], "error");
+    assert_eq!(spent(&h, ALICE).await, 0);
+}
+
+#[tokio::test]
+async fn a_cut_stream_is_settled_once_as_estimated() {
+    let h = start(Setup::default()).await;
+    let mut body = chat("gpt-4o-mini", "mock:tokens=50 mock:cut=4 mock:sleep_ms=20");
+    body["stream"] = json!(true);
+    let response = h.post("/v1/chat/completions", ALICE, &body).await;
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut failed = false;
+    while let Some(chunk) = stream.next().await {
+        if chunk.is_err() {
+            failed = true;
+        }
+    }
+    assert!(
+        failed,
+        "the client must see the stream fail, not end cleanly"
+    );
+    h.settled().await;
+    let entry = only_entry(&h);
+    assert_eq!(entry.status, LedgerStatus::Estimated);
+    assert!(entry.usage.input > 0);
+    assert!(entry.usage.output >= 1, "{entry:?}");
+    assert_eq!(spent(&h, ALICE).await, entry.actual);
+}
+
+#[tokio::test]
+async fn client_gone_mid_stream_is_settled_once_as_estimated() {
+    let mut setup = Setup::default();
+    setup.mock.tokens_per_sec = Some(20);
+    let h = start(setup).await;
+    for (path, body) in [
+        ("/v1/chat/completions", {
+            let mut b = chat("gpt-4o-mini", "mock:tokens=200");
+            b["stream"] = json!(true);
+            b
+        }),
+        ("/v1/messages", {
+            let mut b = messages("claude-haiku-4-5", "mock:tokens=200", 300);
+            b["stream"] = json!(true);
+            b
+        }),
+    ] {
+        let before = h.ledger().len();
+        let response = h.post(path, ALICE, &body).await;
+        let mut stream = response.bytes_stream();
+        let mut seen = 0;
+        while seen < 3 {
+            stream.next().await.unwrap().unwrap();
+            seen += 1;
+        }
+        drop(stream);
+        h.settled().await;
+        let ledger = h.ledger();
+        assert_eq!(ledger.len(), before + 1, "{ledger:?}");
+        let entry = ledger.last().unwrap();
+        assert_eq!(entry.status, LedgerStatus::Estimated, "{path}");
+        assert!(entry.usage.input + entry.usage.cached_input > 0);
+        assert!(entry.usage.output < 200, "{entry:?}");
+        assert_eq!(entry.actual, cost(&entry.model, &entry.usage));
+    }
+    let total: u64 = h.ledger().iter().map(|e| e.actual).sum();
+    assert_eq!(spent(&h, ALICE).await, total);
+}
+
+#[tokio::test]
+async fn shutdown_waits_for_in_flight_streams_to_settle() {
+    let mut setup = Setup::default();
+    setup.mock.tokens_per_sec = Some(50);
+    let mut h = start(setup).await;
+    let mut body = chat("gpt-4o-mini", "mock:tokens=10");
+    body["stream"] = json!(true);
+    let response = h.post("/v1/chat/completions", ALICE, &body).await;
+    let reader = tokio::spawn(async move { response.text().await.unwrap() });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    h.shutdown().await;
+    let text = reader.await.unwrap();
+    assert!(text.contains("[DONE]"));
+    let entry = only_entry(&h);
+    assert_eq!(entry.status, LedgerStatus::Ok);
+    assert_eq!(entry.usage.output, 10);
+}
+
+#[tokio::test]
+async fn client_gone_before_the_response_is_settled_once() {
+    let mut setup = Setup::default();
+    setup.mock.latency = std::time::Duration::from_millis(1500);
+    let h = start(setup).await;
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let result = client
+        .post(format!("{}/v1/chat/completions", h.url))
+        .bearer_auth(ALICE)
+        .json(&chat("gpt-4o-mini", "hello there"))
+        .send()
+        .await;
+    assert!(result.is_err(), "the client was meant to give up");
+    h.settled().await;
+    // The provider may finish a plain call whose client left: it is charged
+    // its whole upper bound.
+    let entry = only_entry(&h);
+    assert_eq!(entry.status, LedgerStatus::Estimated);
+    assert!(entry.usage.input > 0);
+    let limit = prices()
+        .get("gpt-4o-mini")
+        .unwrap()
+        .max_output_tokens
+        .unwrap();
+    assert_eq!(entry.usage.output, limit);
+    assert_eq!(entry.actual, entry.reserved);
+    assert_eq!(spent(&h, ALICE).await, entry.actual);
+}
+
+#[tokio::test]
+async fn shutdown_cuts_streams_past_the_grace_and_settles_them_before_returning() {
+    let mut setup = Setup {
+        shutdown_grace: std::time::Duration::from_millis(300),
+        ..Setup::default()
+    };
+    setup.mock.tokens_per_sec = Some(20);
+    let mut h = start(setup).await;
+    let mut body = chat("gpt-4o-mini", "mock:tokens=400");
+    body["stream"] = json!(true);
+    let response = h.post("/v1/chat/completions", ALICE, &body).await;
+    let reader = tokio::spawn(async move {
+        let mut stream = response.bytes_stream();
+        let mut failed = false;
+        while let Some(chunk) = stream.next().await {
+            failed |= chunk.is_err();
+        }
+        failed
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    h.shutdown().await;
+    // Settled by the time the server has stopped, not some time later.
+    assert_eq!(h.store.open_reservations(), (0, 0));
+    let entry = only_entry(&h);
+    assert_eq!(entry.status, LedgerStatus::Estimated);
+    assert!(
+        entry.usage.output > 0 && entry.usage.output < 400,
+        "{entry:?}"
+    );
+    assert!(
+        reader.await.unwrap(),
+        "the cut must reach the client as an error"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_provider_is_502_and_costs_nothing() {
+    // A port nothing listens on: bind one, then let it go.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let h = start(Setup {
+        openai_base_url: Some(format!("http://{closed}")),
+        ..Setup::default()
+    })
+    .await;
+    let response = h
+        .post("/v1/chat/completions", ALICE, &chat("gpt-4o-mini", "hi"))
+        .await;
+    assert_eq!(response.status(), 502);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "upstream_unreachable");
+    let entry = only_entry(&h);
+    assert_eq!(entry.actual, 0);
+    assert_eq!(spent(&h, ALICE).await, 0);
+    assert_eq!(h.store.open_reservations(), (0, 0));
+}
+
+#[tokio::test]
+async fn provider_timeout_is_504_and_charges_the_bound_once() {
+    let mut setup = Setup {
+        upstream_timeout_secs: 1,
+        ..Setup::default()
+    };
+    setup.mock.latency = std::time::Duration::from_millis(2500);
+    let h = start(setup).await;
+    let response = h
+        .post("/v1/chat/completions", ALICE, &chat("gpt-4o-mini", "hi"))
+        .await;
+    assert_eq!(response.status(), 504);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "upstream_timeout");
+    // The provider had the call and may bill it: the whole bound, once.
+    let entry = only_entry(&h);
+    assert_eq!(entry.status, LedgerStatus::Estimated);
+    assert_eq!(entry.actual, entry.reserved);
+    assert_eq!(spent(&h, ALICE).await, entry.actual);
+    assert_eq!(h.store.open_reservations(), (0, 0));
+}
