@@ -24,8 +24,8 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{
-    ClaimedReserve, LedgerEntry, LedgerStatus, Reconciliation, ReserveOutcome, ReserveRequest,
-    Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_LEDGER_RETENTION,
+    ClaimedReserve, LedgerEntry, Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
+    ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_LEDGER_RETENTION,
 };
 use crate::money::UsdMicros;
 use state::{Counter, CounterKey, State};
@@ -109,24 +109,11 @@ impl MemoryStore {
 
     /// Settles a reservation with its actual cost, exactly once.
     pub fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
-        let outcome = {
-            let mut state = self.shared.lock();
-            let now = self.shared.now();
-            state.settle(settlement, now, self.shared.settle_epsilon)
-        }?;
-        let outside_reservation =
-            matches!(outcome.status, LedgerStatus::Overrun | LedgerStatus::Late);
-        if outcome.applied && outside_reservation {
-            tracing::warn!(
-                exec_id = %settlement.exec_id,
-                key = %settlement.key,
-                status = outcome.status.as_str(),
-                reserved = outcome.reserved,
-                actual = outcome.actual,
-                "settled outside its reservation"
-            );
-        }
-        Ok(outcome)
+        // An overrun or a late settle is logged by the caller, which knows
+        // the call's model (`settle::log_outcome`), not here as well.
+        let mut state = self.shared.lock();
+        let now = self.shared.now();
+        state.settle(settlement, now, self.shared.settle_epsilon)
     }
 
     /// The scope's counters in the period current on the store's clock.

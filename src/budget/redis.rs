@@ -56,8 +56,8 @@ use chrono::{DateTime, Utc};
 pub use connection::RedisUrlError;
 
 use super::{
-    tag_for, ClaimedReserve, LedgerEntry, LedgerStatus, Reconciliation, ReserveOutcome,
-    ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError,
+    tag_for, ClaimedReserve, LedgerEntry, Reconciliation, ReserveOutcome, ReserveRequest, Scope,
+    ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError,
 };
 use crate::money::UsdMicros;
 use books::Record;
@@ -263,18 +263,9 @@ impl RedisStore {
                 expired_now,
             } => {
                 log_expired(&tag, usize::from(expired_now));
-                let outside_reservation =
-                    matches!(outcome.status, LedgerStatus::Overrun | LedgerStatus::Late);
-                if outcome.applied && outside_reservation {
-                    tracing::warn!(
-                        exec_id = %exec_id,
-                        key = %settlement.key,
-                        status = outcome.status.as_str(),
-                        reserved = outcome.reserved,
-                        actual = outcome.actual,
-                        "settled outside its reservation"
-                    );
-                }
+                // An overrun or a late settle is logged by the caller, which
+                // knows the call's model (`settle::log_outcome`), not here
+                // as well.
                 Ok(outcome)
             }
             SettleReply::Mismatch => Err(StoreError::OwnershipMismatch {

@@ -11,7 +11,7 @@ use super::testing::{
     cluster, cluster_url, free_port, redis_cli, Cluster, RedisServer, SHARED_URL,
 };
 use super::*;
-use crate::budget::{Period, DEFAULT_LEDGER_RETENTION};
+use crate::budget::{LedgerStatus, Period, DEFAULT_LEDGER_RETENTION};
 use crate::usage::Usage;
 
 const PERIODS: [Period; 5] = [
