@@ -68,14 +68,6 @@ local function int_arg(text, what)
   return value
 end
 
--- A signed integer of at most 2^53 - 1 in magnitude.
-local function signed_arg(text, what)
-  if type(text) == 'string' and string.sub(text, 1, 1) == '-' then
-    return -int_arg(string.sub(text, 2), what)
-  end
-  return int_arg(text, what)
-end
-
 -- A token count: stored as given, never added up here.
 local function count_arg(text, what)
   if type(text) ~= 'string' or not string.match(text, '^%d+$') or #text > 20 then
@@ -93,12 +85,12 @@ local function period_arg(text, what)
   return text
 end
 
--- The store's clock in ms: Redis's TIME, plus an offset that only tests set.
+-- The store's clock in ms: Redis's TIME, never the caller's clock.
 -- TIME answers decimal strings, which arithmetic reads as numbers.
-local function store_now(offset_ms)
+local function store_now()
   local time = redis.call('TIME')
   local micros = time[2] + 0
-  return time[1] * 1000 + (micros - micros % 1000) / 1000 + offset_ms
+  return time[1] * 1000 + (micros - micros % 1000) / 1000
 end
 
 -- === Period ids (mirror Period::id_at) ===

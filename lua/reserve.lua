@@ -12,10 +12,9 @@ ARGV:
   4 key id        5 key period      6 key cap (µUSD)
   7 '1' when the key has an org, else '0'
   8 org id        9 org period     10 org cap (µUSD)   (ignored without org)
- 11 clock offset (ms, signed; always 0 in production, set only by tests)
- 12 lazy sweep limit: due reservations expired (and closed records
+ 11 lazy sweep limit: due reservations expired (and closed records
     forgotten) before this reserve
- 13 idempotency claim (64 hex digits), or '' for none: the request is a
+ 12 idempotency claim (64 hex digits), or '' for none: the request is a
     duplicate while an open reservation under another exec id holds it
 Returns:
   {'reserved', expired}
@@ -46,14 +45,13 @@ if ARGV[7] == '1' then
   scopes[2] = { kind = 'org', id = ARGV[8], period = period_arg(ARGV[9], 'org period'),
     cap = int_arg(ARGV[10], 'org cap') }
 end
-local offset = signed_arg(ARGV[11], 'clock offset')
-local lazy_limit = int_arg(ARGV[12], 'lazy sweep limit')
-local claim = ARGV[13]
+local lazy_limit = int_arg(ARGV[11], 'lazy sweep limit')
+local claim = ARGV[12]
 if claim ~= '' and not string.match(claim, '^%x+$') then
   fail('claim is not hex: ' .. tostring(claim))
 end
 
-local now = store_now(offset)
+local now = store_now()
 local expired = expire_due(now, lazy_limit)
 forget_due(now, lazy_limit)
 

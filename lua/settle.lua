@@ -12,8 +12,7 @@ ARGV:
  11 '1' when the usage was counted by the gateway (estimated), else '0'
  12 settle epsilon (µUSD): how far above its reservation a call may land
     before it counts as an overrun
- 13 clock offset (ms, signed; always 0 in production, set only by tests)
- 14 call id: unique per settle call, the same across its retries, so a
+ 13 call id: unique per settle call, the same across its retries, so a
     retry of an attempt that timed out after it applied still reports
     `applied` = '1'
 Returns:
@@ -47,8 +46,7 @@ local call = {
 }
 local estimated = ARGV[11] == '1'
 local epsilon = int_arg(ARGV[12], 'settle epsilon')
-local offset = signed_arg(ARGV[13], 'clock offset')
-local call_id = ARGV[14]
+local call_id = ARGV[13]
 
 local rec = load_record(exec_id)
 if not rec then
@@ -79,7 +77,7 @@ for i = 1, #fields, 2 do
   end
 end
 
-local now = store_now(offset)
+local now = store_now()
 local amount = tonumber(rec.a)
 local pending = rec.s == 'open'
 local late = rec.s == 'expired'

@@ -6,7 +6,6 @@ KEYS: the five keys of the tag (see common.lua); only KEYS[1] (spend) is read.
       key it was not given, so the script is legal on a Redis Cluster.
 ARGV:
   1 kind ('key' | 'org')   2 id   3 period
-  4 clock offset (ms, signed; always 0 in production, set only by tests)
 Returns: {now_ms, period_id, committed, reserved}
 The period id is derived from the store's clock, like reserve's.
 ]]
@@ -14,9 +13,8 @@ The period id is derived from the store's clock, like reserve's.
 local kind = ARGV[1]
 local id = ARGV[2]
 local period = period_arg(ARGV[3], 'period')
-local offset = signed_arg(ARGV[4], 'clock offset')
 
-local now = store_now(offset)
+local now = store_now()
 local pid = period_id(period, now)
 local field = counter_field(kind, id, pid)
 return { fmt(now), pid, fmt(counter(field)), fmt(counter(field .. ':r')) }

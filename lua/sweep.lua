@@ -6,10 +6,9 @@ KEYS: the five keys of the tag (see common.lua): spend, res, pending, closed, le
       DESIGN.md's key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
 ARGV:
-  1 clock offset (ms, signed; always 0 in production, set only by tests)
-  2 limit: at most this many of each kind of work per call, so one call
+  1 limit: at most this many of each kind of work per call, so one call
     never blocks Redis for long; the caller repeats while `more` is '1'
-  3 ledger retention (ms)
+  2 ledger retention (ms)
 Returns: {expired, forgotten, folded, more}
 Ledger retention: entries are trimmed by age in whole hours (an entry goes
 once the hour it falls in is older than the retention), so trims are rare
@@ -21,11 +20,10 @@ Invariants: idempotent (a repeated sweep finds nothing more to do); every
 key touched is in KEYS.
 ]]
 
-local offset = signed_arg(ARGV[1], 'clock offset')
-local limit = int_arg(ARGV[2], 'sweep limit')
-local retention = int_arg(ARGV[3], 'ledger retention')
+local limit = int_arg(ARGV[1], 'sweep limit')
+local retention = int_arg(ARGV[2], 'ledger retention')
 
-local now = store_now(offset)
+local now = store_now()
 local expired = expire_due(now, limit)
 local forgotten = forget_due(now, limit)
 

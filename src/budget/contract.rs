@@ -19,7 +19,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use uuid::Uuid;
 
-use super::memory::{Clock, ManualClock};
+use super::memory::testing::ManualClock;
 use super::{
     BudgetStore, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, MemoryStore, Period,
     Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome,

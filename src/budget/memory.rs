@@ -6,85 +6,35 @@
 //! Every operation takes the lock once and reads the time inside it, so
 //! operations are atomic across all scopes and ordered by the store's clock,
 //! as `redis.call('TIME')` orders the scripts. Expiry is lazy (a bounded
-//! sweep at the start of every `reserve`) plus an optional periodic sweep
-//! task, like the purge task of mini-redis's `Db`.
+//! sweep at the start of every `reserve`) plus the gateway's periodic sweep
+//! through [`BudgetStore::sweep`](super::BudgetStore::sweep).
 //!
-//! This file is the handle: locking, clocks and the sweep task; `state`
-//! holds the books and the protocol's rules over them.
+//! This file is the handle: locking and the clock; `state` holds the books
+//! and the protocol's rules over them.
 
 mod state;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use tokio::time::MissedTickBehavior;
 
 use super::{
-    ClaimedReserve, LedgerEntry, LedgerStatus, Reconciliation, ReserveOutcome, ReserveRequest,
-    Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, SweeperGuard,
-    DEFAULT_LEDGER_RETENTION,
+    ClaimedReserve, LedgerEntry, Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
+    ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_LEDGER_RETENTION,
 };
 use crate::money::UsdMicros;
 use state::{Counter, CounterKey, State};
 
 /// How many due reservations one `reserve` expires (and closed records it
 /// forgets) before its own work: enough to keep up with crashed calls, few
-/// enough that no caller pays for a long backlog; the sweep task takes the
-/// rest.
+/// enough that no caller pays for a long backlog; the periodic sweep takes
+/// the rest.
 const LAZY_SWEEP_LIMIT: usize = 64;
-
-/// A zero interval would make the sweep task spin.
-const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(1);
-
-// === Clocks ===
-
-/// Where the store reads the time: every deadline and period id comes from
-/// the store's clock, never the caller's.
-pub trait Clock: Send + Sync + 'static {
-    fn now(&self) -> DateTime<Utc>;
-}
-
-/// The wall clock.
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> DateTime<Utc> {
-        Utc::now()
-    }
-}
-
-/// A clock that moves only when told to, so expiry and period rollover can
-/// be exercised without waiting.
-pub struct ManualClock {
-    now: Mutex<DateTime<Utc>>,
-}
-
-impl ManualClock {
-    pub fn new(start: DateTime<Utc>) -> Self {
-        ManualClock {
-            now: Mutex::new(start),
-        }
-    }
-
-    /// Moves the clock forward, stopping at the end of chrono's calendar.
-    pub fn advance(&self, by: Duration) {
-        let mut now = self.now.lock().unwrap_or_else(PoisonError::into_inner);
-        *now = later(*now, to_delta(by));
-    }
-
-    pub fn set(&self, to: DateTime<Utc>) {
-        *self.now.lock().unwrap_or_else(PoisonError::into_inner) = to;
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> DateTime<Utc> {
-        *self.now.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
 
 // === impl MemoryStore ===
 
@@ -100,29 +50,21 @@ struct Shared {
     /// would only add cost. Holding it for a whole operation is what makes
     /// a reservation all or nothing across the key and its org.
     state: Mutex<State>,
-    clock: Arc<dyn Clock>,
     /// How far above its reservation a settle may land before it counts as
     /// an overrun, absorbing rounding between the estimate and the bill.
     settle_epsilon: UsdMicros,
+    /// A clock the test moves by hand, so expiry and period rollover run
+    /// without waiting; `None` reads the wall clock, as production does.
+    #[cfg(test)]
+    clock: Option<Arc<testing::ManualClock>>,
 }
 
 impl MemoryStore {
-    /// A store on the system clock, without a sweep task, keeping ledger
-    /// entries for [`DEFAULT_LEDGER_RETENTION`].
+    /// A store on the wall clock, keeping ledger entries for
+    /// [`DEFAULT_LEDGER_RETENTION`].
     pub fn new(settle_epsilon: UsdMicros) -> Self {
-        MemoryStore::with_clock(settle_epsilon, Arc::new(SystemClock))
-    }
-
-    pub fn with_clock(settle_epsilon: UsdMicros, clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
-            shared: Arc::new(Shared {
-                state: Mutex::new(State {
-                    ledger_retention: to_delta(DEFAULT_LEDGER_RETENTION),
-                    ..State::default()
-                }),
-                clock,
-                settle_epsilon,
-            }),
+            shared: Arc::new(Shared::new(settle_epsilon)),
         }
     }
 
@@ -131,19 +73,6 @@ impl MemoryStore {
     pub fn with_ledger_retention(self, retention: Duration) -> Self {
         self.shared.lock().ledger_retention = to_delta(retention);
         self
-    }
-
-    /// Starts a task on the current Tokio runtime that expires due
-    /// reservations (and folds old ledger entries) every `every`, so
-    /// headroom comes back even when no reserve arrives. It holds the store
-    /// weakly: it ends when the guard drops or when the last handle to the
-    /// store does.
-    ///
-    /// Must be called from within a Tokio runtime.
-    pub fn spawn_sweeper(&self, every: Duration) -> SweeperGuard {
-        let shared = Arc::downgrade(&self.shared);
-        let task = tokio::spawn(sweep_periodically(shared, every.max(MIN_SWEEP_INTERVAL)));
-        SweeperGuard::new(task.abort_handle())
     }
 
     /// Reserves `req.amount` against the key and its org, all or nothing;
@@ -169,7 +98,7 @@ impl MemoryStore {
     fn after_lazy_sweep<T>(&self, reserve: impl FnOnce(&mut State, DateTime<Utc>) -> T) -> T {
         let (outcome, expired) = {
             let mut state = self.shared.lock();
-            let now = self.shared.clock.now();
+            let now = self.shared.now();
             let expired = state.expire_due(now, LAZY_SWEEP_LIMIT);
             state.forget_due(now, LAZY_SWEEP_LIMIT);
             (reserve(&mut state, now), expired)
@@ -180,30 +109,17 @@ impl MemoryStore {
 
     /// Settles a reservation with its actual cost, exactly once.
     pub fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
-        let outcome = {
-            let mut state = self.shared.lock();
-            let now = self.shared.clock.now();
-            state.settle(settlement, now, self.shared.settle_epsilon)
-        }?;
-        let outside_reservation =
-            matches!(outcome.status, LedgerStatus::Overrun | LedgerStatus::Late);
-        if outcome.applied && outside_reservation {
-            tracing::warn!(
-                exec_id = %settlement.exec_id,
-                key = %settlement.key,
-                status = outcome.status.as_str(),
-                reserved = outcome.reserved,
-                actual = outcome.actual,
-                "settled outside its reservation"
-            );
-        }
-        Ok(outcome)
+        // An overrun or a late settle is logged by the caller, which knows
+        // the call's model (`settle::log_outcome`), not here as well.
+        let mut state = self.shared.lock();
+        let now = self.shared.now();
+        state.settle(settlement, now, self.shared.settle_epsilon)
     }
 
     /// The scope's counters in the period current on the store's clock.
     pub fn scope_state(&self, scope: &Scope) -> ScopeState {
         let state = self.shared.lock();
-        let now = self.shared.clock.now();
+        let now = self.shared.now();
         let period_id = scope.period.id_at(now);
         let counter = state
             .counters
@@ -222,7 +138,17 @@ impl MemoryStore {
     /// past their retention and folds ledger entries older than the ledger
     /// retention; returns how many expired.
     pub fn sweep_expired(&self) -> usize {
-        let expired = self.shared.sweep_expired();
+        let expired = {
+            let mut state = self.shared.lock();
+            let now = self.shared.now();
+            let expired = state.expire_due(now, usize::MAX);
+            state.forget_due(now, usize::MAX);
+            let cutoff = now
+                .checked_sub_signed(state.ledger_retention)
+                .unwrap_or(DateTime::<Utc>::MIN_UTC);
+            state.fold_before(cutoff);
+            expired
+        };
         log_expired(expired);
         expired
     }
@@ -303,36 +229,34 @@ impl fmt::Debug for MemoryStore {
 }
 
 impl Shared {
+    fn new(settle_epsilon: UsdMicros) -> Self {
+        Shared {
+            state: Mutex::new(State {
+                ledger_retention: to_delta(DEFAULT_LEDGER_RETENTION),
+                ..State::default()
+            }),
+            settle_epsilon,
+            #[cfg(test)]
+            clock: None,
+        }
+    }
+
+    /// The store's clock: every deadline and period id comes from it, never
+    /// from the caller's.
+    fn now(&self) -> DateTime<Utc> {
+        #[cfg(test)]
+        if let Some(clock) = &self.clock {
+            return clock.now();
+        }
+        Utc::now()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A poisoned lock means a panic elsewhere while it was held; every
         // step here uses non-panicking arithmetic, so the state is still
         // usable, and refusing all later calls would turn one bug into an
         // outage.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn sweep_expired(&self) -> usize {
-        let mut state = self.lock();
-        let now = self.clock.now();
-        let expired = state.expire_due(now, usize::MAX);
-        state.forget_due(now, usize::MAX);
-        let cutoff = now
-            .checked_sub_signed(state.ledger_retention)
-            .unwrap_or(DateTime::<Utc>::MIN_UTC);
-        state.fold_before(cutoff);
-        expired
-    }
-}
-
-async fn sweep_periodically(shared: Weak<Shared>, every: Duration) {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let Some(shared) = shared.upgrade() else {
-            break;
-        };
-        log_expired(shared.sweep_expired());
     }
 }
 

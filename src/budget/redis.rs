@@ -23,8 +23,8 @@
 //! they charged, in the same script: `counter == folded + Σ ledger + Σ open`
 //! stays exact.
 //!
-//! Time is Redis's `TIME`. Tests may shift it with [`RedisStore::shift_clock`]
-//! (passed to every script as an offset); production never does.
+//! Time is Redis's `TIME`. Only a test build can shift it (`test_clock`,
+//! `lua/test/clock.lua`); production scripts take no offset.
 //!
 //! A key's counters live under its org's tag, so a key belongs to one org
 //! (or none) for good: moved to another org in the config, it starts a
@@ -41,13 +41,14 @@ mod books;
 mod connection;
 mod scripts;
 #[cfg(test)]
+mod test_clock;
+#[cfg(test)]
 pub(crate) mod testing;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -56,8 +57,8 @@ use chrono::{DateTime, Utc};
 pub use connection::RedisUrlError;
 
 use super::{
-    tag_for, ClaimedReserve, LedgerEntry, LedgerStatus, Reconciliation, ReserveOutcome,
-    ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError,
+    tag_for, ClaimedReserve, LedgerEntry, Reconciliation, ReserveOutcome, ReserveRequest, Scope,
+    ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError,
 };
 use crate::money::UsdMicros;
 use books::Record;
@@ -86,8 +87,10 @@ struct Inner {
     policy: CallPolicy,
     settle_epsilon: UsdMicros,
     ledger_retention: Duration,
-    /// Added to Redis's clock by every script. Only tests set it.
-    clock_offset_ms: AtomicI64,
+    /// Added to Redis's clock by every script that reads it; see
+    /// `test_clock`.
+    #[cfg(test)]
+    clock_offset_ms: std::sync::atomic::AtomicI64,
     tags: Mutex<Tags>,
 }
 
@@ -133,7 +136,8 @@ impl RedisStore {
                 policy,
                 settle_epsilon,
                 ledger_retention,
-                clock_offset_ms: AtomicI64::new(0),
+                #[cfg(test)]
+                clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
                 tags: Mutex::new(Tags::default()),
             }),
         })
@@ -157,16 +161,6 @@ impl RedisStore {
     /// Every tag this store knows, sorted.
     pub fn tags(&self) -> Vec<String> {
         self.inner.tags().all.iter().cloned().collect()
-    }
-
-    /// Shifts the store's clock by `by_ms` (cumulative). Tests only: it
-    /// lets the contract suite cross a period boundary without waiting.
-    /// Production never calls it, so the scripts' offset stays 0.
-    #[doc(hidden)]
-    pub fn shift_clock(&self, by_ms: i64) {
-        self.inner
-            .clock_offset_ms
-            .fetch_add(by_ms, Ordering::Relaxed);
     }
 
     /// Reserves `req.amount` against the key and its org, all or nothing,
@@ -203,7 +197,7 @@ impl RedisStore {
         let tag = tag_for(req.org.as_ref().map(|org| org.id.as_str()), &req.key.id);
         self.remember(&req.key.id, &tag);
         let keys = TagKeys::new(&tag);
-        let args = scripts::reserve_args(req, claim, self.inner.offset(), LAZY_SWEEP_LIMIT);
+        let args = scripts::reserve_args(req, claim, LAZY_SWEEP_LIMIT);
         let reply = self
             .run(&self.inner.scripts.reserve, "reserve", &keys, &args)
             .await?;
@@ -247,12 +241,7 @@ impl RedisStore {
         // Tells this call's own earlier attempt (timed out after it
         // applied) from an earlier settle of the same exec id.
         let call_id = uuid::Uuid::now_v7().simple().to_string();
-        let args = scripts::settle_args(
-            settlement,
-            self.inner.settle_epsilon,
-            self.inner.offset(),
-            &call_id,
-        );
+        let args = scripts::settle_args(settlement, self.inner.settle_epsilon, &call_id);
         let reply = self
             .run(&self.inner.scripts.settle, "settle", &keys, &args)
             .await?;
@@ -263,18 +252,9 @@ impl RedisStore {
                 expired_now,
             } => {
                 log_expired(&tag, usize::from(expired_now));
-                let outside_reservation =
-                    matches!(outcome.status, LedgerStatus::Overrun | LedgerStatus::Late);
-                if outcome.applied && outside_reservation {
-                    tracing::warn!(
-                        exec_id = %exec_id,
-                        key = %settlement.key,
-                        status = outcome.status.as_str(),
-                        reserved = outcome.reserved,
-                        actual = outcome.actual,
-                        "settled outside its reservation"
-                    );
-                }
+                // An overrun or a late settle is logged by the caller, which
+                // knows the call's model (`settle::log_outcome`), not here
+                // as well.
                 Ok(outcome)
             }
             SettleReply::Mismatch => Err(StoreError::OwnershipMismatch {
@@ -327,12 +307,7 @@ impl RedisStore {
                 .cloned()
                 .unwrap_or_else(|| tag_for(None, &scope.id)),
         };
-        let args = [
-            scope.kind.as_str().to_owned(),
-            scope.id.clone(),
-            scope.period.as_str().to_owned(),
-            self.inner.offset().to_string(),
-        ];
+        let args = scripts::state_args(scope);
         let reply = self
             .run(
                 &self.inner.scripts.state,
@@ -363,7 +338,7 @@ impl RedisStore {
             .await
     }
 
-    /// The store's clock: Redis's `TIME` (plus the test offset).
+    /// The store's clock: Redis's `TIME`.
     pub async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
         let (secs, micros): (i64, i64) = self
             .inner
@@ -374,10 +349,9 @@ impl RedisStore {
                 Request::Command(&::redis::cmd("TIME")),
             )
             .await?;
-        let ms = secs
-            .saturating_mul(1_000)
-            .saturating_add(micros / 1_000)
-            .saturating_add(self.inner.offset());
+        let ms = secs.saturating_mul(1_000).saturating_add(micros / 1_000);
+        #[cfg(test)]
+        let ms = ms.saturating_add(self.inner.clock_offset_ms());
         scripts::store_time(ms)
     }
 
@@ -394,11 +368,7 @@ impl RedisStore {
         for tag in tags {
             let keys = TagKeys::new(tag);
             for _ in 0..SWEEP_CALLS_PER_TAG {
-                let args = scripts::sweep_args(
-                    self.inner.offset(),
-                    SWEEP_BATCH,
-                    self.inner.ledger_retention,
-                );
+                let args = scripts::sweep_args(SWEEP_BATCH, self.inner.ledger_retention);
                 let reply = self
                     .run(&self.inner.scripts.sweep, "sweep", &keys, &args)
                     .await?;
@@ -460,6 +430,8 @@ impl RedisStore {
     }
 
     /// Runs one script on the tag's keys; its reply is a list of strings.
+    /// In a test build the clock offset goes last (`lua/test/clock.lua`
+    /// takes it off before the script's body reads its ARGV).
     async fn run(
         &self,
         script: &::redis::Script,
@@ -474,6 +446,8 @@ impl RedisStore {
         for arg in args {
             invocation.arg(arg);
         }
+        #[cfg(test)]
+        invocation.arg(self.inner.clock_offset_ms());
         self.inner
             .connection
             .call(self.inner.policy, what, Request::Script(&invocation))
@@ -496,10 +470,6 @@ impl Inner {
         // Nothing panics while the lock is held; a poisoned lock still
         // holds a usable set.
         self.tags.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn offset(&self) -> i64 {
-        self.clock_offset_ms.load(Ordering::Relaxed)
     }
 }
 

@@ -392,20 +392,10 @@ impl Checker<'_> {
         parse_usd(&text).map_err(|e| self.invalid(field, e.to_string()))
     }
 
+    /// `Period`'s own parse; its error lists the periods there are.
     fn period(&self, field: &str, text: &str) -> Result<Period, ConfigError> {
-        match text {
-            "hour" => Ok(Period::Hour),
-            "day" => Ok(Period::Day),
-            "week" => Ok(Period::Week),
-            "month" => Ok(Period::Month),
-            "total" => Ok(Period::Total),
-            other => Err(self.invalid(
-                field,
-                format!(
-                    "{other:?} is not one of \"hour\", \"day\", \"week\", \"month\", \"total\""
-                ),
-            )),
-        }
+        text.parse::<Period>()
+            .map_err(|e| self.invalid(field, e.to_string()))
     }
 
     fn patterns(&self, field: &str, texts: &[String]) -> Result<Vec<Pattern>, ConfigError> {

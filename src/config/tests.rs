@@ -281,6 +281,16 @@ fn cap_errors_read_like_the_reference() {
 }
 
 #[test]
+fn period_errors_list_the_periods() {
+    let message = error_after("period = \"month\"", "period = \"year\"");
+    assert_eq!(
+        message,
+        "test.toml: orgs[0].period: unknown period \"year\": \
+         expected one of hour, day, week, month, total"
+    );
+}
+
+#[test]
 fn duplicate_key_hashes_are_rejected() {
     let duplicate = format!("key_sha256 = \"{}\"", hex::encode(hash_key("bob-raw-key")));
     let message = error_after(&format!("key_sha256 = \"{}\"", alice_hash()), &duplicate);

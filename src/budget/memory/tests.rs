@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::TimeZone;
 
+use super::testing::ManualClock;
 use super::*;
-use crate::budget::Period;
+use crate::budget::{BudgetStore, LedgerStatus, Period};
 use crate::usage::Usage;
 
 fn start() -> DateTime<Utc> {
@@ -129,7 +130,7 @@ fn a_claim_taken_over_stays_with_its_new_holder() {
     clock.advance(Duration::from_secs(11));
     {
         let mut state = store.shared.lock();
-        let now = store.shared.clock.now();
+        let now = store.shared.now();
         assert!(!state.is_duplicate("next", "c", now));
         state.reserve(&request("next", 100, 60), Some("c"), now);
     }
@@ -214,36 +215,16 @@ fn extreme_amounts_never_panic() {
 }
 
 #[tokio::test]
-async fn sweeper_releases_headroom_until_its_guard_drops() {
+async fn the_gateway_sweep_releases_headroom_without_a_reserve() {
     let (store, clock) = manual_store();
-    let guard = store.spawn_sweeper(Duration::from_millis(5));
-    store.reserve(&request("a", 100, 1));
+    store.reserve(&request("crashed", 100, 1));
     clock.advance(Duration::from_secs(2));
-    for _ in 0..400 {
-        if store.open_reservations().0 == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let budget = BudgetStore::Memory(store.clone());
+    assert_eq!(budget.sweep(&[]).await.unwrap(), 1);
     assert_eq!(store.open_reservations(), (0, 0));
-
-    drop(guard);
-    store.reserve(&request("b", 100, 1));
-    clock.advance(Duration::from_secs(2));
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(store.open_reservations(), (1, 100));
-}
-
-#[tokio::test]
-async fn sweeper_ends_with_the_store() {
-    let (store, _clock) = manual_store();
-    let guard = store.spawn_sweeper(Duration::from_millis(1));
-    drop(store);
-    for _ in 0..400 {
-        if guard.task.is_finished() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(guard.task.is_finished());
+    assert_eq!(store.scope_state(&key(1_000_000)).reserved, 0);
+    let ledger = store.ledger();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].status, LedgerStatus::Expired);
+    assert_eq!(budget.sweep(&[]).await.unwrap(), 0);
 }

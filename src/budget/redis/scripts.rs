@@ -6,6 +6,11 @@
 //! Every script but `snapshot.lua` is `lua/common.lua` (the key layout,
 //! period ids, expiry and booking) followed by the script's own body, so
 //! the helpers exist once and every script stays one atomic call.
+//!
+//! Tests shift the store's clock: a test build puts `lua/test/clock.lua`
+//! between the two, which takes a clock offset off the end of ARGV (see
+//! `RedisStore::run`). Production scripts and their arguments have no
+//! offset at all.
 
 use std::time::Duration;
 
@@ -13,7 +18,8 @@ use ::redis::Script;
 use chrono::{DateTime, Utc};
 
 use crate::budget::{
-    Denial, LedgerStatus, Period, ReserveRequest, ScopeKind, SettleOutcome, Settlement, StoreError,
+    Denial, LedgerStatus, Period, ReserveRequest, Scope, ScopeKind, SettleOutcome, Settlement,
+    StoreError,
 };
 use crate::money::UsdMicros;
 
@@ -70,10 +76,28 @@ pub(super) struct Scripts {
     pub snapshot: Script,
 }
 
+/// `lua/common.lua`, a newline and the script's body: the source Redis
+/// knows the script (and its SHA) by.
+#[cfg(not(test))]
 macro_rules! with_common {
     ($file:literal) => {
         concat!(
             include_str!("../../../lua/common.lua"),
+            "\n",
+            include_str!(concat!("../../../lua/", $file))
+        )
+    };
+}
+
+/// In tests, `lua/test/clock.lua` sits between common.lua and the body, in
+/// the same chunk, so it can rebind common.lua's `store_now` local.
+#[cfg(test)]
+macro_rules! with_common {
+    ($file:literal) => {
+        concat!(
+            include_str!("../../../lua/common.lua"),
+            "\n",
+            include_str!("../../../lua/test/clock.lua"),
             "\n",
             include_str!(concat!("../../../lua/", $file))
         )
@@ -96,6 +120,10 @@ impl Scripts {
 #[cfg(test)]
 pub(super) const COMMON: &str = include_str!("../../../lua/common.lua");
 
+/// The test clock chunk alone (see `with_common!`), so a test can check it.
+#[cfg(test)]
+pub(super) const TEST_CLOCK: &str = include_str!("../../../lua/test/clock.lua");
+
 // === Arguments ===
 
 fn flag(on: bool) -> &'static str {
@@ -110,7 +138,6 @@ fn flag(on: bool) -> &'static str {
 pub(super) fn reserve_args(
     req: &ReserveRequest,
     claim: Option<&str>,
-    offset_ms: i64,
     lazy_limit: usize,
 ) -> Vec<String> {
     let ttl_ms = u64::try_from(req.ttl.as_millis()).map_or(MAX_TTL_MS, |ms| ms.min(MAX_TTL_MS));
@@ -129,7 +156,6 @@ pub(super) fn reserve_args(
         org_id,
         org_period.to_owned(),
         org_cap.to_string(),
-        offset_ms.to_string(),
         lazy_limit.to_string(),
         claim.unwrap_or_default().to_owned(),
     ]
@@ -140,7 +166,6 @@ pub(super) fn reserve_args(
 pub(super) fn settle_args(
     settlement: &Settlement,
     epsilon: UsdMicros,
-    offset_ms: i64,
     call_id: &str,
 ) -> Vec<String> {
     let usage = &settlement.usage;
@@ -157,19 +182,26 @@ pub(super) fn settle_args(
         settlement.actual.to_string(),
         flag(settlement.estimated).to_owned(),
         epsilon.to_string(),
-        offset_ms.to_string(),
         call_id.to_owned(),
     ]
 }
 
 /// ARGV of `sweep.lua`.
-pub(super) fn sweep_args(offset_ms: i64, limit: usize, retention: Duration) -> Vec<String> {
+pub(super) fn sweep_args(limit: usize, retention: Duration) -> Vec<String> {
     let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
     vec![
-        offset_ms.to_string(),
         limit.to_string(),
         // No retention needs that long.
         retention_ms.min(MAX_SCRIPT_INTEGER).to_string(),
+    ]
+}
+
+/// ARGV of `state.lua`.
+pub(super) fn state_args(scope: &Scope) -> Vec<String> {
+    vec![
+        scope.kind.as_str().to_owned(),
+        scope.id.clone(),
+        scope.period.as_str().to_owned(),
     ]
 }
 

@@ -11,7 +11,7 @@ use super::testing::{
     cluster, cluster_url, free_port, redis_cli, Cluster, RedisServer, SHARED_URL,
 };
 use super::*;
-use crate::budget::{Period, DEFAULT_LEDGER_RETENTION};
+use crate::budget::{LedgerStatus, Period, DEFAULT_LEDGER_RETENTION};
 use crate::usage::Usage;
 
 const PERIODS: [Period; 5] = [
@@ -137,6 +137,36 @@ async fn lua_period_ids_match_period_id_at() {
             assert_eq!(lua, rust, "at {}", chunk[i / PERIODS.len()]);
         }
         assert_eq!(ids.len(), expected.len());
+    }
+}
+
+/// A test build's scripts take the clock offset off the end of ARGV, so
+/// the body reads the ARGV its header states, on a shifted clock.
+#[tokio::test]
+async fn the_test_clock_shifts_the_time_and_leaves_the_argv_as_stated() {
+    const DAY_MS: i64 = 86_400_000;
+    let body = "return { fmt(store_now()), unpack(ARGV) }";
+    let script = ::redis::Script::new(&format!(
+        "{}\n{}\n{body}",
+        scripts::COMMON,
+        scripts::TEST_CLOCK
+    ));
+    let mut conn = raw_connection(SHARED_URL).await;
+    let (secs, micros): (i64, i64) = ::redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let before = secs * 1_000 + micros / 1_000;
+    for offset in [DAY_MS, -DAY_MS] {
+        let reply: Vec<String> = script
+            .prepare_invoke()
+            .arg("a")
+            .arg("")
+            .arg(offset)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(reply[1..], ["a", ""]);
+        let shifted: i64 = reply[0].parse().unwrap();
+        let elapsed = shifted - offset - before;
+        assert!((0..10_000).contains(&elapsed), "{reply:?} from {before}");
     }
 }
 
