@@ -124,8 +124,11 @@ fn usage_parsing(c: &mut Criterion) {
 }
 
 fn parse(bytes: &Bytes) -> Call {
-    match Call::parse(Api::ChatCompletions, bytes.clone(), |_| 16_384) {
-        Ok(call) => call,
+    match Call::parse(Api::ChatCompletions, bytes.clone()) {
+        Ok(mut call) => {
+            call.bound_output(16_384, &[]);
+            call
+        }
         Err(error) => unreachable!("the benchmark's request is valid: {error}"),
     }
 }

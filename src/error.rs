@@ -34,6 +34,8 @@ pub enum GatewayError {
     BadRequest {
         message: String,
         param: Option<&'static str>,
+        /// OpenAI's `code`, for a refusal a client may want to tell apart.
+        code: Option<&'static str>,
     },
     #[error("request body is larger than this gateway's limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
@@ -102,7 +104,7 @@ impl GatewayError {
         match self {
             GatewayError::MissingKey => ("invalid_request_error", Some("missing_api_key")),
             GatewayError::InvalidKey => ("invalid_request_error", Some("invalid_api_key")),
-            GatewayError::BadRequest { .. } => ("invalid_request_error", None),
+            GatewayError::BadRequest { code, .. } => ("invalid_request_error", *code),
             GatewayError::BodyTooLarge { .. } => {
                 ("invalid_request_error", Some("request_too_large"))
             }

@@ -114,7 +114,7 @@ impl Estimate {
 pub fn estimate(call: &Call, price: &ModelPrice, counter: TokenCounter) -> Estimate {
     let context_window = price.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
     let input_tokens = input_tokens(call.api, &call.body, counter, context_window);
-    let output_tokens = call.output_limit.saturating_mul(call.choices);
+    let output_tokens = call.output_bound().saturating_mul(call.choices);
     let input_price = price.input.max(price.cache_write).max(price.cached_input);
     let mut cost = Cost::default();
     cost.add(input_tokens, input_price);
@@ -224,7 +224,9 @@ mod tests {
     }
 
     fn call(api: Api, body: serde_json::Value) -> Call {
-        Call::parse(api, Bytes::from(body.to_string()), |_| 100).unwrap()
+        let mut call = Call::parse(api, Bytes::from(body.to_string())).unwrap();
+        call.bound_output(100, &[]);
+        call
     }
 
     fn openai() -> TokenCounter {

@@ -277,18 +277,27 @@ async fn anthropic_messages_streaming_and_not() {
 }
 
 #[tokio::test]
-async fn anthropic_request_without_max_tokens_is_bounded_by_the_gateway() {
+async fn anthropic_request_without_max_tokens_is_refused_as_anthropic_would() {
     let h = start(Setup::default()).await;
     let body =
         json!({"model": "claude-haiku-4-5", "messages": [{"role": "user", "content": "hi"}]});
     let response = h.post("/v1/messages", ALICE, &body).await;
-    assert_eq!(response.status(), 200);
-    let forwarded = h.mock.stats.last_request().unwrap().body;
-    let limit = forwarded["max_tokens"].as_u64().unwrap();
-    assert_eq!(
-        Some(limit),
-        prices().get("claude-haiku-4-5").unwrap().max_output_tokens
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_tokens"),
+        "{error}"
     );
+    assert!(
+        h.mock.stats.last_request().is_none(),
+        "nothing is forwarded"
+    );
+    assert!(h.ledger().is_empty(), "nothing is charged");
 }
 
 #[tokio::test]

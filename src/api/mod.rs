@@ -6,6 +6,7 @@
 //! Each request is checked field by field: a bad value is a 400 naming the
 //! field, before anything is reserved or forwarded.
 
+mod json;
 mod rules;
 
 use bytes::Bytes;
@@ -14,7 +15,7 @@ use serde_json::{Map, Value};
 use crate::error::{GatewayError, Shape};
 use crate::usage::{ApiKind, StreamKind};
 
-pub use rules::{check_api_matches, check_priced_options};
+pub use rules::{check_api_matches, check_headers};
 
 /// A proxied route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +73,8 @@ impl Api {
         }
     }
 
-    /// The body field that limits output tokens, if the API has one.
+    /// The body fields that limit output tokens, the API's own first: the
+    /// one the gateway sets unless the provider reads another.
     fn output_limit_fields(self) -> &'static [&'static str] {
         match self {
             Api::ChatCompletions => &["max_completion_tokens", "max_tokens"],
@@ -80,11 +82,6 @@ impl Api {
             Api::Responses => &["max_output_tokens"],
             Api::Embeddings => &[],
         }
-    }
-
-    /// The field the gateway sets when the client set no output limit.
-    fn output_limit_field(self) -> Option<&'static str> {
-        self.output_limit_fields().first().copied()
     }
 }
 
@@ -94,8 +91,15 @@ pub struct Call {
     pub api: Api,
     pub model: String,
     pub stream: bool,
-    /// Output tokens one choice may produce (0 for embeddings).
+    /// Output tokens one choice may produce (0 for embeddings): the
+    /// client's limit once parsed, the forwarded one once bounded
+    /// ([`Call::bound_output`]).
     pub output_limit: u64,
+    /// Whether the client set the output limit.
+    limit_given: bool,
+    /// Anthropic's `thinking.budget_tokens`: thinking is output, and a
+    /// provider may honour a budget above `max_tokens`.
+    thinking_budget: u64,
     /// Choices generated (`n`, or `best_of` for legacy completions).
     pub choices: u64,
     /// The client did not ask for stream usage; the gateway asked for it
@@ -110,14 +114,10 @@ pub struct Call {
 }
 
 impl Call {
-    /// Parses and checks a request body. `default_output_limit` is the output
-    /// allowance set when the client gave none (the model's maximum).
-    pub fn parse(
-        api: Api,
-        bytes: Bytes,
-        default_output_limit: impl FnOnce(&str) -> u64,
-    ) -> Result<Call, GatewayError> {
-        let body: Map<String, Value> = match serde_json::from_slice::<Value>(&bytes) {
+    /// Parses and checks a request body. Its output limit is bounded once
+    /// the provider is known ([`Call::bound_output`]).
+    pub fn parse(api: Api, bytes: Bytes) -> Result<Call, GatewayError> {
+        let body = match json::parse_unambiguous(&bytes) {
             Ok(Value::Object(map)) => map,
             Ok(_) => return Err(bad("the request body must be a JSON object", None)),
             Err(e) => {
@@ -144,23 +144,35 @@ impl Call {
             ));
         }
         check_input(api, &body)?;
+        rules::check_body(api, &body)?;
         let choices = choices(api, &body)?;
+        let client_limit = client_output_limit(api, &body)?;
+        let thinking_budget = match api {
+            Api::Messages => thinking_budget(&body)?.unwrap_or(0),
+            _ => 0,
+        };
         let mut call = Call {
             api,
             model,
             stream,
-            output_limit: 0,
+            output_limit: client_limit.unwrap_or(0),
+            limit_given: client_limit.is_some(),
+            thinking_budget,
             choices,
             hide_usage_chunk: false,
             body,
             original: bytes,
             changed: false,
         };
-        call.bound_output(default_output_limit)?;
         if stream && matches!(api, Api::ChatCompletions | Api::Completions) {
             call.ask_for_stream_usage()?;
         }
         Ok(call)
+    }
+
+    /// The most output tokens one choice can be billed for.
+    pub fn output_bound(&self) -> u64 {
+        self.output_limit.max(self.thinking_budget)
     }
 
     /// How the stream's usage is read.
@@ -184,30 +196,43 @@ impl Call {
         }
     }
 
-    /// Reads the client's output limit, or sets one so the provider cannot
-    /// bill past what is reserved.
-    fn bound_output(&mut self, default: impl FnOnce(&str) -> u64) -> Result<(), GatewayError> {
-        let mut limit = None;
-        for field in self.api.output_limit_fields() {
-            if let Some(value) = positive_int(&self.body, field)? {
-                limit = Some(limit.map_or(value, |l: u64| l.min(value)));
+    /// Makes the forwarded body carry the output limit exactly where the
+    /// provider reads it, so the provider cannot bill past the bound: in
+    /// each of `provider_fields` that this API has (its own field when
+    /// none is named), and in no other limit field of the API. A client
+    /// that set no limit gets `default` (the model's maximum).
+    pub fn bound_output(&mut self, default: u64, provider_fields: &[String]) {
+        let fields = self.api.output_limit_fields();
+        let named: Vec<&'static str> = fields
+            .iter()
+            .copied()
+            .filter(|field| provider_fields.iter().any(|named| named == field))
+            .collect();
+        let targets = match (named.is_empty(), fields.first()) {
+            (false, _) => named,
+            (true, Some(own)) => vec![*own],
+            // Embeddings produce no output tokens.
+            (true, None) => return,
+        };
+        if !self.limit_given {
+            self.output_limit = if self.api == Api::Completions {
+                COMPLETIONS_DEFAULT_MAX_TOKENS
+            } else {
+                default
+            };
+        }
+        let limit = Value::from(self.output_limit);
+        for field in fields {
+            let wanted = targets.contains(field);
+            let present = self.body.get(*field);
+            if wanted && present != Some(&limit) {
+                self.body.insert((*field).to_owned(), limit.clone());
+                self.changed = true;
+            } else if !wanted && present.is_some() {
+                self.body.remove(*field);
+                self.changed = true;
             }
         }
-        self.output_limit = match (limit, self.api.output_limit_field()) {
-            (Some(limit), _) => limit,
-            (None, None) => 0,
-            (None, Some(field)) => {
-                let value = if self.api == Api::Completions {
-                    COMPLETIONS_DEFAULT_MAX_TOKENS
-                } else {
-                    default(&self.model)
-                };
-                self.body.insert(field.to_owned(), Value::from(value));
-                self.changed = true;
-                value
-            }
-        };
-        Ok(())
     }
 
     /// Makes an OpenAI stream report its usage: without it a stream's cost
@@ -248,6 +273,7 @@ fn bad(message: &str, param: Option<&'static str>) -> GatewayError {
     GatewayError::BadRequest {
         message: message.to_owned(),
         param,
+        code: None,
     }
 }
 
@@ -265,6 +291,52 @@ fn positive_int(
                 Some(field),
             )),
         },
+    }
+}
+
+/// The output limit the client set, if any. Two limit fields that
+/// disagree are refused: a provider may read either, so the call's bound
+/// would depend on which one it reads. Anthropic requires `max_tokens`.
+fn client_output_limit(api: Api, body: &Map<String, Value>) -> Result<Option<u64>, GatewayError> {
+    let mut limit: Option<(&str, u64)> = None;
+    for field in api.output_limit_fields() {
+        let Some(value) = positive_int(body, field)? else {
+            continue;
+        };
+        match limit {
+            Some((first, other)) if other != value => {
+                return Err(bad(
+                    &format!(
+                        "`{first}` ({other}) and `{field}` ({value}) disagree: \
+                         set one output limit"
+                    ),
+                    Some(field),
+                ))
+            }
+            _ => limit = Some((field, value)),
+        }
+    }
+    if api == Api::Messages && limit.is_none() {
+        return Err(bad("`max_tokens` is required", Some("max_tokens")));
+    }
+    Ok(limit.map(|(_, value)| value))
+}
+
+/// `thinking.budget_tokens` of an Anthropic request, when thinking is on.
+fn thinking_budget(body: &Map<String, Value>) -> Result<Option<u64>, GatewayError> {
+    match body.get("thinking") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(thinking)) => match thinking.get("budget_tokens") {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => match value.as_u64() {
+                Some(n) if n >= 1 => Ok(Some(n)),
+                _ => Err(bad(
+                    "`thinking.budget_tokens` must be a positive integer",
+                    Some("thinking"),
+                )),
+            },
+        },
+        Some(_) => Err(bad("`thinking` must be an object", Some("thinking"))),
     }
 }
 
@@ -355,9 +427,16 @@ fn check_input(api: Api, body: &Map<String, Value>) -> Result<(), GatewayError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn parse(api: Api, body: &str) -> Result<Call, GatewayError> {
-        Call::parse(api, Bytes::from(body.to_owned()), |_| 1000)
+        let mut call = Call::parse(api, Bytes::from(body.to_owned()))?;
+        call.bound_output(1000, &[]);
+        Ok(call)
+    }
+
+    fn forwarded(call: &Call) -> Value {
+        serde_json::from_slice(&call.forward_body()).unwrap()
     }
 
     fn param_of(err: GatewayError) -> Option<&'static str> {
@@ -378,14 +457,6 @@ mod tests {
         let forwarded: Value = serde_json::from_slice(&call.forward_body()).unwrap();
         assert_eq!(forwarded["max_completion_tokens"], 1000);
 
-        let call = parse(
-            Api::Messages,
-            r#"{"model":"claude-haiku-4-5","messages":[{"role":"user","content":"hi"}]}"#,
-        )
-        .unwrap();
-        let forwarded: Value = serde_json::from_slice(&call.forward_body()).unwrap();
-        assert_eq!(forwarded["max_tokens"], 1000);
-
         let call = parse(Api::Responses, r#"{"model":"gpt-4o-mini","input":"hi"}"#).unwrap();
         let forwarded: Value = serde_json::from_slice(&call.forward_body()).unwrap();
         assert_eq!(forwarded["max_output_tokens"], 1000);
@@ -400,12 +471,80 @@ mod tests {
 
     #[test]
     fn keeps_the_client_limit_and_bytes() {
-        let raw = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":7,"n":3}"#;
+        let raw = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":7,"n":3}"#;
         let call = parse(Api::ChatCompletions, raw).unwrap();
         assert_eq!((call.output_limit, call.choices), (7, 3));
         assert_eq!(call.forward_body(), raw.as_bytes());
-        let both = r#"{"model":"m","messages":[{}],"max_tokens":70,"max_completion_tokens":9}"#;
-        assert_eq!(parse(Api::ChatCompletions, both).unwrap().output_limit, 9);
+    }
+
+    #[test]
+    fn the_limit_goes_where_the_provider_reads_it_and_nowhere_else() {
+        let body = r#"{"model":"m","messages":[{}],"max_tokens":5}"#;
+        let call = parse(Api::ChatCompletions, body).unwrap();
+        let sent = forwarded(&call);
+        assert_eq!(sent["max_completion_tokens"], 5);
+        assert!(sent.get("max_tokens").is_none(), "{sent}");
+
+        let same = r#"{"model":"m","messages":[{}],"max_tokens":9,"max_completion_tokens":9}"#;
+        let sent = forwarded(&parse(Api::ChatCompletions, same).unwrap());
+        assert_eq!(sent["max_completion_tokens"], 9);
+        assert!(sent.get("max_tokens").is_none(), "{sent}");
+
+        // A provider that reads only `max_tokens` gets it, set or injected.
+        let reads_max_tokens = ["max_tokens".to_owned()];
+        for (body, limit) in [
+            (
+                r#"{"model":"m","messages":[{}],"max_completion_tokens":7}"#,
+                7,
+            ),
+            (r#"{"model":"m","messages":[{}]}"#, 1000),
+        ] {
+            let mut call = Call::parse(Api::ChatCompletions, Bytes::from(body)).unwrap();
+            call.bound_output(1000, &reads_max_tokens);
+            let sent = forwarded(&call);
+            assert_eq!(sent["max_tokens"], limit);
+            assert!(sent.get("max_completion_tokens").is_none(), "{sent}");
+            assert_eq!(call.output_limit, limit);
+        }
+        // One that reads both gets both, equal.
+        let both = ["max_tokens".to_owned(), "max_completion_tokens".to_owned()];
+        let mut call = Call::parse(Api::ChatCompletions, Bytes::from(body)).unwrap();
+        call.bound_output(1000, &both);
+        let sent = forwarded(&call);
+        assert_eq!(
+            (&sent["max_tokens"], &sent["max_completion_tokens"]),
+            (&json!(5), &json!(5))
+        );
+    }
+
+    #[test]
+    fn limits_that_disagree_are_refused() {
+        let both = r#"{"model":"m","messages":[{}],"max_tokens":5,"max_completion_tokens":2000}"#;
+        let error = parse(Api::ChatCompletions, both).unwrap_err();
+        assert!(error.to_string().contains("disagree"), "{error}");
+    }
+
+    #[test]
+    fn anthropic_requires_max_tokens_and_bounds_thinking() {
+        let missing = r#"{"model":"claude-haiku-4-5","messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(
+            param_of(parse(Api::Messages, missing).unwrap_err()),
+            Some("max_tokens")
+        );
+        let thinking = r#"{"model":"c","max_tokens":100,"thinking":{"type":"enabled","budget_tokens":3000},"messages":[{}]}"#;
+        let call = parse(Api::Messages, thinking).unwrap();
+        assert_eq!((call.output_limit, call.output_bound()), (100, 3000));
+        assert_eq!(call.forward_body(), thinking.as_bytes());
+    }
+
+    #[test]
+    fn a_key_twice_is_refused() {
+        let twice = r#"{"model":"gpt-4o-mini","model":"gpt-4o","messages":[{}]}"#;
+        let error = parse(Api::ChatCompletions, twice).unwrap_err();
+        assert!(
+            error.to_string().contains("`model` appears twice"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -419,7 +558,7 @@ mod tests {
         let forwarded: Value = serde_json::from_slice(&call.forward_body()).unwrap();
         assert_eq!(forwarded["stream_options"]["include_usage"], true);
 
-        let asked = r#"{"model":"m","messages":[{}],"stream":true,"max_tokens":5,"stream_options":{"include_usage":true}}"#;
+        let asked = r#"{"model":"m","messages":[{}],"stream":true,"max_completion_tokens":5,"stream_options":{"include_usage":true}}"#;
         let call = parse(Api::ChatCompletions, asked).unwrap();
         assert!(!call.hide_usage_chunk);
         assert_eq!(call.forward_body(), asked.as_bytes());

@@ -1,11 +1,13 @@
-//! Request rules that depend on more than the body: which provider family
-//! a route can reach, and the options providers bill at rates the price
-//! table does not hold, which would charge a call less than it costs.
+//! Request rules beyond each field's type: which provider family a route
+//! can reach, work the gateway could not settle, and options providers
+//! bill at rates the price table does not hold, which would charge a call
+//! less than it costs. Values are normalised before they are checked, so a
+//! variant of a refused option is refused too.
 
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::{bad, Api, Call};
+use super::{bad, Api};
 use crate::error::GatewayError;
 use crate::provider::ProviderKind;
 
@@ -32,54 +34,209 @@ pub fn check_api_matches(api: Api, kind: ProviderKind, model: &str) -> Result<()
     }
 }
 
-/// Refuses options the providers bill at rates the price table does not
-/// hold: OpenAI's priority tier, Anthropic's 1-hour prompt cache and its
-/// 1M-context beta.
-pub fn check_priced_options(call: &Call, headers: &HeaderMap) -> Result<(), GatewayError> {
-    if call.body.get("service_tier").and_then(Value::as_str) == Some("priority") {
-        return Err(bad(
-            "service_tier \"priority\" is billed at rates this gateway does not price; \
-             use \"auto\", \"default\" or \"flex\"",
-            Some("service_tier"),
-        ));
-    }
-    if call.api != Api::Messages {
-        return Ok(());
-    }
-    if has_hour_long_cache(&call.body) {
+/// The rules a body must pass whatever its provider.
+pub(super) fn check_body(api: Api, body: &Map<String, Value>) -> Result<(), GatewayError> {
+    check_background(api, body)?;
+    check_service_tier(body)?;
+    if api == Api::Messages && asks_for_hour_long_cache(body) {
         return Err(bad(
             "cache_control ttl \"1h\" is billed at a cache-write rate this gateway \
              does not price; use the default 5-minute cache",
             None,
         ));
     }
-    let long_context = headers
-        .get_all("anthropic-beta")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("context-1m"));
-    if long_context {
-        return Err(bad(
-            "the anthropic-beta context-1m option is billed at rates this gateway does \
-             not price; remove it from the anthropic-beta header",
-            None,
-        ));
+    Ok(())
+}
+
+/// OpenAI's background mode runs a response after its connection closes,
+/// and bills it, while the gateway would have settled the call already.
+fn check_background(api: Api, body: &Map<String, Value>) -> Result<(), GatewayError> {
+    match body.get("background") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(()),
+        Some(_) if api == Api::Responses => Err(GatewayError::BadRequest {
+            message: "background mode is not supported through this gateway: a background \
+                      response outlives its request, so its cost could not be settled; \
+                      remove `background`"
+                .to_owned(),
+            param: Some("background"),
+            code: Some("background_not_supported"),
+        }),
+        Some(_) => Err(bad(
+            "`background` is a Responses option; remove it",
+            Some("background"),
+        )),
+    }
+}
+
+/// The service tiers billed at the standard rates (flex costs less). Any
+/// other, in any spelling, may be billed more.
+fn check_service_tier(body: &Map<String, Value>) -> Result<(), GatewayError> {
+    let refused = match body.get("service_tier") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::String(tier)) => tier.trim().to_ascii_lowercase(),
+        Some(_) => return Err(bad("`service_tier` must be a string", Some("service_tier"))),
+    };
+    if matches!(
+        refused.as_str(),
+        "auto" | "default" | "flex" | "standard_only"
+    ) {
+        return Ok(());
+    }
+    Err(bad(
+        &format!(
+            "service_tier {refused:?} is billed at rates this gateway does not price; \
+             use \"auto\", \"default\" or \"flex\""
+        ),
+        Some("service_tier"),
+    ))
+}
+
+/// Refuses Anthropic beta options billed at rates the price table does not
+/// hold (the 1M-token context). The header must be a plain list of beta
+/// names, so that no spelling of a refused one slips through.
+pub fn check_headers(api: Api, headers: &HeaderMap) -> Result<(), GatewayError> {
+    if api != Api::Messages {
+        return Ok(());
+    }
+    for value in headers.get_all("anthropic-beta") {
+        let names = value
+            .to_str()
+            .ok()
+            .filter(|text| {
+                text.split(',').map(str::trim).all(|name| {
+                    name.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+                })
+            })
+            .ok_or_else(|| {
+                bad(
+                    "the anthropic-beta header must be a comma-separated list of beta names \
+                     (letters, digits, '-', '_' and '.')",
+                    None,
+                )
+            })?;
+        if names
+            .split(',')
+            .any(|name| name.trim().to_ascii_lowercase().starts_with("context-1m"))
+        {
+            return Err(bad(
+                "the anthropic-beta context-1m option is billed at rates this gateway does \
+                 not price; remove it from the anthropic-beta header",
+                None,
+            ));
+        }
     }
     Ok(())
 }
 
-/// Whether any `cache_control` in the body asks for Anthropic's 1-hour
-/// cache, whose writes cost twice the input price instead of 1.25 times.
-fn has_hour_long_cache(body: &Map<String, Value>) -> bool {
-    fn walk(value: &Value) -> bool {
+/// Whether any `cache_control` in the body, the top level included, asks
+/// for a cache other than Anthropic's default 5 minutes: the 1-hour cache
+/// writes at twice the input price instead of 1.25 times.
+fn asks_for_hour_long_cache(body: &Map<String, Value>) -> bool {
+    fn object(map: &Map<String, Value>) -> bool {
+        map.iter()
+            .any(|(key, value)| (key == "cache_control" && !is_default_cache(value)) || any(value))
+    }
+    fn any(value: &Value) -> bool {
         match value {
-            Value::Array(items) => items.iter().any(walk),
-            Value::Object(map) => map.iter().any(|(key, value)| {
-                (key == "cache_control" && value.get("ttl").and_then(Value::as_str) == Some("1h"))
-                    || walk(value)
-            }),
+            Value::Array(items) => items.iter().any(any),
+            Value::Object(map) => object(map),
             _ => false,
         }
     }
-    body.values().any(walk)
+    fn is_default_cache(cache_control: &Value) -> bool {
+        match cache_control.get("ttl") {
+            None | Some(Value::Null) => true,
+            Some(Value::String(ttl)) => ttl.trim().eq_ignore_ascii_case("5m"),
+            Some(_) => false,
+        }
+    }
+    object(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use serde_json::json;
+
+    fn body(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn background_is_refused_with_its_code() {
+        let error = check_body(Api::Responses, &body(json!({"background": true}))).unwrap_err();
+        assert!(matches!(
+            error,
+            GatewayError::BadRequest {
+                code: Some("background_not_supported"),
+                param: Some("background"),
+                ..
+            }
+        ));
+        for allowed in [
+            json!({}),
+            json!({"background": false}),
+            json!({"background": null}),
+        ] {
+            check_body(Api::Responses, &body(allowed)).unwrap();
+        }
+        assert!(check_body(Api::Responses, &body(json!({"background": "true"}))).is_err());
+    }
+
+    #[test]
+    fn any_spelling_of_an_unpriced_tier_is_refused() {
+        for tier in ["priority", "Priority", " priority", "scale", "PRIORITY "] {
+            let error = check_body(Api::ChatCompletions, &body(json!({"service_tier": tier})));
+            assert!(error.is_err(), "{tier}");
+        }
+        for tier in ["auto", "default", "flex", "Default"] {
+            check_body(Api::ChatCompletions, &body(json!({"service_tier": tier}))).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_hour_long_cache_is_refused_at_any_depth() {
+        let refused = [
+            json!({"cache_control": {"type": "ephemeral", "ttl": "1h"}}),
+            json!({"system": [{"type": "text", "text": "x", "cache_control": {"ttl": "1H"}}]}),
+            json!({"messages": [{"content": [{"cache_control": {"ttl": " 1h"}}]}]}),
+            json!({"tools": [{"cache_control": {"ttl": 3600}}]}),
+        ];
+        for value in refused {
+            assert!(
+                check_body(Api::Messages, &body(value.clone())).is_err(),
+                "{value}"
+            );
+        }
+        let allowed = json!({"cache_control": {"type": "ephemeral"}, "system": [{"cache_control": {"ttl": "5m"}}]});
+        check_body(Api::Messages, &body(allowed)).unwrap();
+    }
+
+    #[test]
+    fn beta_headers_are_normalised_before_they_are_checked() {
+        let check = |value: &[u8]| {
+            let mut headers = HeaderMap::new();
+            headers.insert("anthropic-beta", HeaderValue::from_bytes(value).unwrap());
+            check_headers(Api::Messages, &headers)
+        };
+        check(b"prompt-caching-2024-07-31, token-efficient-tools-2025-02-19").unwrap();
+        for refused in [
+            &b"context-1m-2025-08-07"[..],
+            b"tools-2024, Context-1M-2025-08-07",
+            b"context-1m-2025-08-07\xc3\xa9",
+            b"context-1m-2025-08-07;x",
+            b"a b",
+        ] {
+            assert!(
+                check(refused).is_err(),
+                "{}",
+                String::from_utf8_lossy(refused)
+            );
+        }
+    }
 }

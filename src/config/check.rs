@@ -17,6 +17,9 @@ use crate::period::Period;
 use crate::prices::PriceTable;
 use crate::provider::ProviderKind;
 
+/// The body fields through which the provider APIs limit output tokens.
+const OUTPUT_LIMIT_FIELDS: [&str; 3] = ["max_tokens", "max_completion_tokens", "max_output_tokens"];
+
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 const DEFAULT_MAX_REQUEST_BYTES: u64 = 10 * 1024 * 1024;
 const DEFAULT_UPSTREAM_TIMEOUT_SECS: u64 = 600;
@@ -237,6 +240,17 @@ impl Checker<'_> {
                     "needs at least one model pattern, like \"gpt-*\"",
                 ));
             }
+            for name in &raw.output_limit_fields {
+                if !OUTPUT_LIMIT_FIELDS.contains(&name.as_str()) {
+                    return Err(self.invalid(
+                        field("output_limit_fields"),
+                        format!(
+                            "{name:?} is not an output-limit field: use \"max_tokens\", \
+                             \"max_completion_tokens\" or \"max_output_tokens\""
+                        ),
+                    ));
+                }
+            }
             providers.push(Provider {
                 name: raw.name.clone(),
                 kind,
@@ -244,6 +258,7 @@ impl Checker<'_> {
                 api_key_env: raw.api_key_env.clone(),
                 api_key: self.secret_var(&raw.api_key_env),
                 models: self.patterns(&field("models"), &raw.models)?,
+                output_limit_fields: raw.output_limit_fields.clone(),
             });
         }
         Ok(providers)

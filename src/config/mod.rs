@@ -97,6 +97,9 @@ pub struct Provider {
     /// and reports the provider as unusable.
     pub api_key: Option<Secret>,
     pub models: Vec<Pattern>,
+    /// The body field(s) the provider reads its output limit from, where
+    /// the gateway puts the limit; empty: each API's own field.
+    pub output_limit_fields: Vec<String>,
 }
 
 #[derive(Clone, Debug)]

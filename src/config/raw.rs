@@ -60,6 +60,8 @@ pub(super) struct RawProvider {
     pub api_key_env: String,
     #[serde(default)]
     pub models: Vec<String>,
+    #[serde(default)]
+    pub output_limit_fields: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]

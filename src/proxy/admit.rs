@@ -8,7 +8,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
-use crate::api::{check_api_matches, check_priced_options, Api, Call};
+use crate::api::{check_api_matches, check_headers, Api, Call};
 use crate::config::{KeyConfig, Provider};
 use crate::error::GatewayError;
 use crate::estimate::{estimate, Estimate, TokenCounter};
@@ -58,12 +58,7 @@ pub async fn admit<'g>(
     let body = read_body(headers, body, gateway.config.server.max_request_bytes).await?;
     let body_len = body.len();
     let prices = &gateway.config.prices;
-    let call = Call::parse(api, body, |model| {
-        prices
-            .get(model)
-            .and_then(|price| price.max_output_tokens)
-            .unwrap_or(DEFAULT_OUTPUT_LIMIT)
-    })?;
+    let mut call = Call::parse(api, body)?;
     if !key.allows_model(&call.model) {
         return Err(GatewayError::ModelNotAllowed {
             model: call.model,
@@ -79,7 +74,11 @@ pub async fn admit<'g>(
         .provider_for(&call.model)
         .ok_or_else(unknown)?;
     check_api_matches(api, provider.kind, &call.model)?;
-    check_priced_options(&call, headers)?;
+    check_headers(api, headers)?;
+    call.bound_output(
+        price.max_output_tokens.unwrap_or(DEFAULT_OUTPUT_LIMIT),
+        &provider.output_limit_fields,
+    );
     let provider_key =
         provider
             .api_key
@@ -143,6 +142,7 @@ async fn read_body(
         Err(error) => Err(GatewayError::BadRequest {
             message: format!("could not read the request body: {error}"),
             param: None,
+            code: None,
         }),
     }
 }
@@ -160,6 +160,7 @@ fn idempotency_claim(headers: &HeaderMap, key_id: &str) -> Result<Option<String>
     let invalid = |problem: String| GatewayError::BadRequest {
         message: format!("invalid Idempotency-Key header: {problem}"),
         param: None,
+        code: None,
     };
     if values.next().is_some() {
         return Err(invalid("send it once".to_owned()));
