@@ -24,7 +24,6 @@
 //!   `GET /metrics`.
 //! - [`config`] loads and checks the TOML config; [`auth`] finds the key.
 //! - [`upstream`] is the shared pooled client to the providers.
-//! - [`mock`] is a fake OpenAI + Anthropic provider for tests and demos.
 
 pub mod api;
 pub mod auth;
@@ -34,7 +33,6 @@ pub mod error;
 pub mod estimate;
 pub mod metered;
 pub mod metrics;
-pub mod mock;
 pub mod money;
 pub mod prices;
 pub mod proxy;

@@ -12,8 +12,8 @@ use tokio::net::TcpListener;
 
 use tollgate::budget::{BudgetStore, MemoryStore, Reconciliation, RedisStore};
 use tollgate::config::{hash_key, Config, Secret, StoreBackend};
-use tollgate::mock::{self, MockOptions};
 use tollgate::server::{self, budget_tags, Gateway};
+use tollgate_mock::{MockOptions, MockStats};
 
 /// `tollgate reconcile` could not tell whether the books balance.
 const EXIT_UNKNOWN: u8 = 2;
@@ -323,10 +323,10 @@ async fn mock_upstream(listen: SocketAddr, options: MockOptions) -> Result<(), S
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!("mock upstream listening on {addr}");
-    mock::serve(
+    tollgate_mock::serve(
         listener,
         options,
-        Arc::new(mock::MockStats::default()),
+        Arc::new(MockStats::default()),
         shutdown_signal(),
     )
     .await
