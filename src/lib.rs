@@ -30,6 +30,9 @@
 //!   `GET /metrics`; [`config`] loads and checks the TOML config.
 //! - Leaves, importing nothing of ours: [`money`] (integer micro-USD),
 //!   [`period`], [`provider`], [`body`]; [`prices`] prices tokens exactly.
+//!
+//! The fake provider the tests, demos and benchmarks use is its own crate,
+//! `tollgate-mock`, outside this library.
 
 pub mod api;
 pub mod auth;
@@ -42,7 +45,6 @@ pub mod estimate;
 pub mod gateway;
 pub mod metered;
 pub mod metrics;
-pub mod mock;
 pub mod money;
 pub mod period;
 pub mod prices;

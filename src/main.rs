@@ -13,8 +13,8 @@ use tokio::net::TcpListener;
 use tollgate::budget::{self, BudgetStore};
 use tollgate::config::{hash_key, Config};
 use tollgate::gateway::Gateway;
-use tollgate::mock::{self, MockOptions};
 use tollgate::{reconcile, server, sweep};
+use tollgate_mock::{MockOptions, MockStats};
 
 /// `tollgate reconcile` could not tell whether the books balance.
 const EXIT_UNKNOWN: u8 = 2;
@@ -215,10 +215,10 @@ async fn mock_upstream(listen: SocketAddr, options: MockOptions) -> Result<(), S
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!("mock upstream listening on {addr}");
-    mock::serve(
+    tollgate_mock::serve(
         listener,
         options,
-        Arc::new(mock::MockStats::default()),
+        Arc::new(MockStats::default()),
         shutdown_signal(),
     )
     .await

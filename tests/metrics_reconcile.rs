@@ -26,8 +26,8 @@ use tokio::task::JoinHandle;
 use tollgate::budget::{BudgetStore, RedisStore};
 use tollgate::config::Config;
 use tollgate::gateway::Gateway;
-use tollgate::mock::{self, MockOptions, MockServer};
 use tollgate::server;
+use tollgate_mock::{MockOptions, MockServer};
 
 const SHARED_REDIS: &str = "redis://127.0.0.1:6379";
 
@@ -193,7 +193,7 @@ struct RedisGateway {
 
 impl RedisGateway {
     async fn start() -> RedisGateway {
-        let mock = mock::spawn(MockOptions {
+        let mock = tollgate_mock::spawn(MockOptions {
             expect_key: Some(PROVIDER_KEY.to_owned()),
             ..MockOptions::default()
         })
@@ -515,7 +515,7 @@ async fn reconcile_balances_the_books_and_names_the_row_that_drifts() {
 
 #[tokio::test]
 async fn reconcile_cannot_tell_on_the_memory_store_or_without_redis() {
-    let mock = mock::spawn(MockOptions::default()).await.unwrap();
+    let mock = tollgate_mock::spawn(MockOptions::default()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
 
     let memory = redis_config(&mock, SHARED_REDIS, "o", "a", "b", "s")

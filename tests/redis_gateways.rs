@@ -157,7 +157,7 @@ async fn two_gateways_on_one_redis_never_overspend_and_keep_exact_books() {
     let billed_by_mock = eventually(Duration::from_secs(2), || {
         let billed = billed;
         let stats = mock.stats.clone();
-        async move { stats.billed() == billed }
+        async move { billed_by(&stats) == billed }
     })
     .await;
     assert!(billed_by_mock, "{billed:?} != {:?}", mock.stats.billed());

@@ -15,8 +15,9 @@ use tokio::task::JoinHandle;
 use tollgate::budget::{BudgetStore, LedgerEntry, MemoryStore};
 use tollgate::config::Config;
 use tollgate::gateway::Gateway;
-use tollgate::mock::{self, MockOptions, MockServer};
 use tollgate::server;
+use tollgate::usage::Usage;
+use tollgate_mock::{MockOptions, MockServer, MockStats};
 
 /// The provider credential the mock expects and the gateway holds.
 pub const PROVIDER_KEY: &str = "sk-provider-secret";
@@ -75,7 +76,7 @@ fn sha(raw: &str) -> String {
 }
 
 pub async fn start(setup: Setup) -> Harness {
-    let mock = mock::spawn(setup.mock.clone()).await.unwrap();
+    let mock = tollgate_mock::spawn(setup.mock.clone()).await.unwrap();
     let prices = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml");
     let config_text = format!(
         r#"
@@ -252,8 +253,20 @@ pub fn prices() -> tollgate::prices::PriceTable {
 }
 
 /// Cost of a usage at `model`'s prices, rounded up once.
-pub fn cost(model: &str, usage: &tollgate::usage::Usage) -> u64 {
+pub fn cost(model: &str, usage: &Usage) -> u64 {
     prices().get(model).unwrap().cost(usage)
+}
+
+/// What the mock provider billed, as the gateway's `Usage`, to set beside
+/// the ledger: the mock keeps its own type, not depending on the gateway.
+pub fn billed_by(stats: &MockStats) -> Usage {
+    let billed = stats.billed();
+    Usage {
+        input: billed.input,
+        cached_input: billed.cached_input,
+        cache_write: billed.cache_write,
+        output: billed.output,
+    }
 }
 
 pub fn chat(model: &str, text: &str) -> Value {

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 
 use tollgate::budget::{Reconciliation, RedisStore, DEFAULT_LEDGER_RETENTION};
 use tollgate::usage::Usage;
+use tollgate_mock::{MockOptions, MockServer, MockStats};
 
 /// The Redis every machine and CI run of this project has.
 pub const SHARED_REDIS: &str = "redis://127.0.0.1:6379";
@@ -37,10 +38,10 @@ pub fn unique(prefix: &str) -> String {
 
 /// The mock provider, answering only with the provider key.
 /// Streams are paced per call with `mock:sleep_ms`.
-pub async fn mock() -> tollgate::mock::MockServer {
-    tollgate::mock::spawn(tollgate::mock::MockOptions {
+pub async fn mock() -> MockServer {
+    tollgate_mock::spawn(MockOptions {
         expect_key: Some(PROVIDER_KEY.to_owned()),
-        ..tollgate::mock::MockOptions::default()
+        ..MockOptions::default()
     })
     .await
     .unwrap()
@@ -490,6 +491,18 @@ pub fn add_usage(a: Usage, b: &Usage) -> Usage {
         cached_input: a.cached_input + b.cached_input,
         cache_write: a.cache_write + b.cache_write,
         output: a.output + b.output,
+    }
+}
+
+/// What the mock provider billed, as the gateway's `Usage`, to set beside
+/// the ledger: the mock keeps its own type, not depending on the gateway.
+pub fn billed_by(stats: &MockStats) -> Usage {
+    let billed = stats.billed();
+    Usage {
+        input: billed.input,
+        cached_input: billed.cached_input,
+        cache_write: billed.cache_write,
+        output: billed.output,
     }
 }
 

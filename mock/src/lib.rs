@@ -1,7 +1,8 @@
-//! A fake OpenAI + Anthropic provider for tests, demos and load runs
-//! (`tollgate mock-upstream`): it speaks the providers' wire formats closely
-//! enough for the official SDKs, answers deterministically, reports usage
-//! that reflects the request, and records what it was sent.
+//! tollgate-mock: a fake OpenAI + Anthropic provider for tollgate's tests,
+//! demos and load runs (`tollgate mock-upstream` serves it). It speaks the
+//! providers' wire formats closely enough for the official SDKs, answers
+//! deterministically, reports usage that reflects the request, and records
+//! what it was sent.
 //!
 //! # Routes
 //!
@@ -67,7 +68,13 @@
 //! This file is the public API and the accept loop; `handler` reads,
 //! checks and routes one request; `openai`, `responses` and `anthropic`
 //! build each provider's bodies and events; `reply` decides the reply and
-//! counts tokens; `stream` writes event streams.
+//! counts tokens; `stream` writes event streams; `usage` is what an
+//! answer bills.
+//!
+//! The crate stands apart from the gateway, which it must not depend on:
+//! the `tollgate` binary depends on it for `mock-upstream`, and tollgate's
+//! integration tests spawn it in process; the gateway library knows nothing
+//! of it.
 
 mod anthropic;
 mod handler;
@@ -77,6 +84,9 @@ mod responses;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod usage;
+
+pub use usage::Usage;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -91,8 +101,6 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
-
-use crate::usage::Usage;
 
 /// How long in-flight requests may finish after shutdown before their
 /// connections are dropped.
@@ -186,10 +194,7 @@ impl MockStats {
 
     fn bill(&self, usage: Usage) {
         let mut billed = lock(&self.billed);
-        billed.input = billed.input.saturating_add(usage.input);
-        billed.cached_input = billed.cached_input.saturating_add(usage.cached_input);
-        billed.cache_write = billed.cache_write.saturating_add(usage.cache_write);
-        billed.output = billed.output.saturating_add(usage.output);
+        *billed = billed.saturating_add(usage);
     }
 }
 

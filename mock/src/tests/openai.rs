@@ -7,9 +7,9 @@ use serde_json::{json, Value};
 use super::{
     one_user_message_tokens, parse_sse, post, post_json, post_sse, read_until_cut, settled, start,
 };
-use crate::mock::reply::{count_tokens, text, word};
-use crate::mock::{spawn, MockOptions};
+use crate::reply::{count_tokens, text, word};
 use crate::usage::Usage;
+use crate::{spawn, MockOptions};
 
 fn chat(content: &str) -> Value {
     json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": content}]})
@@ -249,7 +249,7 @@ async fn embeddings_are_deterministic_per_input() {
     let floats = json!({"model": "m", "input": "alpha beta", "dimensions": 4});
     let (_, body) = post_json(&server, "/v1/embeddings", floats).await;
     let first = body["data"][0]["embedding"][0].as_f64().unwrap() as f32;
-    let decoded = crate::mock::openai::base64_f32(&[first]);
+    let decoded = crate::openai::base64_f32(&[first]);
     assert_eq!(&base64[..5], &decoded[..5], "the first float's bytes");
 }
 

@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::{post, post_json, post_sse, read_until_cut, settled, start};
-use crate::mock::reply::text;
+use crate::reply::text;
 use crate::usage::Usage;
 
 fn message(content: &str) -> Value {

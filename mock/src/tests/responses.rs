@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::{post, post_json, post_sse, read_until_cut, settled, start};
-use crate::mock::reply::{count_tokens, text};
+use crate::reply::{count_tokens, text};
 use crate::usage::Usage;
 
 #[tokio::test]
