@@ -70,6 +70,10 @@ enum Command {
         /// Reply length in tokens.
         #[arg(long, default_value_t = 12)]
         reply_tokens: u64,
+        /// Read a chat call's output limit from this field alone, like an
+        /// OpenAI-compatible server that honours only one of them.
+        #[arg(long, value_parser = ["max_tokens", "max_completion_tokens"])]
+        chat_limit_field: Option<String>,
     },
 }
 
@@ -106,12 +110,14 @@ fn main() -> ExitCode {
             tokens_per_sec,
             expect_key,
             reply_tokens,
+            chat_limit_field,
         } => {
             let options = MockOptions {
                 latency: Duration::from_millis(latency_ms),
                 tokens_per_sec,
                 expect_key,
                 reply_tokens,
+                chat_limit_field,
             };
             runtime().and_then(|rt| rt.block_on(mock_upstream(listen, options)))
         }

@@ -123,6 +123,11 @@ pub struct MockOptions {
     pub expect_key: Option<String>,
     /// Reply length in tokens when no directive says otherwise.
     pub reply_tokens: u64,
+    /// Read a chat completion's output limit from this field alone, as
+    /// some OpenAI-compatible servers do (`max_tokens` or
+    /// `max_completion_tokens`); `None` honours the lower of both, as
+    /// OpenAI does.
+    pub chat_limit_field: Option<String>,
 }
 
 impl Default for MockOptions {
@@ -132,6 +137,7 @@ impl Default for MockOptions {
             tokens_per_sec: None,
             expect_key: None,
             reply_tokens: 12,
+            chat_limit_field: None,
         }
     }
 }

@@ -42,10 +42,13 @@ pub(crate) fn chat(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError>
         .and_then(Value::as_array)
         .ok_or_else(|| ApiError::invalid("Missing required parameter: 'messages'.", "messages"))?;
     let choices = choices(body)?;
-    let limit = lower(
-        u64_field(body, "max_completion_tokens"),
-        u64_field(body, "max_tokens"),
-    );
+    let limit = match &opts.chat_limit_field {
+        Some(field) => u64_field(body, field),
+        None => lower(
+            u64_field(body, "max_completion_tokens"),
+            u64_field(body, "max_tokens"),
+        ),
+    };
     let directives = last_user_directives(messages);
     let reply = opts.reply(&directives, limit);
     let tally = Tally::new(

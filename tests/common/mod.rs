@@ -40,6 +40,8 @@ pub struct Setup {
     pub upstream_timeout_secs: u64,
     /// Where the OpenAI provider points instead of the mock.
     pub openai_base_url: Option<String>,
+    /// More TOML lines for the OpenAI provider's table.
+    pub openai_provider_extra: &'static str,
 }
 
 impl Default for Setup {
@@ -57,6 +59,7 @@ impl Default for Setup {
             shutdown_grace: server::SHUTDOWN_GRACE,
             upstream_timeout_secs: 30,
             openai_base_url: None,
+            openai_provider_extra: "",
         }
     }
 }
@@ -98,6 +101,7 @@ kind = "openai"
 base_url = "{openai_url}"
 api_key_env = "TEST_OPENAI_KEY"
 models = ["gpt-*", "text-embedding-*"]
+{openai_extra}
 
 [[providers]]
 name = "anthropic"
@@ -139,6 +143,7 @@ models = ["gpt-4o-mini"]
             .clone()
             .unwrap_or_else(|| format!("http://{}", mock.addr)),
         prices = prices.display(),
+        openai_extra = setup.openai_provider_extra,
         mock = mock.addr,
         org_cap = setup.org_cap,
         alice = sha(ALICE),
