@@ -220,6 +220,7 @@ mod tests {
             output: Price::per_mtok("5").unwrap(),
             max_output_tokens: Some(100),
             context_window: Some(10_000),
+            reasoning: false,
         }
     }
 

@@ -29,6 +29,9 @@ pub struct ModelPrice {
     pub max_output_tokens: Option<u64>,
     /// Bounds input the gateway cannot see (server-side conversation state).
     pub context_window: Option<u64>,
+    /// Output may be hidden: reasoning tokens are billed but not streamed,
+    /// so what a client saw of a stream says nothing of what it cost.
+    pub reasoning: bool,
 }
 
 impl ModelPrice {
@@ -165,6 +168,8 @@ struct RawModelPrice {
     cache_write_per_mtok: Option<toml::Value>,
     max_output_tokens: Option<toml::Value>,
     context_window: Option<toml::Value>,
+    #[serde(default)]
+    reasoning: bool,
 }
 
 fn parse_toml(text: &str, file: &str) -> Result<PriceTable, PriceError> {
@@ -211,6 +216,7 @@ fn parse_toml(text: &str, file: &str) -> Result<PriceTable, PriceError> {
             output,
             max_output_tokens,
             context_window,
+            reasoning: raw.reasoning,
         };
         models.insert(model, entry);
     }

@@ -55,6 +55,10 @@ pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
             output,
             max_output_tokens: tokens("max_output_tokens"),
             context_window: tokens("max_input_tokens").or_else(|| tokens("max_tokens")),
+            reasoning: entry
+                .get("supports_reasoning")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
         };
         models.insert(model.clone(), entry_price);
     }
