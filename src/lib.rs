@@ -29,7 +29,8 @@
 //! - [`metrics`] counts reserves, settlements and store calls for
 //!   `GET /metrics`; [`config`] loads and checks the TOML config.
 //! - Leaves, importing nothing of ours: [`money`] (integer micro-USD),
-//!   [`period`], [`provider`], [`body`]; [`prices`] prices tokens exactly.
+//!   [`period`], [`provider`], [`body`], [`hosted`] (the tools providers
+//!   bill per use); [`prices`] prices tokens and tool uses exactly.
 //!
 //! The fake provider the tests, demos and benchmarks use is its own crate,
 //! `tollgate-mock`, outside this library.
@@ -43,6 +44,7 @@ pub mod endpoints;
 pub mod error;
 pub mod estimate;
 pub mod gateway;
+pub mod hosted;
 pub mod metered;
 pub mod metrics;
 pub mod money;

@@ -120,6 +120,13 @@ impl Cost {
             .saturating_add(u128::from(tokens) * u128::from(price.0));
     }
 
+    /// Adds `count` fees of `each` µUSD (per-call prices), exactly.
+    pub fn add_fees(&mut self, count: u64, each: UsdMicros) {
+        const UNITS_PER_MICRO: u128 = 1_000_000;
+        let fees = (u128::from(count) * u128::from(each)).saturating_mul(UNITS_PER_MICRO);
+        self.0 = self.0.saturating_add(fees);
+    }
+
     /// The total in µUSD, rounded up, saturating at [`MAX_USD_MICROS`] so an
     /// absurd token count can never wrap into a small charge.
     pub fn usd_micros(self) -> UsdMicros {
@@ -189,6 +196,20 @@ mod tests {
         tiny.add(1, Price::per_mtok("0.000001").unwrap());
         assert_eq!(tiny.usd_micros(), 1);
         assert_eq!(Cost::default().usd_micros(), 0);
+    }
+
+    #[test]
+    fn fees_join_the_sum_before_the_one_rounding() {
+        // 0.4 µUSD of tokens and a 10,000 µUSD fee: 10,001, not 10,000.
+        let mut cost = Cost::default();
+        cost.add(4, Price::per_mtok("0.1").unwrap());
+        cost.add_fees(1, 10_000);
+        assert_eq!(cost.usd_micros(), 10_001);
+        cost.add_fees(3, 2_500);
+        assert_eq!(cost.usd_micros(), 17_501);
+        let mut huge = Cost::default();
+        huge.add_fees(u64::MAX, u64::MAX);
+        assert_eq!(huge.usd_micros(), MAX_USD_MICROS);
     }
 
     #[test]
