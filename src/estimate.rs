@@ -221,6 +221,7 @@ mod tests {
             max_output_tokens: Some(100),
             context_window: Some(10_000),
             reasoning: false,
+            tool_call_usd: Default::default(),
         }
     }
 

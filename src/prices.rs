@@ -6,13 +6,18 @@
 //! token as JSON numbers). Both are converted to exact [`Price`]s; a price
 //! that cannot be held exactly is rounded up, never down, so the gateway
 //! never under-charges.
+//!
+//! Hosted tools are priced per use (`tool_call_usd = { web_search =
+//! "0.01" }`, decimal USD): a tool a model's entry does not price is
+//! refused for that model.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::money::{Cost, Price, UsdMicros};
+use crate::hosted::HostedTool;
+use crate::money::{parse_usd, Cost, Price, UsdMicros};
 use crate::usage::Usage;
 
 mod litellm;
@@ -32,17 +37,32 @@ pub struct ModelPrice {
     /// Output may be hidden: reasoning tokens are billed but not streamed,
     /// so what a client saw of a stream says nothing of what it cost.
     pub reasoning: bool,
+    /// µUSD per use of each hosted tool the model may call; a tool not
+    /// here is refused for this model.
+    pub tool_call_usd: BTreeMap<HostedTool, UsdMicros>,
 }
 
 impl ModelPrice {
-    /// The exact cost of a call, rounded up to a whole µUSD once.
+    /// The exact cost of a call, hosted tool fees included, rounded up to a
+    /// whole µUSD once.
     pub fn cost(&self, usage: &Usage) -> UsdMicros {
         let mut cost = Cost::default();
         cost.add(usage.input, self.input);
         cost.add(usage.cached_input, self.cached_input);
         cost.add(usage.cache_write, self.cache_write);
         cost.add(usage.output, self.output);
+        // A use of a tool without a price adds nothing: requests declaring
+        // one are refused, so only a use the request never declared can
+        // be reported here.
+        for (tool, count) in usage.tool_calls.iter() {
+            cost.add_fees(count, self.tool_call(tool).unwrap_or(0));
+        }
         cost.usd_micros()
+    }
+
+    /// The price of one use of `tool`, if the model's entry has one.
+    pub fn tool_call(&self, tool: HostedTool) -> Option<UsdMicros> {
+        self.tool_call_usd.get(&tool).copied()
     }
 }
 
@@ -170,6 +190,8 @@ struct RawModelPrice {
     context_window: Option<toml::Value>,
     #[serde(default)]
     reasoning: bool,
+    #[serde(default)]
+    tool_call_usd: BTreeMap<String, toml::Value>,
 }
 
 fn parse_toml(text: &str, file: &str) -> Result<PriceTable, PriceError> {
@@ -209,6 +231,19 @@ fn parse_toml(text: &str, file: &str) -> Result<PriceTable, PriceError> {
         };
         let max_output_tokens = tokens("max_output_tokens", raw.max_output_tokens.as_ref())?;
         let context_window = tokens("context_window", raw.context_window.as_ref())?;
+        let mut tool_call_usd = BTreeMap::new();
+        for (name, value) in &raw.tool_call_usd {
+            let field = format!("tool_call_usd.{name}");
+            let tool = HostedTool::from_name(name).ok_or_else(|| {
+                let known: Vec<&str> = HostedTool::ALL.iter().map(|t| t.name()).collect();
+                field_error(
+                    &field,
+                    format!("not a hosted tool; the tools are {}", known.join(", ")),
+                )
+            })?;
+            let fee = toml_usd(value).map_err(|message| field_error(&field, message))?;
+            tool_call_usd.insert(tool, fee);
+        }
         let entry = ModelPrice {
             input,
             cached_input,
@@ -217,6 +252,7 @@ fn parse_toml(text: &str, file: &str) -> Result<PriceTable, PriceError> {
             max_output_tokens,
             context_window,
             reasoning: raw.reasoning,
+            tool_call_usd,
         };
         models.insert(model, entry);
     }
@@ -235,6 +271,22 @@ fn toml_price(value: &toml::Value) -> Result<Price, String> {
         )),
         other => Err(format!(
             "expected a decimal string like \"0.15\" (USD per million tokens), found a {}",
+            other.type_str()
+        )),
+    }
+}
+
+/// A per-use price: decimal USD (`"0.01"`), exact to the µUSD.
+fn toml_usd(value: &toml::Value) -> Result<UsdMicros, String> {
+    match value {
+        toml::Value::String(text) => parse_usd(text).map_err(|e| e.to_string()),
+        toml::Value::Integer(n) if *n >= 0 => parse_usd(&n.to_string()).map_err(|e| e.to_string()),
+        toml::Value::Integer(n) => Err(format!("{n} is negative; a price is zero or more")),
+        toml::Value::Float(x) => Err(format!(
+            "{x} is a float; write the price as a decimal string like \"0.01\" so it is exact"
+        )),
+        other => Err(format!(
+            "expected a decimal string like \"0.01\" (USD per use), found a {}",
             other.type_str()
         )),
     }
@@ -323,6 +375,7 @@ mod tests {
             cached_input: 2,
             cache_write: 0,
             output: 1,
+            ..Usage::default()
         };
         assert_eq!(mini.cost(&usage), 2);
         let sonnet = table.get("claude-sonnet-4-5").unwrap();
@@ -331,12 +384,62 @@ mod tests {
             cached_input: 1_000_000,
             cache_write: 1_000_000,
             output: 1_000_000,
+            ..Usage::default()
         };
         assert_eq!(
             sonnet.cost(&usage),
             3_000_000 + 300_000 + 3_750_000 + 15_000_000
         );
         assert_eq!(sonnet.cost(&Usage::default()), 0);
+    }
+
+    #[test]
+    fn tool_uses_are_priced_per_use_and_rounded_with_the_tokens() {
+        let text = format!(
+            "{TABLE}\n[models.\"search\"]\ninput_per_mtok = \"0.1\"\noutput_per_mtok = \"0\"\n\
+             tool_call_usd = {{ web_search = \"0.01\", file_search = \"0.0025\", web_fetch = 0 }}\n"
+        );
+        let table = PriceTable::from_toml_str(&text).unwrap();
+        let search = table.get("search").unwrap();
+        assert_eq!(search.tool_call(HostedTool::WebSearch), Some(10_000));
+        assert_eq!(search.tool_call(HostedTool::FileSearch), Some(2_500));
+        assert_eq!(search.tool_call(HostedTool::WebFetch), Some(0));
+        assert_eq!(search.tool_call(HostedTool::CodeInterpreter), None);
+        let mut usage = Usage {
+            input: 4,
+            ..Usage::default()
+        };
+        usage.tool_calls.set(HostedTool::WebSearch, 3);
+        usage.tool_calls.set(HostedTool::FileSearch, 1);
+        // 0.4 µUSD of input, rounded once with 30,000 + 2,500 of fees.
+        assert_eq!(search.cost(&usage), 32_501);
+        // An unpriced tool's uses add nothing.
+        usage.tool_calls.set(HostedTool::Mcp, 9);
+        assert_eq!(search.cost(&usage), 32_501);
+        assert!(table.get("gpt-4o-mini").unwrap().tool_call_usd.is_empty());
+    }
+
+    #[test]
+    fn bad_tool_prices_are_named() {
+        let base = "input_per_mtok = \"1\"\noutput_per_mtok = \"1\"\n";
+        let unknown = toml_error(&format!(
+            "{base}tool_call_usd = {{ code_execution = \"0.05\" }}"
+        ));
+        assert!(
+            unknown.contains("tool_call_usd.code_execution") && unknown.contains("web_search"),
+            "{unknown}"
+        );
+        let float = toml_error(&format!("{base}tool_call_usd = {{ web_search = 0.01 }}"));
+        assert!(
+            float.contains("tool_call_usd.web_search") && float.contains("decimal string"),
+            "{float}"
+        );
+        let precise = toml_error(&format!(
+            "{base}tool_call_usd = {{ web_search = \"0.0000001\" }}"
+        ));
+        assert!(precise.contains("decimal places"), "{precise}");
+        let not_a_table = toml_error(&format!("{base}tool_call_usd = \"0.01\""));
+        assert!(not_a_table.contains("tool_call_usd"), "{not_a_table}");
     }
 
     #[test]

@@ -5,16 +5,23 @@
 //! [`Usage`]. OpenAI counts cached tokens inside `prompt_tokens`, so they are
 //! subtracted out; Anthropic's `input_tokens` already excludes cache reads
 //! and writes. Reasoning tokens are inside the output count in every shape.
+//! Hosted tool uses are counted where the provider reports them:
+//! Anthropic's `usage.server_tool_use`, the Responses API's tool-call
+//! output items (`web_search_call`, `file_search_call`, …).
 //!
 //! Parsing uses small typed structs that name only the fields read, so the
 //! rest of a body (the generated text, tool definitions) is skipped, never
 //! built into a tree.
 
 mod stream;
+mod tool_items;
 
 pub use stream::{count_output_tokens, EventAction, StreamKind, StreamMeter};
 
 use serde::Deserialize;
+
+use crate::hosted::{HostedTool, ToolCalls};
+use tool_items::ToolItems;
 
 /// Tokens of one call, by price class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,6 +34,8 @@ pub struct Usage {
     pub cache_write: u64,
     /// Output tokens, reasoning included.
     pub output: u64,
+    /// Billed uses of hosted tools (web searches, file searches, …).
+    pub tool_calls: ToolCalls,
 }
 
 /// The API shape of a proxied call, fixed by its path.
@@ -51,7 +60,10 @@ pub fn parse_body_usage(api: ApiKind, body: &[u8]) -> Option<Usage> {
         ApiKind::ChatCompletions | ApiKind::Completions | ApiKind::Embeddings => {
             usage_field::<OpenAiUsage>(body).map(OpenAiUsage::to_usage)
         }
-        ApiKind::Responses => usage_field::<ResponsesUsage>(body).map(ResponsesUsage::to_usage),
+        ApiKind::Responses => {
+            let response = serde_json::from_slice::<ResponseObject>(body).ok()?;
+            response.into_usage()
+        }
         ApiKind::Messages => usage_field::<AnthropicUsage>(body).map(AnthropicUsage::to_usage),
     }
 }
@@ -84,6 +96,23 @@ struct ResponsesUsage {
     output_tokens: Option<u64>,
 }
 
+/// A Responses API response object: a body, or the `response` of a
+/// stream's terminal event.
+#[derive(Debug, Deserialize)]
+struct ResponseObject {
+    usage: Option<ResponsesUsage>,
+    /// Its output items, read only for the hosted tool calls among them.
+    output: Option<ToolItems>,
+}
+
+impl ResponseObject {
+    fn into_usage(self) -> Option<Usage> {
+        let mut usage = self.usage?.to_usage();
+        usage.tool_calls = self.output.map(|items| items.0).unwrap_or_default();
+        Some(usage)
+    }
+}
+
 /// `prompt_tokens_details` / `input_tokens_details`.
 #[derive(Clone, Copy, Debug, Deserialize)]
 struct CachedTokens {
@@ -98,6 +127,29 @@ struct AnthropicUsage {
     cache_read_input_tokens: Option<u64>,
     cache_creation_input_tokens: Option<u64>,
     output_tokens: Option<u64>,
+    server_tool_use: Option<ServerToolUse>,
+}
+
+/// `usage.server_tool_use`: Anthropic's count of its server tools' uses.
+#[derive(Clone, Copy, Debug, Deserialize)]
+struct ServerToolUse {
+    web_search_requests: Option<u64>,
+    web_fetch_requests: Option<u64>,
+}
+
+impl ServerToolUse {
+    /// Writes the counts reported into `calls`, leaving the others.
+    fn write(self, calls: &mut ToolCalls) {
+        let counts = [
+            (HostedTool::WebSearch, self.web_search_requests),
+            (HostedTool::WebFetch, self.web_fetch_requests),
+        ];
+        for (tool, count) in counts {
+            if let Some(count) = count {
+                calls.set(tool, count);
+            }
+        }
+    }
 }
 
 impl CachedTokens {
@@ -114,6 +166,7 @@ impl OpenAiUsage {
             cached_input: cached,
             cache_write: 0,
             output: self.completion_tokens.unwrap_or(0),
+            tool_calls: ToolCalls::default(),
         }
     }
 }
@@ -126,17 +179,23 @@ impl ResponsesUsage {
             cached_input: cached,
             cache_write: 0,
             output: self.output_tokens.unwrap_or(0),
+            tool_calls: ToolCalls::default(),
         }
     }
 }
 
 impl AnthropicUsage {
     fn to_usage(self) -> Usage {
+        let mut tool_calls = ToolCalls::default();
+        if let Some(server) = self.server_tool_use {
+            server.write(&mut tool_calls);
+        }
         Usage {
             input: self.input_tokens.unwrap_or(0),
             cached_input: self.cache_read_input_tokens.unwrap_or(0),
             cache_write: self.cache_creation_input_tokens.unwrap_or(0),
             output: self.output_tokens.unwrap_or(0),
+            tool_calls,
         }
     }
 }
@@ -151,6 +210,7 @@ mod tests {
             cached_input,
             cache_write,
             output,
+            tool_calls: ToolCalls::default(),
         }
     }
 
@@ -299,6 +359,40 @@ mod tests {
             parse_body_usage(ApiKind::Messages, body),
             Some(usage(21, 2048, 188086, 393))
         );
+    }
+
+    #[test]
+    fn hosted_tool_uses_are_read_where_reported() {
+        let anthropic = br#"{"id":"msg_1","type":"message","content":[{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"query":"q"}},{"type":"text","text":"ok"}],"usage":{"input_tokens":6039,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":931,"server_tool_use":{"web_search_requests":3,"web_fetch_requests":1}}}"#;
+        let usage = parse_body_usage(ApiKind::Messages, anthropic).unwrap();
+        assert_eq!(usage.input, 6039);
+        assert_eq!(usage.tool_calls.get(HostedTool::WebSearch), 3);
+        assert_eq!(usage.tool_calls.get(HostedTool::WebFetch), 1);
+
+        let responses = br#"{"id":"resp_1","object":"response","output":[{"type":"web_search_call","id":"ws_1","status":"completed"},{"type":"code_interpreter_call","id":"ci_1","container_id":"cntr_1","code":"print(1)"},{"type":"code_interpreter_call","id":"ci_2","container_id":"cntr_1"},{"type":"image_generation_call","id":"ig_1","result":"iVBORw0K"},{"type":"mcp_call","id":"mcp_1","name":"roll","arguments":"{}"},{"type":"mcp_list_tools","id":"mcpl_1"},{"type":"reasoning","id":"rs_1","summary":[]},{"type":"message","id":"msg_1","content":[{"type":"output_text","text":"done"}]}],"usage":{"input_tokens":500,"input_tokens_details":{"cached_tokens":0},"output_tokens":20}}"#;
+        let usage = parse_body_usage(ApiKind::Responses, responses).unwrap();
+        let calls: Vec<_> = usage.tool_calls.iter().collect();
+        assert_eq!(
+            calls,
+            [
+                (HostedTool::WebSearch, 1),
+                (HostedTool::CodeInterpreter, 2),
+                (HostedTool::ImageGeneration, 1),
+                (HostedTool::Mcp, 1)
+            ]
+        );
+        // No output items, or none of a hosted tool: no uses.
+        let plain = br#"{"usage":{"input_tokens":5,"output_tokens":1}}"#;
+        assert!(parse_body_usage(ApiKind::Responses, plain)
+            .unwrap()
+            .tool_calls
+            .is_empty());
+        // Chat completions report no tool uses at all.
+        let chat = br#"{"usage":{"prompt_tokens":5,"completion_tokens":1}}"#;
+        assert!(parse_body_usage(ApiKind::ChatCompletions, chat)
+            .unwrap()
+            .tool_calls
+            .is_empty());
     }
 
     #[test]

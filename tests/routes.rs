@@ -252,6 +252,7 @@ async fn anthropic_messages_streaming_and_not() {
             cached_input: 3,
             cache_write: 2,
             output: 8,
+            ..Usage::default()
         }
     );
     check_forwarded_credential(&h);

@@ -188,6 +188,7 @@ fn settlement(req: &ReserveRequest, actual: UsdMicros) -> Settlement {
             cached_input: 0,
             cache_write: 0,
             output: 200,
+            ..Usage::default()
         },
         actual,
         estimated: false,

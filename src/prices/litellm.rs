@@ -1,11 +1,18 @@
 //! LiteLLM's price file (`model_prices_and_context_window.json`): model
 //! name → costs in USD per token as JSON numbers, converted to exact
 //! [`Price`]s by shifting decimal digits, never by float arithmetic.
+//!
+//! Hosted tools: `search_context_cost_per_query` (USD per web search, by
+//! search context size: the dearest size prices every search, since a
+//! request may ask for any), `file_search_cost_per_1k_calls` and
+//! `code_interpreter_cost_per_session`. An entry without them prices no
+//! hosted tool, so the gateway refuses those tools for its model.
 
 use std::collections::BTreeMap;
 
 use super::{non_empty, ModelPrice, PriceError, PriceTable};
-use crate::money::Price;
+use crate::hosted::HostedTool;
+use crate::money::{Price, UsdMicros};
 
 /// LiteLLM documents its schema in this entry; it prices nothing.
 const LITELLM_SAMPLE_ENTRY: &str = "sample_spec";
@@ -59,10 +66,62 @@ pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
                 .get("supports_reasoning")
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(false),
+            tool_call_usd: tool_prices(entry)
+                .map_err(|(field, message)| field_error(field, message))?,
         };
         models.insert(model.clone(), entry_price);
     }
     non_empty(models, file)
+}
+
+/// The hosted tool prices of one entry, in µUSD per use.
+fn tool_prices(
+    entry: &serde_json::Value,
+) -> Result<BTreeMap<HostedTool, UsdMicros>, (&'static str, String)> {
+    const SEARCH: &str = "search_context_cost_per_query";
+    const FILE_SEARCH: &str = "file_search_cost_per_1k_calls";
+    const CODE_INTERPRETER: &str = "code_interpreter_cost_per_session";
+    let mut prices = BTreeMap::new();
+    let search = match entry.get(SEARCH) {
+        None | Some(serde_json::Value::Null) => None,
+        // One price per context size: the dearest bounds them all.
+        Some(serde_json::Value::Object(sizes)) => sizes
+            .values()
+            .filter(|value| !value.is_null())
+            .map(|value| per_use_micros(value, 1).map_err(|message| (SEARCH, message)))
+            .try_fold(None, |dearest: Option<UsdMicros>, fee| {
+                Ok(Some(dearest.unwrap_or(0).max(fee?)))
+            })?,
+        Some(value) => Some(per_use_micros(value, 1).map_err(|message| (SEARCH, message))?),
+    };
+    if let Some(fee) = search {
+        prices.insert(HostedTool::WebSearch, fee);
+        prices.insert(HostedTool::WebSearchPreview, fee);
+    }
+    for (field, tool, uses) in [
+        (FILE_SEARCH, HostedTool::FileSearch, 1_000),
+        (CODE_INTERPRETER, HostedTool::CodeInterpreter, 1),
+    ] {
+        if let Some(value) = entry.get(field).filter(|value| !value.is_null()) {
+            let fee = per_use_micros(value, uses).map_err(|message| (field, message))?;
+            prices.insert(tool, fee);
+        }
+    }
+    Ok(prices)
+}
+
+/// A LiteLLM cost in USD for `uses` uses → µUSD per use, rounded up, by
+/// digit shifting like token prices.
+fn per_use_micros(value: &serde_json::Value, uses: u64) -> Result<UsdMicros, String> {
+    // `micros_per_mtok` scales USD by 10^12; a µUSD is 10^6 of those.
+    const UNITS_PER_MICRO: u64 = 1_000_000;
+    let text = match value {
+        serde_json::Value::Number(n) => n.to_string(),
+        other => return Err(format!("expected a number of USD, found {other}")),
+    };
+    let units = micros_per_mtok(&text)
+        .ok_or_else(|| format!("{text} is not a non-negative number of USD within range"))?;
+    Ok(units.div_ceil(UNITS_PER_MICRO.saturating_mul(uses)))
 }
 
 /// Converts a LiteLLM cost (USD per token, a JSON number such as `1.5e-07`)
@@ -189,7 +248,14 @@ mod tests {
         },
         "priced-by-the-million": {
             "input_cost_per_token": 1.25e-06,
-            "output_cost_per_token": 1e-05
+            "output_cost_per_token": 1e-05,
+            "search_context_cost_per_query": {
+                "search_context_size_low": 0.025,
+                "search_context_size_medium": 0.0275,
+                "search_context_size_high": 0.03
+            },
+            "file_search_cost_per_1k_calls": 2.5,
+            "code_interpreter_cost_per_session": 0.03
         }
     }"#;
 
@@ -219,9 +285,32 @@ mod tests {
             Some(64000),
             "falls back to max_tokens"
         );
-        assert_eq!(
-            table.get("priced-by-the-million").unwrap().input,
-            price("1.25")
+        let tooled = table.get("priced-by-the-million").unwrap();
+        assert_eq!(tooled.input, price("1.25"));
+        // The dearest search context size prices every search.
+        assert_eq!(tooled.tool_call(HostedTool::WebSearch), Some(30_000));
+        assert_eq!(tooled.tool_call(HostedTool::WebSearchPreview), Some(30_000));
+        assert_eq!(tooled.tool_call(HostedTool::FileSearch), Some(2_500));
+        assert_eq!(tooled.tool_call(HostedTool::CodeInterpreter), Some(30_000));
+        assert_eq!(tooled.tool_call(HostedTool::Mcp), None);
+        assert!(mini.tool_call_usd.is_empty(), "no tool price, no tool");
+    }
+
+    #[test]
+    fn per_use_prices_round_up_to_the_micro() {
+        let fee = |json: &str, uses| per_use_micros(&serde_json::from_str(json).unwrap(), uses);
+        assert_eq!(fee("0.01", 1), Ok(10_000));
+        assert_eq!(fee("2.5", 1_000), Ok(2_500));
+        assert_eq!(fee("1e-9", 1), Ok(1));
+        assert_eq!(fee("0", 1), Ok(0));
+        assert!(fee("-0.01", 1).is_err());
+        assert!(fee("\"0.01\"", 1).is_err());
+        let bad = r#"{"m4": {"input_cost_per_token": 1e-6, "output_cost_per_token": 1e-6,
+            "search_context_cost_per_query": {"search_context_size_high": "x"}}}"#;
+        let message = parse(bad, "prices.json").unwrap_err().to_string();
+        assert!(
+            message.contains("search_context_cost_per_query"),
+            "{message}"
         );
     }
 

@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::{AnthropicUsage, OpenAiUsage, ResponsesUsage, Usage};
+use super::{AnthropicUsage, OpenAiUsage, ResponseObject, Usage};
 use crate::sse;
 
 /// The event format of a streamed response.
@@ -185,8 +185,8 @@ impl StreamMeter {
             }
             EventAction::Forward
         } else if is_responses_terminal(name) {
-            if let Some(usage) = parsed.and_then(|p| p.response?.usage) {
-                self.report(usage.to_usage());
+            if let Some(usage) = parsed.and_then(|p| p.response?.into_usage()) {
+                self.report(usage);
             }
             EventAction::Terminal
         } else {
@@ -243,6 +243,9 @@ impl StreamMeter {
         }
         if let Some(written) = delta.cache_creation_input_tokens {
             self.usage.cache_write = written;
+        }
+        if let Some(server) = delta.server_tool_use {
+            server.write(&mut self.usage.tool_calls);
         }
     }
 }
@@ -315,11 +318,6 @@ struct ResponsesEvent<'a> {
     kind: Option<Cow<'a, str>>,
     delta: Option<TextLen>,
     response: Option<ResponseObject>,
-}
-
-#[derive(Deserialize)]
-struct ResponseObject {
-    usage: Option<ResponsesUsage>,
 }
 
 /// An Anthropic event; `type` repeats the `event:` name.

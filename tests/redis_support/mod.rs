@@ -491,6 +491,8 @@ pub fn add_usage(a: Usage, b: &Usage) -> Usage {
         cached_input: a.cached_input + b.cached_input,
         cache_write: a.cache_write + b.cache_write,
         output: a.output + b.output,
+        // These tests declare no hosted tools.
+        ..Usage::default()
     }
 }
 
@@ -503,6 +505,7 @@ pub fn billed_by(stats: &MockStats) -> Usage {
         cached_input: billed.cached_input,
         cache_write: billed.cache_write,
         output: billed.output,
+        ..Usage::default()
     }
 }
 

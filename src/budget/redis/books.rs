@@ -92,6 +92,9 @@ fn parse_entry(id: &str, fields: Vec<String>) -> Result<LedgerLine, StoreError> 
             cached_input: number("cin")?,
             cache_write: number("cw")?,
             output: number("out")?,
+            // The Redis ledger keeps token counts only; hosted tool fees
+            // are in the entry's actual cost.
+            ..Usage::default()
         },
         reserved: number("res")?,
         actual: number("act")?,

@@ -66,6 +66,7 @@ fn settlement(req: &ReserveRequest, actual: UsdMicros) -> Settlement {
             cached_input: 0,
             cache_write: 0,
             output: 5,
+            ..Usage::default()
         },
         actual,
         estimated: false,

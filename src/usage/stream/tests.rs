@@ -60,6 +60,7 @@ fn usage(input: u64, cached_input: u64, cache_write: u64, output: u64) -> Usage 
         cached_input,
         cache_write,
         output,
+        ..Usage::default()
     }
 }
 
@@ -383,4 +384,61 @@ fn output_tokens_round_up_at_three_bytes() {
     assert_eq!(count_output_tokens(3), 1);
     assert_eq!(count_output_tokens(4), 2);
     assert_eq!(count_output_tokens(u64::MAX - 1), u64::MAX / 3);
+}
+
+// === Hosted tool uses ===
+
+fn web_searches(searches: u64, fetches: u64) -> crate::hosted::ToolCalls {
+    use crate::hosted::{HostedTool, ToolCalls};
+    let mut calls = ToolCalls::default();
+    calls.set(HostedTool::WebSearch, searches);
+    calls.set(HostedTool::WebFetch, fetches);
+    calls
+}
+
+#[test]
+fn anthropic_server_tool_uses_are_cumulative() {
+    let mut meter = StreamMeter::new(StreamKind::AnthropicMessages);
+    let start = br#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"usage":{"input_tokens":2679,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":3,"server_tool_use":{"web_search_requests":0}}}}
+
+"#;
+    meter.observe(start);
+    assert_eq!(meter.partial_usage().tool_calls, web_searches(0, 0));
+    let delta = br#"event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":10682,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":510,"server_tool_use":{"web_search_requests":2,"web_fetch_requests":1}}}
+
+"#;
+    meter.observe(delta);
+    let reported = meter.reported_usage().unwrap();
+    assert_eq!(reported.input, 10682);
+    assert_eq!(reported.tool_calls, web_searches(2, 1));
+    // A later delta naming one count keeps the other.
+    let later = br#"event: message_delta
+data: {"type":"message_delta","delta":{},"usage":{"output_tokens":511,"server_tool_use":{"web_search_requests":3}}}
+
+"#;
+    meter.observe(later);
+    assert_eq!(
+        meter.reported_usage().unwrap().tool_calls,
+        web_searches(3, 1)
+    );
+}
+
+#[test]
+fn responses_completed_counts_hosted_call_items() {
+    use crate::hosted::HostedTool;
+    let completed = br#"event: response.completed
+data: {"type":"response.completed","sequence_number":9,"response":{"id":"resp_1","object":"response","status":"completed","output":[{"type":"web_search_call","id":"ws_1","status":"completed","action":{"type":"search","query":"rust"}},{"type":"web_search_call","id":"ws_2","status":"completed"},{"type":"file_search_call","id":"fs_1","status":"completed","queries":["q"],"results":null},{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Rust \"is\" fine","annotations":[]}]}],"usage":{"input_tokens":9000,"input_tokens_details":{"cached_tokens":0},"output_tokens":40,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":9040}}}
+
+"#;
+    let mut meter = StreamMeter::new(StreamKind::OpenAiResponses);
+    assert_eq!(meter.observe(completed), EventAction::Terminal);
+    let reported = meter.reported_usage().unwrap();
+    assert_eq!((reported.input, reported.output), (9000, 40));
+    let calls: Vec<_> = reported.tool_calls.iter().collect();
+    assert_eq!(
+        calls,
+        [(HostedTool::WebSearch, 2), (HostedTool::FileSearch, 1)]
+    );
 }
