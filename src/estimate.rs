@@ -93,10 +93,13 @@ pub fn warm_up() {
 /// A call's upper bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Estimate {
+    /// Input tokens, hosted tool results included.
     pub input_tokens: u64,
     pub output_tokens: u64,
     /// The amount to reserve.
     pub amount: UsdMicros,
+    /// What the call's hosted tools may add (see [`ToolBound`]).
+    pub tools: ToolBound,
 }
 
 impl Estimate {
@@ -106,23 +109,39 @@ impl Estimate {
         Usage {
             input: self.input_tokens,
             output: output_tokens.min(self.output_tokens),
+            tool_calls: self.tools.calls,
             ..Usage::default()
         }
     }
 }
 
+// Hosted tools: their fees and the input their results add.
+mod tools;
+
+pub use tools::{ToolBound, FILE_SEARCH_CHUNK_TOKENS, WEB_SEARCH_RESULT_TOKENS};
+
 pub fn estimate(call: &Call, price: &ModelPrice, counter: TokenCounter) -> Estimate {
     let context_window = price.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
     let input_tokens = input_tokens(call.api, &call.body, counter, context_window);
     let output_tokens = call.output_bound().saturating_mul(call.choices);
+    let tools = ToolBound::of(
+        &call.tools,
+        price,
+        input_tokens,
+        output_tokens,
+        context_window,
+    );
+    let input_tokens = input_tokens.saturating_add(tools.result_tokens);
     let input_price = price.input.max(price.cache_write).max(price.cached_input);
     let mut cost = Cost::default();
     cost.add(input_tokens, input_price);
     cost.add(output_tokens, price.output);
+    tools.add_fees(&mut cost, price);
     Estimate {
         input_tokens,
         output_tokens,
         amount: cost.usd_micros(),
+        tools,
     }
 }
 
@@ -395,6 +414,7 @@ mod tests {
             input_tokens: 10,
             output_tokens: 5,
             amount: 1,
+            tools: ToolBound::default(),
         };
         assert_eq!(
             e.fallback_usage(9),

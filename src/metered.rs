@@ -20,6 +20,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
 use crate::body::BoxError;
+use crate::estimate::ToolBound;
 use crate::settle::{SettleTicket, Settling};
 use crate::sse::SseSplitter;
 use crate::usage::{EventAction, StreamKind, StreamMeter};
@@ -35,6 +36,8 @@ pin_project! {
         deadline: Sleep,
         splitter: SseSplitter,
         meter: StreamMeter,
+        // How the hosted tool uses the stream reports are billed.
+        tools: ToolBound,
         ticket: SettleTicket,
         // Events cleared to send.
         ready: VecDeque<Bytes>,
@@ -64,6 +67,7 @@ impl MeteredBody {
     pub fn new(
         upstream: Incoming,
         kind: StreamKind,
+        tools: ToolBound,
         ticket: SettleTicket,
         timeout: Duration,
     ) -> MeteredBody {
@@ -72,6 +76,7 @@ impl MeteredBody {
             deadline: tokio::time::sleep(timeout),
             splitter: SseSplitter::new(),
             meter: StreamMeter::new(kind),
+            tools,
             ticket,
             ready: VecDeque::new(),
             held: None,
@@ -85,9 +90,13 @@ impl MeteredBody {
 
 /// Settles with the provider's usage if the stream carried it, else with
 /// what was seen.
-fn settle_final(ticket: &mut SettleTicket, meter: &StreamMeter) -> Option<Settling> {
+fn settle_final(
+    ticket: &mut SettleTicket,
+    meter: &StreamMeter,
+    tools: &ToolBound,
+) -> Option<Settling> {
     match meter.reported_usage() {
-        Some(usage) => ticket.settle(usage, false),
+        Some(usage) => ticket.settle(tools.reported(usage), false),
         None => ticket.settle_seen(meter.partial_usage()),
     }
 }
@@ -144,7 +153,7 @@ impl HttpBody for MeteredBody {
                     EventAction::Forward => this.ready.push_back(event),
                     EventAction::Drop => {}
                     EventAction::Terminal => {
-                        let settling = settle_final(this.ticket, this.meter);
+                        let settling = settle_final(this.ticket, this.meter, this.tools);
                         hold_until_settled(this.settling, this.held, this.ready, settling, event);
                     }
                 }
@@ -185,7 +194,7 @@ impl HttpBody for MeteredBody {
                     if !rest.is_empty() && this.meter.observe(&rest) == EventAction::Drop {
                         rest = Bytes::new();
                     }
-                    let settling = settle_final(this.ticket, this.meter);
+                    let settling = settle_final(this.ticket, this.meter, this.tools);
                     hold_until_settled(this.settling, this.held, this.ready, settling, rest);
                 }
             }

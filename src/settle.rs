@@ -195,7 +195,8 @@ impl MeteredCall {
             Stage::Sent { stream: true } => {
                 let input_seen = seen.input + seen.cached_input + seen.cache_write > 0;
                 let mut usage = if input_seen {
-                    seen
+                    // Hosted tools may have fed results in since.
+                    self.estimate.tools.cut(seen)
                 } else {
                     self.estimate.fallback_usage(seen.output)
                 };

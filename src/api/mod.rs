@@ -8,6 +8,7 @@
 
 mod json;
 mod rules;
+mod tools;
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -15,7 +16,8 @@ use serde_json::{Map, Value};
 use crate::error::{GatewayError, Shape};
 use crate::usage::{ApiKind, StreamKind};
 
-pub use rules::{check_api_matches, check_headers};
+pub use rules::{check_api_matches, check_headers, check_hosted_tools};
+pub use tools::{DeclaredTool, HostedTools, DEFAULT_MAX_TOOL_CALLS, DEFAULT_MAX_USES};
 
 /// A proxied route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +104,9 @@ pub struct Call {
     thinking_budget: u64,
     /// Choices generated (`n`, or `best_of` for legacy completions).
     pub choices: u64,
+    /// The hosted tools it declares, each with the most uses the forwarded
+    /// body allows ([`Call::bound_tool_uses`] sets the limits it lacks).
+    pub tools: HostedTools,
     /// The client did not ask for stream usage; the gateway asked for it
     /// upstream and hides the usage-only chunk from the client.
     pub hide_usage_chunk: bool,
@@ -145,6 +150,7 @@ impl Call {
         }
         check_input(api, &body)?;
         rules::check_body(api, &body)?;
+        let tools = HostedTools::of(api, &body)?;
         let choices = choices(api, &body)?;
         let client_limit = client_output_limit(api, &body)?;
         let thinking_budget = match api {
@@ -159,6 +165,7 @@ impl Call {
             limit_given: client_limit.is_some(),
             thinking_budget,
             choices,
+            tools,
             hide_usage_chunk: false,
             body,
             original: bytes,
@@ -167,6 +174,7 @@ impl Call {
         if stream && matches!(api, Api::ChatCompletions | Api::Completions) {
             call.ask_for_stream_usage()?;
         }
+        call.bound_tool_uses();
         Ok(call)
     }
 

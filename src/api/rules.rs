@@ -1,14 +1,16 @@
 //! Request rules beyond each field's type: which provider family a route
 //! can reach, work the gateway could not settle, and options providers
 //! bill at rates the price table does not hold, which would charge a call
-//! less than it costs. Values are normalised before they are checked, so a
-//! variant of a refused option is refused too.
+//! less than it costs (hosted tools the model's entry does not price among
+//! them). Values are normalised before they are checked, so a variant of a
+//! refused option is refused too.
 
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::{bad, Api};
+use super::{bad, Api, Call};
 use crate::error::GatewayError;
+use crate::prices::ModelPrice;
 use crate::provider::ProviderKind;
 
 /// An OpenAI-shaped route can only reach an OpenAI-compatible provider, and
@@ -31,6 +33,29 @@ pub fn check_api_matches(api: Api, kind: ProviderKind, model: &str) -> Result<()
             ),
             Some("model"),
         ))
+    }
+}
+
+/// Refuses a hosted tool the model's price entry does not price: the
+/// provider would bill its uses while the gateway charged nothing for them.
+pub fn check_hosted_tools(call: &Call, price: &ModelPrice) -> Result<(), GatewayError> {
+    let unpriced = call
+        .tools
+        .declared
+        .iter()
+        .find(|declared| price.tool_call(declared.tool).is_none());
+    match unpriced {
+        None => Ok(()),
+        Some(declared) => Err(GatewayError::BadRequest {
+            message: format!(
+                "the hosted tool `{}` is billed per use, and this gateway has no price for \
+                 `{}` on model `{}` (tool_call_usd.{} in its price table); remove the tool, \
+                 or ask the operator to price it",
+                declared.name, declared.tool, call.model, declared.tool,
+            ),
+            param: Some(declared.param()),
+            code: Some("tool_not_priced"),
+        }),
     }
 }
 
@@ -215,6 +240,44 @@ mod tests {
         }
         let allowed = json!({"cache_control": {"type": "ephemeral"}, "system": [{"cache_control": {"ttl": "5m"}}]});
         check_body(Api::Messages, &body(allowed)).unwrap();
+    }
+
+    #[test]
+    fn an_unpriced_hosted_tool_is_refused_by_name() {
+        let table = crate::prices::PriceTable::from_toml_str(
+            r#"
+            [models."searcher"]
+            input_per_mtok = "1"
+            output_per_mtok = "1"
+            tool_call_usd = { web_search = "0.01" }
+            "#,
+        )
+        .unwrap();
+        let price = table.get("searcher").unwrap();
+        let call = |tools: Value| {
+            let body = json!({"model": "searcher", "input": "x", "tools": tools});
+            Call::parse(Api::Responses, bytes::Bytes::from(body.to_string())).unwrap()
+        };
+        check_hosted_tools(&call(json!([{"type": "web_search"}])), price).unwrap();
+        check_hosted_tools(&call(json!([{"type": "function", "name": "f"}])), price).unwrap();
+        let error = check_hosted_tools(
+            &call(json!([{"type": "web_search"}, {"type": "image_generation"}])),
+            price,
+        )
+        .unwrap_err();
+        let GatewayError::BadRequest {
+            message,
+            param,
+            code,
+        } = error
+        else {
+            panic!("not a bad request")
+        };
+        assert!(
+            message.contains("`image_generation`") && message.contains("`searcher`"),
+            "{message}"
+        );
+        assert_eq!((param, code), (Some("tools"), Some("tool_not_priced")));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
-use crate::api::{check_api_matches, check_headers, Api, Call};
+use crate::api::{check_api_matches, check_headers, check_hosted_tools, Api, Call};
 use crate::config::{KeyConfig, Provider};
 use crate::error::GatewayError;
 use crate::estimate::{estimate, Estimate, TokenCounter};
@@ -75,6 +75,7 @@ pub async fn admit<'g>(
         .ok_or_else(unknown)?;
     check_api_matches(api, provider.kind, &call.model)?;
     check_headers(api, headers)?;
+    check_hosted_tools(&call, price)?;
     call.bound_output(
         price.max_output_tokens.unwrap_or(DEFAULT_OUTPUT_LIMIT),
         &provider.output_limit_fields,

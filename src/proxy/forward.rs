@@ -72,7 +72,7 @@ pub async fn forward(
     }
     if call.stream && is_event_stream(&head.headers) {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let metered = MeteredBody::new(body, call.stream_kind(), ticket, remaining);
+        let metered = MeteredBody::new(body, call.stream_kind(), estimate.tools, ticket, remaining);
         return Ok(Response::from_parts(head, metered.boxed_unsync()));
     }
 
@@ -85,7 +85,7 @@ pub async fn forward(
         Err(_) => return Err(cut(ticket, Failure::TimedOut, provider, timeout).await),
     };
     let settling = match parse_body_usage(call.api.usage_kind(), &body) {
-        Some(usage) => ticket.settle(usage, false),
+        Some(usage) => ticket.settle(estimate.tools.reported(usage), false),
         // A response without usage is charged its full upper bound.
         None => ticket.settle(estimate.fallback_usage(estimate.output_tokens), true),
     };

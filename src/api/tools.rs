@@ -1,0 +1,541 @@
+//! The hosted tools a request declares, and the most uses the provider may
+//! make of them.
+//!
+//! - Responses: hosted entries of `tools` (`web_search`,
+//!   `web_search_preview`, `file_search`, `code_interpreter`,
+//!   `image_generation`, `mcp`); `max_tool_calls` bounds the calls of all
+//!   of them together.
+//! - Messages: Anthropic's server tools (`web_search_*`, `web_fetch_*`),
+//!   each bounded by its own `max_uses`.
+//! - Chat Completions: `web_search_options`, one search per request.
+//!
+//! A request that declares hosted tools without a limit gets one
+//! ([`Call::bound_tool_uses`]): `max_tool_calls` =
+//! [`DEFAULT_MAX_TOOL_CALLS`] on Responses, `max_uses` =
+//! [`DEFAULT_MAX_USES`] on each Anthropic server tool, so the reserved
+//! bound holds at the provider. Tools that cannot be bounded before the
+//! call (Anthropic's code execution, billed by container time; its MCP
+//! connector), and tool types the gateway does not know, are refused: any
+//! of them may be billed outside tokens.
+
+use serde_json::{Map, Value};
+
+use super::{bad, Api, Call};
+use crate::error::GatewayError;
+use crate::hosted::HostedTool;
+
+/// `max_tool_calls` set on a Responses request that declares hosted tools
+/// without one. Five calls answer most questions that need a search at
+/// all; a client that wants a smaller reservation sets a lower limit.
+pub const DEFAULT_MAX_TOOL_CALLS: u64 = 5;
+
+/// `max_uses` set on an Anthropic server tool declared without one: the
+/// value Anthropic's own examples use.
+pub const DEFAULT_MAX_USES: u64 = 5;
+
+/// The refusal code of a tool the gateway cannot bound.
+const NOT_SUPPORTED: &str = "tool_not_supported";
+
+/// The hosted tools of one request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostedTools {
+    /// Each hosted tool declared, in order.
+    pub declared: Vec<DeclaredTool>,
+    /// The most calls of all hosted tools together (Responses'
+    /// `max_tool_calls`).
+    pub max_calls: Option<u64>,
+}
+
+/// One hosted tool as a request declares it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclaredTool {
+    pub tool: HostedTool,
+    /// The provider's name for it (`web_search_20250305`,
+    /// `web_search_options`), for messages.
+    pub name: String,
+    /// Where it is in the request's `tools` (none for Chat Completions'
+    /// `web_search_options`).
+    index: Option<usize>,
+    /// The most uses of this tool alone (Anthropic's `max_uses`).
+    pub max_uses: Option<u64>,
+    /// Billed once per request whatever the model does: a code interpreter
+    /// container session, a search model's search.
+    pub per_request: bool,
+    /// What bounds one use's result, when the request says: Anthropic web
+    /// fetch's `max_content_tokens`, file search's `max_num_results`.
+    pub result_limit: Option<u64>,
+}
+
+impl HostedTools {
+    pub fn is_empty(&self) -> bool {
+        self.declared.is_empty()
+    }
+
+    /// Reads the hosted tools of a request body, refusing tools that cannot
+    /// be bounded or are not known, and limits that are not counts.
+    pub fn of(api: Api, body: &Map<String, Value>) -> Result<HostedTools, GatewayError> {
+        match api {
+            Api::Responses => responses(body),
+            Api::Messages => messages(body),
+            Api::ChatCompletions => chat(body),
+            Api::Completions | Api::Embeddings => Ok(HostedTools::default()),
+        }
+    }
+}
+
+impl Call {
+    /// Sets the limit the provider honours wherever the request declares
+    /// hosted tools without one, so the call's bound holds upstream.
+    pub(super) fn bound_tool_uses(&mut self) {
+        if self.tools.is_empty() {
+            return;
+        }
+        match self.api {
+            Api::Responses if self.tools.max_calls.is_none() => {
+                self.body
+                    .insert("max_tool_calls".to_owned(), DEFAULT_MAX_TOOL_CALLS.into());
+                self.tools.max_calls = Some(DEFAULT_MAX_TOOL_CALLS);
+                self.changed = true;
+            }
+            Api::Messages => {
+                let Some(Value::Array(tools)) = self.body.get_mut("tools") else {
+                    return;
+                };
+                for declared in &mut self.tools.declared {
+                    let entry = declared.index.and_then(|index| tools.get_mut(index));
+                    if let (None, Some(Value::Object(entry))) = (declared.max_uses, entry) {
+                        entry.insert("max_uses".to_owned(), DEFAULT_MAX_USES.into());
+                        declared.max_uses = Some(DEFAULT_MAX_USES);
+                        self.changed = true;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl DeclaredTool {
+    fn new(tool: HostedTool, name: &str, index: Option<usize>) -> DeclaredTool {
+        DeclaredTool {
+            tool,
+            name: name.to_owned(),
+            index,
+            max_uses: None,
+            per_request: false,
+            result_limit: None,
+        }
+    }
+
+    /// The request field that declares it.
+    pub fn param(&self) -> &'static str {
+        match self.index {
+            Some(_) => "tools",
+            None => "web_search_options",
+        }
+    }
+}
+
+/// What a tool type is to the gateway.
+enum Kind {
+    Hosted(HostedTool),
+    /// Run by the client (functions, shells, editors) or by the provider
+    /// at token prices only: nothing to bound beyond the tokens.
+    TokensOnly,
+    /// Billed in a way no limit bounds before the call.
+    Unbounded(&'static str),
+    Unknown,
+}
+
+fn responses_kind(kind: &str) -> Kind {
+    match kind {
+        "function"
+        | "custom"
+        | "computer_use_preview"
+        | "computer_use"
+        | "local_shell"
+        | "shell"
+        | "apply_patch" => Kind::TokensOnly,
+        "file_search" => Kind::Hosted(HostedTool::FileSearch),
+        "code_interpreter" => Kind::Hosted(HostedTool::CodeInterpreter),
+        "image_generation" => Kind::Hosted(HostedTool::ImageGeneration),
+        "mcp" => Kind::Hosted(HostedTool::Mcp),
+        // `web_search_preview_2025_03_11`, `web_search_2025_08_26`, …
+        _ if kind.starts_with("web_search_preview") => Kind::Hosted(HostedTool::WebSearchPreview),
+        _ if kind.starts_with("web_search") => Kind::Hosted(HostedTool::WebSearch),
+        _ => Kind::Unknown,
+    }
+}
+
+fn anthropic_kind(kind: &str) -> Kind {
+    let family = |prefix: &str| kind.starts_with(prefix);
+    if kind == "custom" {
+        Kind::TokensOnly
+    } else if family("web_search_") {
+        Kind::Hosted(HostedTool::WebSearch)
+    } else if family("web_fetch_") {
+        Kind::Hosted(HostedTool::WebFetch)
+    } else if family("code_execution_") {
+        Kind::Unbounded("is billed by container time, which no limit bounds before the call")
+    } else if family("mcp_toolset") {
+        Kind::Unbounded("calls MCP servers as often as the model likes, with results of any size")
+    } else if [
+        "bash_",
+        "text_editor_",
+        "computer_",
+        "memory_",
+        "tool_search_tool_",
+    ]
+    .iter()
+    .any(|prefix| family(prefix))
+    {
+        // Run by the client, or (tool search) over the request's own
+        // tool definitions, which are counted as input.
+        Kind::TokensOnly
+    } else {
+        Kind::Unknown
+    }
+}
+
+/// One entry of `tools`: its index, its fields and its type (`None`: a
+/// tool without one, which Anthropic reads as a custom tool).
+type ToolEntry<'a> = (usize, &'a Map<String, Value>, Option<&'a str>);
+
+/// The entries of `tools`.
+fn tool_entries(body: &Map<String, Value>) -> Result<Vec<ToolEntry<'_>>, GatewayError> {
+    let tools = match body.get("tools") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(tools)) => tools,
+        Some(_) => return Err(bad("`tools` must be an array", Some("tools"))),
+    };
+    tools
+        .iter()
+        .enumerate()
+        .map(|(index, tool)| {
+            let Value::Object(entry) = tool else {
+                return Err(bad(
+                    "every item of `tools` must be an object",
+                    Some("tools"),
+                ));
+            };
+            match entry.get("type") {
+                None | Some(Value::Null) => Ok((index, entry, None)),
+                Some(Value::String(kind)) => Ok((index, entry, Some(kind.as_str()))),
+                Some(_) => Err(bad("a tool's `type` must be a string", Some("tools"))),
+            }
+        })
+        .collect()
+}
+
+fn refuse(kind: &str, why: &str, param: &'static str) -> GatewayError {
+    GatewayError::BadRequest {
+        message: format!("the tool `{kind}` {why}; remove it"),
+        param: Some(param),
+        code: Some(NOT_SUPPORTED),
+    }
+}
+
+fn unknown(kind: &str) -> GatewayError {
+    refuse(
+        kind,
+        "is not known to this gateway: it may be billed outside tokens, beyond what the \
+         call reserved",
+        "tools",
+    )
+}
+
+/// A count a tool or the request sets: a non-negative integer.
+fn count(
+    entry: &Map<String, Value>,
+    field: &str,
+    param: &'static str,
+) -> Result<Option<u64>, GatewayError> {
+    match entry.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value.as_u64().map(Some).ok_or_else(|| {
+            bad(
+                &format!("`{field}` must be a non-negative integer"),
+                Some(param),
+            )
+        }),
+    }
+}
+
+fn responses(body: &Map<String, Value>) -> Result<HostedTools, GatewayError> {
+    let mut tools = HostedTools {
+        max_calls: count(body, "max_tool_calls", "max_tool_calls")?,
+        ..HostedTools::default()
+    };
+    for (index, entry, kind) in tool_entries(body)? {
+        let kind = kind.ok_or_else(|| bad("every tool needs a `type`", Some("tools")))?;
+        match responses_kind(kind) {
+            Kind::Hosted(tool) => {
+                let mut declared = DeclaredTool::new(tool, kind, Some(index));
+                // A container session is billed when the request opens
+                // one, whether or not the model runs code in it.
+                declared.per_request = tool == HostedTool::CodeInterpreter;
+                if tool == HostedTool::FileSearch {
+                    declared.result_limit = count(entry, "max_num_results", "tools")?;
+                }
+                tools.declared.push(declared);
+            }
+            Kind::TokensOnly => {}
+            Kind::Unbounded(why) => return Err(refuse(kind, why, "tools")),
+            Kind::Unknown => return Err(unknown(kind)),
+        }
+    }
+    Ok(tools)
+}
+
+fn messages(body: &Map<String, Value>) -> Result<HostedTools, GatewayError> {
+    if body
+        .get("mcp_servers")
+        .is_some_and(|servers| !servers.is_null() && servers != &Value::Array(Vec::new()))
+    {
+        return Err(refuse(
+            "mcp_servers",
+            "(Anthropic's MCP connector) calls MCP servers as often as the model likes, \
+             with results of any size",
+            "mcp_servers",
+        ));
+    }
+    let mut tools = HostedTools::default();
+    for (index, entry, kind) in tool_entries(body)? {
+        let Some(kind) = kind else { continue };
+        match anthropic_kind(kind) {
+            Kind::Hosted(tool) => {
+                let mut declared = DeclaredTool::new(tool, kind, Some(index));
+                declared.max_uses = count(entry, "max_uses", "tools")?;
+                if tool == HostedTool::WebFetch {
+                    declared.result_limit = count(entry, "max_content_tokens", "tools")?;
+                }
+                tools.declared.push(declared);
+            }
+            Kind::TokensOnly => {}
+            Kind::Unbounded(why) => return Err(refuse(kind, why, "tools")),
+            Kind::Unknown => return Err(unknown(kind)),
+        }
+    }
+    Ok(tools)
+}
+
+/// Chat Completions' search models search once per request, billed as
+/// OpenAI's web search preview.
+fn chat(body: &Map<String, Value>) -> Result<HostedTools, GatewayError> {
+    match body.get("web_search_options") {
+        None | Some(Value::Null) => Ok(HostedTools::default()),
+        Some(Value::Object(_)) => {
+            let mut search =
+                DeclaredTool::new(HostedTool::WebSearchPreview, "web_search_options", None);
+            search.per_request = true;
+            Ok(HostedTools {
+                declared: vec![search],
+                max_calls: None,
+            })
+        }
+        Some(_) => Err(bad(
+            "`web_search_options` must be an object",
+            Some("web_search_options"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use serde_json::json;
+
+    fn parse(api: Api, body: Value) -> Result<Call, GatewayError> {
+        Call::parse(api, Bytes::from(body.to_string()))
+    }
+
+    fn sent(call: &Call) -> Value {
+        serde_json::from_slice(&call.forward_body()).unwrap()
+    }
+
+    fn refusal(error: GatewayError) -> (String, Option<&'static str>, Option<&'static str>) {
+        match error {
+            GatewayError::BadRequest {
+                message,
+                param,
+                code,
+            } => (message, param, code),
+            other => panic!("not a bad request: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn responses_without_a_limit_get_one() {
+        let call = parse(
+            Api::Responses,
+            json!({"model": "gpt-5", "input": "news?", "tools": [
+                {"type": "function", "name": "f", "parameters": {}},
+                {"type": "web_search"},
+                {"type": "file_search", "vector_store_ids": ["vs_1"], "max_num_results": 8},
+                {"type": "code_interpreter", "container": {"type": "auto"}},
+                {"type": "web_search_preview_2025_03_11"},
+            ]}),
+        )
+        .unwrap();
+        assert_eq!(call.tools.max_calls, Some(DEFAULT_MAX_TOOL_CALLS));
+        assert_eq!(sent(&call)["max_tool_calls"], DEFAULT_MAX_TOOL_CALLS);
+        let tools: Vec<_> = call.tools.declared.iter().map(|d| d.tool).collect();
+        assert_eq!(
+            tools,
+            [
+                HostedTool::WebSearch,
+                HostedTool::FileSearch,
+                HostedTool::CodeInterpreter,
+                HostedTool::WebSearchPreview
+            ]
+        );
+        assert_eq!(call.tools.declared[1].result_limit, Some(8));
+        assert!(call.tools.declared[2].per_request);
+        assert!(!call.tools.declared[0].per_request);
+        assert_eq!(call.tools.declared[3].name, "web_search_preview_2025_03_11");
+    }
+
+    #[test]
+    fn a_limit_given_and_tools_billed_by_tokens_are_left_alone() {
+        let given = json!({"model": "gpt-5", "input": "x", "max_output_tokens": 10,
+            "max_tool_calls": 2, "tools": [{"type": "web_search"}]});
+        let call = parse(Api::Responses, given.clone()).unwrap();
+        assert_eq!(call.tools.max_calls, Some(2));
+        assert_eq!(call.forward_body(), given.to_string().as_bytes());
+
+        let functions = json!({"model": "gpt-5", "input": "x", "max_output_tokens": 10,
+            "tools": [{"type": "function", "name": "f"}, {"type": "local_shell"}]});
+        let call = parse(Api::Responses, functions.clone()).unwrap();
+        assert!(call.tools.is_empty());
+        assert_eq!(call.forward_body(), functions.to_string().as_bytes());
+    }
+
+    #[test]
+    fn anthropic_server_tools_get_max_uses() {
+        let call = parse(
+            Api::Messages,
+            json!({"model": "claude-sonnet-4-5", "max_tokens": 100,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [
+                {"name": "get_weather", "input_schema": {"type": "object"}},
+                {"type": "web_search_20250305", "name": "web_search"},
+                {"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 2,
+                 "max_content_tokens": 5000},
+                {"type": "bash_20250124", "name": "bash"},
+            ]}),
+        )
+        .unwrap();
+        let tools = &sent(&call)["tools"];
+        assert_eq!(tools[1]["max_uses"], DEFAULT_MAX_USES);
+        assert_eq!(tools[2]["max_uses"], 2);
+        assert!(tools[0].get("max_uses").is_none() && tools[3].get("max_uses").is_none());
+        let declared = &call.tools.declared;
+        assert_eq!(
+            (declared[0].tool, declared[0].max_uses),
+            (HostedTool::WebSearch, Some(DEFAULT_MAX_USES))
+        );
+        assert_eq!(
+            (
+                declared[1].tool,
+                declared[1].max_uses,
+                declared[1].result_limit
+            ),
+            (HostedTool::WebFetch, Some(2), Some(5000))
+        );
+        assert_eq!(call.tools.max_calls, None);
+    }
+
+    #[test]
+    fn chat_search_is_one_per_request() {
+        let call = parse(
+            Api::ChatCompletions,
+            json!({"model": "gpt-4o-search-preview", "messages": [{"role": "user", "content": "x"}],
+                "web_search_options": {"search_context_size": "high"}}),
+        )
+        .unwrap();
+        let declared = &call.tools.declared;
+        assert_eq!(declared.len(), 1);
+        assert_eq!(declared[0].tool, HostedTool::WebSearchPreview);
+        assert!(declared[0].per_request);
+        assert_eq!(declared[0].param(), "web_search_options");
+        let bad = json!({"model": "m", "messages": [{}], "web_search_options": true});
+        let (_, param, _) = refusal(parse(Api::ChatCompletions, bad).unwrap_err());
+        assert_eq!(param, Some("web_search_options"));
+    }
+
+    #[test]
+    fn tools_that_cannot_be_bounded_are_refused_by_name() {
+        let messages = |tools: Value, extra: Value| {
+            let mut body = json!({"model": "claude-sonnet-4-5", "max_tokens": 10,
+                "messages": [{"role": "user", "content": "x"}], "tools": tools});
+            if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
+                body.extend(extra);
+            }
+            refusal(parse(Api::Messages, body).unwrap_err())
+        };
+        let (message, param, code) = messages(
+            json!([{"type": "code_execution_20250825", "name": "code_execution"}]),
+            json!({}),
+        );
+        assert!(message.contains("code_execution_20250825"), "{message}");
+        assert_eq!((param, code), (Some("tools"), Some("tool_not_supported")));
+        let (message, param, _) = messages(
+            json!([]),
+            json!({"mcp_servers": [{"type": "url", "url": "https://x", "name": "x"}]}),
+        );
+        assert!(message.contains("mcp_servers"), "{message}");
+        assert_eq!(param, Some("mcp_servers"));
+        let (message, ..) = messages(
+            json!([{"type": "telepathy_20990101", "name": "t"}]),
+            json!({}),
+        );
+        assert!(message.contains("telepathy_20990101"), "{message}");
+
+        let (message, _, code) = refusal(
+            parse(
+                Api::Responses,
+                json!({"model": "gpt-5", "input": "x", "tools": [{"type": "deep_research"}]}),
+            )
+            .unwrap_err(),
+        );
+        assert!(message.contains("deep_research"), "{message}");
+        assert_eq!(code, Some("tool_not_supported"));
+    }
+
+    #[test]
+    fn limits_must_be_counts() {
+        let cases = [
+            (
+                Api::Responses,
+                json!({"model": "m", "input": "x", "max_tool_calls": -1, "tools": [{"type": "web_search"}]}),
+                "max_tool_calls",
+            ),
+            (
+                Api::Responses,
+                json!({"model": "m", "input": "x", "tools": {"type": "web_search"}}),
+                "tools",
+            ),
+            (
+                Api::Responses,
+                json!({"model": "m", "input": "x", "tools": [{"name": "no type"}]}),
+                "tools",
+            ),
+            (
+                Api::Messages,
+                json!({"model": "m", "max_tokens": 1, "messages": [{}],
+                    "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": "5"}]}),
+                "tools",
+            ),
+            (
+                Api::Messages,
+                json!({"model": "m", "max_tokens": 1, "messages": [{}], "tools": ["web_search"]}),
+                "tools",
+            ),
+        ];
+        for (api, body, field) in cases {
+            let (message, param, _) = refusal(parse(api, body.clone()).unwrap_err());
+            assert_eq!(param, Some(field), "{body}: {message}");
+        }
+    }
+}
