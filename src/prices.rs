@@ -554,6 +554,16 @@ mod tests {
         }
         let sonnet = table.get("claude-sonnet-4-20250514").unwrap();
         assert_eq!(sonnet.cache_write, price("3.75"));
+        assert_eq!(sonnet.tool_call(HostedTool::WebSearch), Some(10_000));
+        assert_eq!(sonnet.tool_call(HostedTool::WebFetch), Some(0));
+        let mini = table.get("gpt-4o-mini").unwrap();
+        assert_eq!(mini.tool_call(HostedTool::WebSearch), Some(10_000));
+        assert_eq!(mini.tool_call(HostedTool::WebSearchPreview), Some(25_000));
+        assert_eq!(mini.tool_call(HostedTool::FileSearch), Some(2_500));
+        assert_eq!(mini.tool_call(HostedTool::CodeInterpreter), Some(30_000));
+        assert_eq!(mini.tool_call(HostedTool::ImageGeneration), None);
+        let o3 = table.get("o3").unwrap();
+        assert_eq!(o3.tool_call(HostedTool::WebSearchPreview), Some(10_000));
         assert_eq!(
             table
                 .get("text-embedding-3-small")

@@ -58,9 +58,10 @@ pub struct DeclaredTool {
     index: Option<usize>,
     /// The most uses of this tool alone (Anthropic's `max_uses`).
     pub max_uses: Option<u64>,
-    /// Billed once per request whatever the model does: a code interpreter
-    /// container session, a search model's search.
-    pub per_request: bool,
+    /// Units billed once per request whatever the model does, if the tool
+    /// is billed so: a code interpreter container session (one unit per
+    /// GB of its memory limit), a search model's search (one).
+    pub per_request: Option<u64>,
     /// What bounds one use's result, when the request says: Anthropic web
     /// fetch's `max_content_tokens`, file search's `max_num_results`.
     pub result_limit: Option<u64>,
@@ -122,7 +123,7 @@ impl DeclaredTool {
             name: name.to_owned(),
             index,
             max_uses: None,
-            per_request: false,
+            per_request: None,
             result_limit: None,
         }
     }
@@ -271,9 +272,9 @@ fn responses(body: &Map<String, Value>) -> Result<HostedTools, GatewayError> {
         match responses_kind(kind) {
             Kind::Hosted(tool) => {
                 let mut declared = DeclaredTool::new(tool, kind, Some(index));
-                // A container session is billed when the request opens
-                // one, whether or not the model runs code in it.
-                declared.per_request = tool == HostedTool::CodeInterpreter;
+                if tool == HostedTool::CodeInterpreter {
+                    declared.per_request = Some(container_gigabytes(entry)?);
+                }
                 if tool == HostedTool::FileSearch {
                     declared.result_limit = count(entry, "max_num_results", "tools")?;
                 }
@@ -285,6 +286,47 @@ fn responses(body: &Map<String, Value>) -> Result<HostedTools, GatewayError> {
         }
     }
     Ok(tools)
+}
+
+/// The memory of the container a code interpreter opens, in GB: OpenAI
+/// bills a session $0.03 per GB (1, 4, 16 or 64), whether or not the model
+/// runs code in it. A container made beforehand and named by its id has a
+/// size and sessions the gateway cannot see, so it is refused.
+fn container_gigabytes(entry: &Map<String, Value>) -> Result<u64, GatewayError> {
+    let container = match entry.get("container") {
+        None | Some(Value::Null) => return Ok(1),
+        Some(Value::Object(container)) => container,
+        Some(Value::String(id)) => {
+            return Err(GatewayError::BadRequest {
+                message: format!(
+                    "the code_interpreter tool names the container `{id}`, made beforehand: \
+                     this gateway cannot see its size or its sessions, so it cannot bound \
+                     what the call adds to its bill; use \"container\": {{\"type\": \"auto\"}}"
+                ),
+                param: Some("tools"),
+                code: Some(NOT_SUPPORTED),
+            })
+        }
+        Some(_) => return Err(bad("`container` must be an object or an id", Some("tools"))),
+    };
+    match container.get("memory_limit") {
+        None | Some(Value::Null) => Ok(1),
+        Some(Value::String(limit)) => {
+            let limit = limit.trim().to_ascii_lowercase();
+            match limit
+                .strip_suffix('g')
+                .and_then(|gb| gb.parse::<u64>().ok())
+            {
+                Some(gb @ (1 | 4 | 16 | 64)) => Ok(gb),
+                _ => Err(bad(
+                    "`memory_limit` of a code interpreter container must be \"1g\", \"4g\", \
+                     \"16g\" or \"64g\"",
+                    Some("tools"),
+                )),
+            }
+        }
+        Some(_) => Err(bad("`memory_limit` must be a string", Some("tools"))),
+    }
 }
 
 fn messages(body: &Map<String, Value>) -> Result<HostedTools, GatewayError> {
@@ -327,7 +369,7 @@ fn chat(body: &Map<String, Value>) -> Result<HostedTools, GatewayError> {
         Some(Value::Object(_)) => {
             let mut search =
                 DeclaredTool::new(HostedTool::WebSearchPreview, "web_search_options", None);
-            search.per_request = true;
+            search.per_request = Some(1);
             Ok(HostedTools {
                 declared: vec![search],
                 max_calls: None,
@@ -391,8 +433,8 @@ mod tests {
             ]
         );
         assert_eq!(call.tools.declared[1].result_limit, Some(8));
-        assert!(call.tools.declared[2].per_request);
-        assert!(!call.tools.declared[0].per_request);
+        assert_eq!(call.tools.declared[2].per_request, Some(1));
+        assert_eq!(call.tools.declared[0].per_request, None);
         assert_eq!(call.tools.declared[3].name, "web_search_preview_2025_03_11");
     }
 
@@ -447,6 +489,30 @@ mod tests {
     }
 
     #[test]
+    fn a_code_interpreter_session_is_billed_by_its_memory() {
+        let session = |container: Value| {
+            parse(
+                Api::Responses,
+                json!({"model": "gpt-5", "input": "x",
+                    "tools": [{"type": "code_interpreter", "container": container}]}),
+            )
+            .map(|call| call.tools.declared[0].per_request)
+        };
+        assert_eq!(session(json!({"type": "auto"})).unwrap(), Some(1));
+        assert_eq!(
+            session(json!({"type": "auto", "memory_limit": "16g"})).unwrap(),
+            Some(16)
+        );
+        let (message, _, code) = refusal(session(json!("cntr_abc")).unwrap_err());
+        assert!(message.contains("cntr_abc"), "{message}");
+        assert_eq!(code, Some("tool_not_supported"));
+        let (message, param, _) =
+            refusal(session(json!({"type": "auto", "memory_limit": "2g"})).unwrap_err());
+        assert!(message.contains("memory_limit"), "{message}");
+        assert_eq!(param, Some("tools"));
+    }
+
+    #[test]
     fn chat_search_is_one_per_request() {
         let call = parse(
             Api::ChatCompletions,
@@ -457,7 +523,7 @@ mod tests {
         let declared = &call.tools.declared;
         assert_eq!(declared.len(), 1);
         assert_eq!(declared[0].tool, HostedTool::WebSearchPreview);
-        assert!(declared[0].per_request);
+        assert_eq!(declared[0].per_request, Some(1));
         assert_eq!(declared[0].param(), "web_search_options");
         let bad = json!({"model": "m", "messages": [{}], "web_search_options": true});
         let (_, param, _) = refusal(parse(Api::ChatCompletions, bad).unwrap_err());

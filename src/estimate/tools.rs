@@ -82,8 +82,11 @@ impl ToolBound {
         let (mut uses, mut results) = (0u64, 0u64);
         // Results read in the one turn of a Chat Completions search.
         let mut read_once = 0u64;
-        for declared in tools.declared.iter().filter(|d| d.per_request) {
-            bound.per_request.add(declared.tool, 1);
+        for declared in &tools.declared {
+            let Some(units) = declared.per_request else {
+                continue;
+            };
+            bound.per_request.add(declared.tool, units);
             if declared.max_uses.is_none() && tools.max_calls.is_none() {
                 read_once = read_once.saturating_add(result_tokens(declared, context_window));
             }
@@ -93,7 +96,7 @@ impl ToolBound {
             let dearest = tools
                 .declared
                 .iter()
-                .filter(|d| !d.per_request)
+                .filter(|d| d.per_request.is_none())
                 .max_by_key(|d| fee(d.tool));
             if let Some(dearest) = dearest {
                 bound.calls.add(dearest.tool, max_calls);
@@ -111,7 +114,7 @@ impl ToolBound {
                     continue;
                 };
                 uses = uses.saturating_add(max_uses);
-                if !declared.per_request {
+                if declared.per_request.is_none() {
                     bound.calls.add(declared.tool, max_uses);
                 }
                 let each = result_tokens(declared, context_window);
@@ -271,16 +274,16 @@ mod tests {
             json!({"model": "m", "input": "x", "max_tool_calls": 2, "tools": [
                 {"type": "file_search", "vector_store_ids": ["vs"]},
                 {"type": "web_search_preview"},
-                {"type": "code_interpreter", "container": {"type": "auto"}},
+                {"type": "code_interpreter", "container": {"type": "auto", "memory_limit": "4g"}},
             ]}),
         );
         let b = bound(&c, 10);
-        // Two calls at $0.025, one container session.
+        // Two calls at $0.025, one 4 GB container session.
         assert_eq!(
             b.calls,
             calls(&[
                 (HostedTool::WebSearchPreview, 2),
-                (HostedTool::CodeInterpreter, 1)
+                (HostedTool::CodeInterpreter, 4)
             ])
         );
         // Code interpreter output is bounded only by the context window.
