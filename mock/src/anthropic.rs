@@ -1,5 +1,9 @@
 //! Anthropic's Messages API (`POST /v1/messages`), its model list and its
-//! error shape, as the official SDK parses them.
+//! error shape, as the official SDK parses them. Uses of a server tool
+//! (`web_search_*`, `web_fetch_*`; `mock:tool_calls=N`, at most the tool's
+//! `max_uses`) are `server_tool_use` and result blocks before the text,
+//! counted in `usage.server_tool_use`; a stream reports the input read
+//! before them in `message_start` and the whole input in `message_delta`.
 
 use std::sync::Arc;
 
@@ -7,7 +11,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::handler::{directed_answer, new_id, Answer, ApiError};
-use super::reply::{content_texts, last_user_directives, text, word, Reply, Tally};
+use super::reply::{content_texts, last_user_directives, text, u64_field, word, Reply, Tally};
 use super::stream::{named, Event, EventStream, Events};
 use super::MockOptions;
 
@@ -45,11 +49,17 @@ pub(crate) fn messages(body: &Value, opts: &MockOptions) -> Result<Answer, ApiEr
         .ok_or_else(|| ApiError::invalid("messages: Field required", "messages"))?;
     let directives = last_user_directives(messages);
     let reply = opts.reply(&directives, Some(max_tokens));
+    let tool = ServerTool::first_of(body);
+    let uses = tool.as_ref().map_or(0, |tool| {
+        directives.tool_calls.unwrap_or(0).min(tool.max_uses)
+    });
     let tally = Tally::new(
         prompt_tokens(body.get("system"), messages),
         &directives,
         reply.tokens,
-    );
+    )
+    .with_tool_calls(uses);
+    let tool_blocks = tool.map(|tool| tool.blocks(uses)).unwrap_or_default();
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     if let Some(answer) = directed_answer(&directives, stream, tally) {
         return answer;
@@ -59,6 +69,8 @@ pub(crate) fn messages(body: &Value, opts: &MockOptions) -> Result<Answer, ApiEr
         model,
         reply,
         tally,
+        tool,
+        tool_blocks,
     });
     if stream {
         return Ok(Answer::Stream(EventStream {
@@ -68,8 +80,14 @@ pub(crate) fn messages(body: &Value, opts: &MockOptions) -> Result<Answer, ApiEr
             pace: opts.pace(&directives),
         }));
     }
-    let mut body = message.object(stop_reason(reply), tally.output);
-    body["content"] = json!([{"type": "text", "text": text(reply.tokens)}]);
+    let mut body = message.object(stop_reason(reply), tally.output, true);
+    let mut content: Vec<Value> = message
+        .tool_blocks
+        .iter()
+        .flat_map(|(used, result)| [used.clone(), result.clone()])
+        .collect();
+    content.push(json!({"type": "text", "text": text(reply.tokens)}));
+    body["content"] = Value::Array(content);
     Ok(Answer::Json { body, tally })
 }
 
@@ -134,18 +152,89 @@ fn stop_reason(reply: Reply) -> &'static str {
     }
 }
 
+/// A server tool the request declares: Anthropic runs it and bills each
+/// use.
+#[derive(Clone, Copy, Debug)]
+struct ServerTool {
+    /// `web_search` or `web_fetch`.
+    name: &'static str,
+    max_uses: u64,
+}
+
+impl ServerTool {
+    /// The first server tool of the request's `tools`.
+    fn first_of(body: &Value) -> Option<ServerTool> {
+        body.get("tools")?.as_array()?.iter().find_map(|tool| {
+            let kind = tool.get("type")?.as_str()?;
+            let name = if kind.starts_with("web_search_") {
+                "web_search"
+            } else if kind.starts_with("web_fetch_") {
+                "web_fetch"
+            } else {
+                return None;
+            };
+            let max_uses = u64_field(tool, "max_uses").unwrap_or(u64::MAX);
+            Some(ServerTool { name, max_uses })
+        })
+    }
+
+    /// `usage.server_tool_use` with `uses` uses.
+    fn usage(self, uses: u64) -> Value {
+        json!({format!("{}_requests", self.name): uses})
+    }
+
+    /// A `server_tool_use` block and its result block for each use.
+    fn blocks(self, uses: u64) -> Vec<(Value, Value)> {
+        (0..uses)
+            .map(|use_index| {
+                let id = new_id("srvtoolu_");
+                let url = format!("https://example.com/mock/{use_index}");
+                let (input, content) = match self.name {
+                    "web_search" => (
+                        json!({"query": format!("mock query {use_index}")}),
+                        json!([{"type": "web_search_result", "url": url,
+                            "title": format!("Mock result {use_index}"),
+                            "encrypted_content": "bW9jayByZXN1bHQ=", "page_age": null}]),
+                    ),
+                    _ => (
+                        json!({"url": url}),
+                        json!({"type": "web_fetch_result", "url": url,
+                            "content": {"type": "document", "source": {"type": "text",
+                                "media_type": "text/plain", "data": "mock page"}},
+                            "retrieved_at": "2025-09-10T00:00:00Z"}),
+                    ),
+                };
+                (
+                    json!({"type": "server_tool_use", "id": id, "name": self.name, "input": input}),
+                    json!({"type": format!("{}_tool_result", self.name), "tool_use_id": id,
+                        "content": content}),
+                )
+            })
+            .collect()
+    }
+}
+
 /// One message being answered.
 struct Message {
     id: String,
     model: String,
     reply: Reply,
     tally: Tally,
+    tool: Option<ServerTool>,
+    /// Each server tool use and its result, before the text.
+    tool_blocks: Vec<(Value, Value)>,
 }
 
 impl Message {
-    /// The message object without content, with `output_tokens` reported.
-    fn object(&self, stop_reason: impl Into<Value>, output_tokens: u64) -> Value {
-        json!({
+    /// The message object without content, with `output_tokens` reported:
+    /// the usage once the tools ran (`tools_done`), or as it stood before.
+    fn object(&self, stop_reason: impl Into<Value>, output_tokens: u64, tools_done: bool) -> Value {
+        let (input, uses) = if tools_done {
+            (self.tally.uncached(), self.tally.tool_calls)
+        } else {
+            (self.tally.uncached_before_tools(), 0)
+        };
+        let mut object = json!({
             "id": self.id,
             "type": "message",
             "role": "assistant",
@@ -154,7 +243,7 @@ impl Message {
             "stop_reason": stop_reason.into(),
             "stop_sequence": null,
             "usage": {
-                "input_tokens": self.tally.uncached(),
+                "input_tokens": input,
                 "cache_creation_input_tokens": self.tally.cache_write,
                 "cache_read_input_tokens": self.tally.cached,
                 "cache_creation": {
@@ -164,7 +253,59 @@ impl Message {
                 "output_tokens": output_tokens,
                 "service_tier": "standard",
             },
-        })
+        });
+        if let Some(tool) = self.tool {
+            object["usage"]["server_tool_use"] = tool.usage(uses);
+        }
+        object
+    }
+
+    /// The usage `message_delta` reports: the output, and when a server
+    /// tool was declared the whole input and the tool's uses too.
+    fn delta_usage(&self) -> Value {
+        match self.tool {
+            None => json!({"output_tokens": self.tally.output}),
+            Some(tool) => json!({
+                "input_tokens": self.tally.uncached(),
+                "cache_creation_input_tokens": self.tally.cache_write,
+                "cache_read_input_tokens": self.tally.cached,
+                "output_tokens": self.tally.output,
+                "server_tool_use": tool.usage(self.tally.tool_calls),
+            }),
+        }
+    }
+
+    /// The events of the server tool blocks: each use's input streamed as
+    /// JSON, each result whole.
+    fn tool_frames(&self) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        for (index, (used, result)) in (0u64..).step_by(2).zip(&self.tool_blocks) {
+            let mut opening = used.clone();
+            opening["input"] = json!({});
+            frames.extend([
+                event(
+                    "content_block_start",
+                    json!({"index": index, "content_block": opening}),
+                ),
+                event(
+                    "content_block_delta",
+                    json!({"index": index, "delta": {"type": "input_json_delta",
+                        "partial_json": used["input"].to_string()}}),
+                ),
+                event("content_block_stop", json!({"index": index})),
+                event(
+                    "content_block_start",
+                    json!({"index": index + 1, "content_block": result}),
+                ),
+                event("content_block_stop", json!({"index": index + 1})),
+            ]);
+        }
+        frames
+    }
+
+    /// The text block's index, after the tool blocks.
+    fn text_index(&self) -> u64 {
+        2 * self.tool_blocks.len() as u64
     }
 
     /// message_start, content_block_start, ping, one text delta per token,
@@ -172,33 +313,36 @@ impl Message {
     fn events(self: &Arc<Self>) -> Events {
         let opening = self.clone();
         let closing = self.clone();
+        let text_index = self.text_index();
         Box::new(
             std::iter::once_with(move || {
-                [
-                    event(
-                        "message_start",
-                        json!({"message": opening.object(Value::Null, 1)}),
-                    ),
+                let mut frames = vec![event(
+                    "message_start",
+                    json!({"message": opening.object(Value::Null, 1, false)}),
+                )];
+                frames.extend(opening.tool_frames());
+                frames.extend([
                     event(
                         "content_block_start",
-                        json!({"index": 0, "content_block": {"type": "text", "text": ""}}),
+                        json!({"index": text_index, "content_block": {"type": "text", "text": ""}}),
                     ),
                     event("ping", json!({})),
-                ]
+                ]);
+                frames
             })
             .flatten()
             .map(Event::Frame)
-            .chain((0..self.reply.tokens).map(|position| {
+            .chain((0..self.reply.tokens).map(move |position| {
                 Event::Token(event(
                     "content_block_delta",
-                    json!({"index": 0, "delta": {"type": "text_delta", "text": word(position)}}),
+                    json!({"index": text_index, "delta": {"type": "text_delta", "text": word(position)}}),
                 ))
             }))
             .chain(std::iter::once(Event::Generated))
             .chain(
                 std::iter::once_with(move || {
                     [
-                        event("content_block_stop", json!({"index": 0})),
+                        event("content_block_stop", json!({"index": text_index})),
                         event(
                             "message_delta",
                             json!({
@@ -206,7 +350,7 @@ impl Message {
                                     "stop_reason": stop_reason(closing.reply),
                                     "stop_sequence": null,
                                 },
-                                "usage": {"output_tokens": closing.tally.output},
+                                "usage": closing.delta_usage(),
                             }),
                         ),
                         event("message_stop", json!({})),

@@ -56,6 +56,24 @@
 //! - `mock:cache_write=N`: report N input tokens as cache writes
 //!   (`/v1/messages` only).
 //! - `mock:sleep_ms=N`: pause N ms between streamed tokens.
+//! - `mock:tool_calls=N`: use the request's first hosted tool N times
+//!   before replying, at most as often as the request allows
+//!   (`max_tool_calls` on `/v1/responses`, the tool's `max_uses` on
+//!   `/v1/messages`); see "Hosted tools".
+//!
+//! # Hosted tools
+//!
+//! On `/v1/responses` the hosted tools are `web_search*`, `file_search`,
+//! `code_interpreter`, `image_generation` and `mcp`; each use is an output
+//! item (`web_search_call`, `file_search_call`, …) before the message. On
+//! `/v1/messages` they are Anthropic's `web_search_*` and `web_fetch_*`:
+//! each use is a `server_tool_use` block and its result block before the
+//! text, counted in `usage.server_tool_use` (`web_search_requests`,
+//! `web_fetch_requests`); a stream reports the input read before the tools
+//! in `message_start` and the whole input with the uses in
+//! `message_delta`. Each use feeds back 1,000 input tokens
+//! (`TOOL_RESULT_TOKENS`), billed at the full input price, and is counted
+//! in [`Usage::tool_calls`].
 //!
 //! [`MockStats::billed`] sums the usage each answer reported; a stream bills
 //! when its generation ends (also when the client did not ask for usage),

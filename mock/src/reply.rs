@@ -89,6 +89,9 @@ pub(crate) struct Directives {
     pub cache_write: Option<u64>,
     /// `mock:sleep_ms=N`: pause between streamed tokens for this request.
     pub sleep_ms: Option<u64>,
+    /// `mock:tool_calls=N`: use the request's first hosted tool N times
+    /// (at most as often as the request allows).
+    pub tool_calls: Option<u64>,
 }
 
 impl Directives {
@@ -116,6 +119,7 @@ impl Directives {
                 "cached" => directives.cached = Some(value),
                 "cache_write" => directives.cache_write = Some(value),
                 "sleep_ms" => directives.sleep_ms = Some(value),
+                "tool_calls" => directives.tool_calls = Some(value),
                 _ => {}
             }
         }
@@ -165,6 +169,10 @@ impl MockOptions {
     }
 }
 
+/// Input tokens each hosted tool use feeds back to the model (a search's
+/// results, a fetched page), as providers bill them.
+pub(crate) const TOOL_RESULT_TOKENS: u64 = 1_000;
+
 /// The token counts of one answer, as the provider reports them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Tally {
@@ -176,6 +184,8 @@ pub(crate) struct Tally {
     pub cache_write: u64,
     /// Output tokens, all choices together.
     pub output: u64,
+    /// Hosted tool uses, billed per use.
+    pub tool_calls: u64,
 }
 
 impl Tally {
@@ -189,7 +199,27 @@ impl Tally {
             cached,
             cache_write,
             output,
+            tool_calls: 0,
         }
+    }
+
+    /// The same answer after `calls` hosted tool uses, each feeding back
+    /// [`TOOL_RESULT_TOKENS`] of input, billed at the full input price.
+    pub(crate) fn with_tool_calls(self, calls: u64) -> Self {
+        Self {
+            prompt: self
+                .prompt
+                .saturating_add(calls.saturating_mul(TOOL_RESULT_TOKENS)),
+            tool_calls: calls,
+            ..self
+        }
+    }
+
+    /// Input tokens read before any tool was used: what a stream reports
+    /// when it starts.
+    pub(crate) fn uncached_before_tools(&self) -> u64 {
+        self.uncached()
+            .saturating_sub(self.tool_calls.saturating_mul(TOOL_RESULT_TOKENS))
     }
 
     /// Input tokens billed at the full input price.
@@ -209,6 +239,7 @@ impl Tally {
             cached_input: self.cached,
             cache_write: self.cache_write,
             output: self.output,
+            tool_calls: self.tool_calls,
         }
     }
 }
@@ -370,7 +401,8 @@ mod tests {
                 input: 0,
                 cached_input: 8,
                 cache_write: 2,
-                output: 3
+                output: 3,
+                tool_calls: 0,
             }
         );
     }

@@ -1,7 +1,9 @@
 //! OpenAI's Responses API (`POST /v1/responses`): the response object and
 //! its typed event stream, with the fields the official SDK's stream
 //! helpers rely on (`sequence_number`, `item_id`, `output_index`,
-//! `content_index`, the full response in the terminal event).
+//! `content_index`, the full response in the terminal event). Uses of a
+//! hosted tool (`mock:tool_calls=N`) are output items before the message
+//! (`web_search_call`, `file_search_call`, …), at most `max_tool_calls`.
 
 use std::sync::Arc;
 
@@ -17,7 +19,8 @@ use super::reply::{
 use super::stream::{named, Event, EventStream};
 use super::MockOptions;
 
-/// Events of a stream before its first `response.output_text.delta`.
+/// Events of a stream before its first `response.output_text.delta`, not
+/// counting two for each hosted tool call.
 const EVENTS_BEFORE_TEXT: u64 = 4;
 
 /// `POST /v1/responses`.
@@ -41,11 +44,13 @@ pub(crate) fn create(body: &Value, opts: &MockOptions) -> Result<Answer, ApiErro
         Input::Items(items) => last_user_directives(items),
     };
     let reply = opts.reply(&directives, u64_field(body, "max_output_tokens"));
+    let tool_items = tool_items(body, &directives);
     let tally = Tally::new(
         prompt_tokens(instructions, &input),
         &directives,
         reply.tokens,
-    );
+    )
+    .with_tool_calls(tool_items.len() as u64);
     let stream = flag(body, "stream");
     if let Some(answer) = directed_answer(&directives, stream, tally) {
         return answer;
@@ -55,6 +60,7 @@ pub(crate) fn create(body: &Value, opts: &MockOptions) -> Result<Answer, ApiErro
         item_id: new_id("msg_"),
         reply,
         tally,
+        tool_items,
     });
     if stream {
         return Ok(Answer::Stream(EventStream {
@@ -67,6 +73,43 @@ pub(crate) fn create(body: &Value, opts: &MockOptions) -> Result<Answer, ApiErro
     Ok(Answer::Json {
         body: response.finished(&text(reply.tokens)),
         tally,
+    })
+}
+
+/// The output items of the hosted tool calls made before the reply: the
+/// request's first hosted tool, `mock:tool_calls` times, at most
+/// `max_tool_calls`.
+fn tool_items(body: &Value, directives: &Directives) -> Vec<Value> {
+    let Some(kind) = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .and_then(|tools| tools.iter().find_map(hosted_call_item))
+    else {
+        return Vec::new();
+    };
+    let limit = u64_field(body, "max_tool_calls").unwrap_or(u64::MAX);
+    let calls = directives.tool_calls.unwrap_or(0).min(limit);
+    (0..calls)
+        .map(|call| {
+            let mut item = json!({"type": kind, "id": new_id("tc_"), "status": "completed"});
+            if kind == "web_search_call" {
+                item["action"] = json!({"type": "search", "query": format!("mock query {call}")});
+            }
+            item
+        })
+        .collect()
+}
+
+/// The output item type recording a use of `tool`, if it is a hosted tool.
+fn hosted_call_item(tool: &Value) -> Option<&'static str> {
+    let kind = tool.get("type")?.as_str()?;
+    Some(match kind {
+        _ if kind.starts_with("web_search") => "web_search_call",
+        "file_search" => "file_search_call",
+        "code_interpreter" => "code_interpreter_call",
+        "image_generation" => "image_generation_call",
+        "mcp" => "mcp_call",
+        _ => return None,
     })
 }
 
@@ -127,7 +170,7 @@ fn base_object(body: &Value, model: String) -> Map<String, Value> {
         "error": null,
         "instructions": echo("instructions", Value::Null),
         "max_output_tokens": echo("max_output_tokens", Value::Null),
-        "max_tool_calls": null,
+        "max_tool_calls": echo("max_tool_calls", Value::Null),
         "model": model,
         "parallel_tool_calls": echo("parallel_tool_calls", json!(true)),
         "previous_response_id": echo("previous_response_id", Value::Null),
@@ -156,6 +199,8 @@ struct Responder {
     item_id: String,
     reply: Reply,
     tally: Tally,
+    /// Hosted tool calls, completed, in output order before the message.
+    tool_items: Vec<Value>,
 }
 
 impl Responder {
@@ -203,7 +248,18 @@ impl Responder {
     fn finished(&self, text: &str) -> Value {
         let status = self.final_status();
         let message = self.message(status, vec![output_text(text)]);
-        self.object(status, vec![message], self.usage())
+        let mut output = self.tool_items.clone();
+        output.push(message);
+        self.object(status, output, self.usage())
+    }
+
+    /// The message's place in `output`, after the tool calls.
+    fn message_index(&self) -> u64 {
+        self.tool_items.len() as u64
+    }
+
+    fn events_before_text(&self) -> u64 {
+        EVENTS_BEFORE_TEXT + 2 * self.message_index()
     }
 
     /// The stream: created, in_progress, the item and part opening, one
@@ -212,6 +268,7 @@ impl Responder {
     fn events(self: &Arc<Self>) -> super::stream::Events {
         let (opening, deltas, closing) = (self.clone(), self.clone(), self.clone());
         let tokens = self.reply.tokens;
+        let before_text = self.events_before_text();
         Box::new(
             std::iter::once_with(move || opening.opening_frames())
                 .flatten()
@@ -219,7 +276,7 @@ impl Responder {
                 .chain((0..tokens).map(move |position| {
                     Event::Token(deltas.item_event(
                         "response.output_text.delta",
-                        EVENTS_BEFORE_TEXT + position,
+                        before_text + position,
                         json!({"delta": word(position), "logprobs": []}),
                     ))
                 }))
@@ -234,29 +291,45 @@ impl Responder {
 
     fn opening_frames(&self) -> Vec<Bytes> {
         let in_progress = self.object("in_progress", Vec::new(), Value::Null);
-        vec![
+        let mut frames = vec![
             event(
                 "response.created",
                 0,
                 json!({"response": in_progress.clone()}),
             ),
             event("response.in_progress", 1, json!({"response": in_progress})),
-            event(
+        ];
+        for (index, item) in (0u64..).zip(&self.tool_items) {
+            let mut searching = item.clone();
+            searching["status"] = json!("in_progress");
+            frames.push(event(
                 "response.output_item.added",
-                2,
-                json!({"output_index": 0, "item": self.message("in_progress", Vec::new())}),
-            ),
-            self.item_event(
-                "response.content_part.added",
-                3,
-                json!({"part": output_text("")}),
-            ),
-        ]
+                2 + 2 * index,
+                json!({"output_index": index, "item": searching}),
+            ));
+            frames.push(event(
+                "response.output_item.done",
+                3 + 2 * index,
+                json!({"output_index": index, "item": item}),
+            ));
+        }
+        let next = 2 + 2 * self.message_index();
+        frames.push(event(
+            "response.output_item.added",
+            next,
+            json!({"output_index": self.message_index(), "item": self.message("in_progress", Vec::new())}),
+        ));
+        frames.push(self.item_event(
+            "response.content_part.added",
+            next + 1,
+            json!({"part": output_text("")}),
+        ));
+        frames
     }
 
     fn closing_frames(&self) -> Vec<Bytes> {
         let text = text(self.reply.tokens);
-        let first = EVENTS_BEFORE_TEXT + self.reply.tokens;
+        let first = self.events_before_text() + self.reply.tokens;
         let status = self.final_status();
         let terminal = format!("response.{status}");
         vec![
@@ -273,7 +346,7 @@ impl Responder {
             event(
                 "response.output_item.done",
                 first + 2,
-                json!({"output_index": 0, "item": self.message(status, vec![output_text(&text)])}),
+                json!({"output_index": self.message_index(), "item": self.message(status, vec![output_text(&text)])}),
             ),
             event(
                 &terminal,
@@ -286,7 +359,7 @@ impl Responder {
     /// An event about the message's one text part.
     fn item_event(&self, kind: &str, sequence: u64, mut fields: Value) -> Bytes {
         fields["item_id"] = json!(self.item_id);
-        fields["output_index"] = json!(0);
+        fields["output_index"] = json!(self.message_index());
         fields["content_index"] = json!(0);
         event(kind, sequence, fields)
     }

@@ -14,6 +14,9 @@ pub struct Usage {
     pub cache_write: u64,
     /// Output tokens.
     pub output: u64,
+    /// Uses of a hosted tool (web searches, fetches, file searches, …),
+    /// billed per use; the mock uses one tool per request.
+    pub tool_calls: u64,
 }
 
 impl Usage {
@@ -24,6 +27,7 @@ impl Usage {
             cached_input: self.cached_input.saturating_add(other.cached_input),
             cache_write: self.cache_write.saturating_add(other.cache_write),
             output: self.output.saturating_add(other.output),
+            tool_calls: self.tool_calls.saturating_add(other.tool_calls),
         }
     }
 }

@@ -86,7 +86,8 @@ async fn cache_directives_split_the_input() {
             input: total - 70,
             cached_input: 50,
             cache_write: 20,
-            output: 12
+            output: 12,
+            tool_calls: 0,
         }
     );
 }
@@ -183,6 +184,85 @@ async fn anthropic_directives_give_errors_and_cuts() {
             output: 2,
             ..Usage::default()
         },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn server_tool_uses_are_blocks_and_usage_capped_by_max_uses() {
+    use crate::reply::TOOL_RESULT_TOKENS;
+    let server = start().await;
+    let content = "search mock:tool_calls=4 mock:tokens=2";
+    let mut request = message(content);
+    request["tools"] = json!([{"name": "f", "input_schema": {}},
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}]);
+    let (_, body) = post_json(&server, "/v1/messages", request.clone()).await;
+    let kinds: Vec<&str> = body["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|block| block["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "server_tool_use",
+            "web_search_tool_result",
+            "server_tool_use",
+            "web_search_tool_result",
+            "text"
+        ]
+    );
+    assert_eq!(body["content"][1]["tool_use_id"], body["content"][0]["id"]);
+    let input = prompt(&["be brief", content], 1) + 2 * TOOL_RESULT_TOKENS;
+    assert_eq!(body["usage"]["input_tokens"], input);
+    assert_eq!(
+        body["usage"]["server_tool_use"],
+        json!({"web_search_requests": 2})
+    );
+    let billed = Usage {
+        input,
+        output: 2,
+        tool_calls: 2,
+        ..Usage::default()
+    };
+    assert_eq!(server.stats.billed(), billed);
+
+    // A stream reports the input before the tools first, all of it last.
+    request["stream"] = json!(true);
+    request["tools"] = json!([{"type": "web_fetch_20250910", "name": "web_fetch"}]);
+    let events = post_sse(&server, "/v1/messages", request).await;
+    let payloads: Vec<Value> = events.iter().map(|event| event.json()).collect();
+    let start = &payloads[0]["message"]["usage"];
+    assert_eq!(start["input_tokens"], prompt(&["be brief", content], 1));
+    assert_eq!(start["server_tool_use"], json!({"web_fetch_requests": 0}));
+    assert_eq!(payloads[1]["content_block"]["type"], "server_tool_use");
+    assert_eq!(payloads[2]["delta"]["type"], "input_json_delta");
+    assert_eq!(
+        payloads[4]["content_block"]["type"],
+        "web_fetch_tool_result"
+    );
+    let text_start = payloads
+        .iter()
+        .find(|p| p["content_block"]["type"] == "text")
+        .unwrap();
+    assert_eq!(text_start["index"], 8, "after four uses and their results");
+    let delta = &payloads[payloads.len() - 2];
+    assert_eq!(delta["type"], "message_delta");
+    let all_input = prompt(&["be brief", content], 1) + 4 * TOOL_RESULT_TOKENS;
+    assert_eq!(delta["usage"]["input_tokens"], all_input);
+    assert_eq!(
+        delta["usage"]["server_tool_use"],
+        json!({"web_fetch_requests": 4})
+    );
+    settled(
+        &server,
+        billed.saturating_add(Usage {
+            input: all_input,
+            output: 2,
+            tool_calls: 4,
+            ..Usage::default()
+        }),
     )
     .await;
 }

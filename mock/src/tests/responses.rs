@@ -164,3 +164,70 @@ async fn a_capped_stream_ends_with_response_incomplete_and_cuts_drop_it() {
     );
     assert!(!received.contains("response.completed"));
 }
+
+#[tokio::test]
+async fn hosted_tool_calls_are_output_items_capped_by_max_tool_calls() {
+    use crate::reply::TOOL_RESULT_TOKENS;
+    let server = start().await;
+    let input = "look it up mock:tool_calls=3";
+    let request = json!({"model": "gpt-4.1-mini", "input": input,
+        "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]});
+    let (_, body) = post_json(&server, "/v1/responses", request).await;
+    let kinds: Vec<&str> = body["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "web_search_call",
+            "web_search_call",
+            "web_search_call",
+            "message"
+        ]
+    );
+    assert_eq!(body["output"][0]["status"], "completed");
+    assert_eq!(body["output"][0]["action"]["type"], "search");
+    let prompt = count_tokens("user") + count_tokens(input) + 6;
+    assert_eq!(
+        body["usage"]["input_tokens"],
+        prompt + 3 * TOOL_RESULT_TOKENS
+    );
+    assert_eq!(
+        server.stats.billed(),
+        Usage {
+            input: prompt + 3 * TOOL_RESULT_TOKENS,
+            output: 12,
+            tool_calls: 3,
+            ..Usage::default()
+        }
+    );
+
+    // A stream: the calls are items before the message, which follows them.
+    let capped = json!({"model": "gpt-4.1-mini", "input": "x mock:tool_calls=9 mock:tokens=2",
+        "tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}],
+        "max_tool_calls": 2, "stream": true});
+    let events = post_sse(&server, "/v1/responses", capped).await;
+    let payloads: Vec<Value> = events.iter().map(|event| event.json()).collect();
+    for (sequence, payload) in payloads.iter().enumerate() {
+        assert_eq!(payload["sequence_number"], sequence);
+    }
+    assert_eq!(payloads[2]["item"]["type"], "file_search_call");
+    assert_eq!(payloads[2]["item"]["status"], "in_progress");
+    assert_eq!(payloads[5]["output_index"], 1);
+    assert_eq!(payloads[5]["item"]["status"], "completed");
+    assert_eq!(payloads[6]["output_index"], 2);
+    assert_eq!(payloads[6]["item"]["type"], "message");
+    assert_eq!(payloads[8]["output_index"], 2);
+    let done = &payloads.last().unwrap()["response"];
+    assert_eq!(done["max_tool_calls"], 2);
+    assert_eq!(done["output"].as_array().unwrap().len(), 3);
+    assert_eq!(done["output"][1]["type"], "file_search_call");
+
+    // No hosted tool declared: the directive does nothing.
+    let plain = json!({"model": "m", "input": "mock:tool_calls=2"});
+    let (_, body) = post_json(&server, "/v1/responses", plain).await;
+    assert_eq!(body["output"].as_array().unwrap().len(), 1);
+}
