@@ -362,8 +362,16 @@ fn messages(body: &Map<String, Value>) -> Result<HostedTools, GatewayError> {
 }
 
 /// Chat Completions' search models search once per request, billed as
-/// OpenAI's web search preview.
+/// OpenAI's web search preview. Its `tools` are the client's functions; any
+/// other type is one an OpenAI-compatible provider may run and bill
+/// itself, so it is refused.
 fn chat(body: &Map<String, Value>) -> Result<HostedTools, GatewayError> {
+    for (_, _, kind) in tool_entries(body)? {
+        match kind {
+            None | Some("function" | "custom") => {}
+            Some(kind) => return Err(unknown(kind)),
+        }
+    }
     match body.get("web_search_options") {
         None | Some(Value::Null) => Ok(HostedTools::default()),
         Some(Value::Object(_)) => {
@@ -528,6 +536,19 @@ mod tests {
         let bad = json!({"model": "m", "messages": [{}], "web_search_options": true});
         let (_, param, _) = refusal(parse(Api::ChatCompletions, bad).unwrap_err());
         assert_eq!(param, Some("web_search_options"));
+        // Functions are the client's; another type may be run and billed
+        // by an OpenAI-compatible provider.
+        let functions = json!({"model": "m", "messages": [{}],
+            "tools": [{"type": "function", "function": {"name": "f"}}, {"type": "custom", "custom": {"name": "g"}}]});
+        assert!(parse(Api::ChatCompletions, functions)
+            .unwrap()
+            .tools
+            .is_empty());
+        let browsing =
+            json!({"model": "m", "messages": [{}], "tools": [{"type": "browser_search"}]});
+        let (message, _, code) = refusal(parse(Api::ChatCompletions, browsing).unwrap_err());
+        assert!(message.contains("browser_search"), "{message}");
+        assert_eq!(code, Some("tool_not_supported"));
     }
 
     #[test]
