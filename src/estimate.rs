@@ -104,7 +104,8 @@ pub struct Estimate {
 
 impl Estimate {
     /// What a call is charged when its usage never comes: the estimated
-    /// input plus the output the gateway counted.
+    /// input (hosted tool results included) plus the output the gateway
+    /// counted, and every hosted tool use the bound allowed.
     pub fn fallback_usage(&self, output_tokens: u64) -> Usage {
         Usage {
             input: self.input_tokens,

@@ -1,7 +1,8 @@
 //! The provider API shapes the gateway proxies, and what it must know of a
 //! request before forwarding it: the model, whether it streams, how many
-//! choices it asks for and its output limit — which the gateway sets when
-//! the client did not, so the reserved upper bound holds at the provider.
+//! choices it asks for, its output limit and its hosted tools' limits —
+//! which the gateway sets when the client did not, so the reserved upper
+//! bound holds at the provider.
 //!
 //! Each request is checked field by field: a bad value is a 400 naming the
 //! field, before anything is reserved or forwarded.
