@@ -32,6 +32,13 @@ use crate::usage::Usage;
 /// Longest wait between two attempts at a settle the store refuses.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(2);
 
+/// Output tokens added to what was seen of a stream that ended without its
+/// usage, for what the provider can have generated in flight: between the
+/// last token the gateway read and the provider noticing its stream was
+/// closed, about half a second at 250 tokens a second. Never above the
+/// call's bound.
+pub const IN_FLIGHT_MARGIN_TOKENS: u64 = 128;
+
 // === impl Settler ===
 
 /// What settling a call needs of the gateway: the store, the metrics, and
@@ -86,6 +93,16 @@ impl Settler {
         }
     }
 
+    /// Runs `work` to its end in the background, counted with the
+    /// settlements shutdown waits for: for work that settles a call and
+    /// must not stop when its client leaves.
+    pub fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        self.background.finish(Box::pin(async move {
+            work.await;
+            None
+        }));
+    }
+
     /// Waits until no settlement runs in the background, or `limit`
     /// passes; returns how many are still running.
     pub async fn drained(&self, limit: Duration) -> usize {
@@ -106,8 +123,9 @@ pub struct SettleTicket {
 enum Stage {
     /// Reserving: the provider has seen nothing.
     Reserving,
-    /// Sent to the provider.
-    Sent { stream: bool },
+    /// Sent to the provider. `hidden_output`: the model may bill output it
+    /// does not stream (reasoning).
+    Sent { stream: bool, hidden_output: bool },
 }
 
 /// What a settlement needs to know of the call.
@@ -129,17 +147,60 @@ struct MeteredCall {
 }
 
 impl SettleTicket {
+    /// A ticket with nothing to settle, to leave in a ticket's place.
+    pub fn spent() -> SettleTicket {
+        SettleTicket { call: None }
+    }
+
     /// Nothing to settle: the reserve was denied or failed, or the call goes
     /// through unmetered.
     pub fn disarm(&mut self) {
         self.call = None;
     }
 
-    /// The call is on its way to the provider.
-    pub fn sent(&mut self, stream: bool) {
+    /// The call is on its way to the provider; `hidden_output` when its
+    /// model may bill output it does not stream.
+    pub fn sent(&mut self, stream: bool, hidden_output: bool) {
         if let Some(call) = self.call.as_mut() {
-            call.stage = Stage::Sent { stream };
+            call.stage = Stage::Sent {
+                stream,
+                hidden_output,
+            };
         }
+    }
+
+    /// Whether the call may have billed output it did not stream.
+    pub fn output_hidden(&self) -> bool {
+        matches!(
+            self.call.as_ref().map(|call| call.stage),
+            Some(Stage::Sent {
+                hidden_output: true,
+                ..
+            })
+        )
+    }
+
+    /// Whether the ticket still has to settle.
+    pub fn is_armed(&self) -> bool {
+        self.call.is_some()
+    }
+
+    /// Settles with what `reading` finds, however long it takes: it runs to
+    /// its end in the background, counted with the settlements shutdown
+    /// waits for, whether or not anyone waits for it. `Reported` usage is
+    /// charged as it is; `Seen` usage as a call whose usage never came.
+    pub fn settle_after(mut self, reading: impl Future<Output = Read> + Send + 'static) {
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        let background = call.background.clone();
+        background.finish(Box::pin(async move {
+            let (usage, estimated) = match reading.await {
+                Read::Reported(usage) => (usage, false),
+                Read::Seen(seen) => call.fallback(seen),
+            };
+            call.settle(usage, estimated).await
+        }));
     }
 
     /// Settles with `usage`; `estimated` when the gateway counted it. Does
@@ -173,6 +234,14 @@ impl SettleTicket {
     }
 }
 
+/// What a read of a call's response found.
+pub enum Read {
+    /// The usage the provider reported.
+    Reported(Usage),
+    /// No usage: what the gateway saw of the response.
+    Seen(Usage),
+}
+
 impl Drop for SettleTicket {
     fn drop(&mut self) {
         // A `Settling` dropped unfinished goes on by itself.
@@ -183,23 +252,30 @@ impl Drop for SettleTicket {
 impl MeteredCall {
     /// The usage charged when the provider's never came.
     fn fallback(&self, seen: Usage) -> (Usage, bool) {
+        let bound = || self.estimate.fallback_usage(self.estimate.output_tokens);
         match self.stage {
             Stage::Reserving => (Usage::default(), false),
-            // The provider may have finished the whole call.
-            Stage::Sent { stream: false } => (
-                self.estimate.fallback_usage(self.estimate.output_tokens),
-                true,
-            ),
+            // The provider may have finished the whole call, or billed
+            // output it never showed.
+            Stage::Sent { stream: false, .. }
+            | Stage::Sent {
+                hidden_output: true,
+                ..
+            } => (bound(), true),
             // The input it reported, or the estimated input, plus the output
-            // counted, which cannot exceed what the output limit allows.
-            Stage::Sent { stream: true } => {
+            // counted and what can have been generated in flight, never
+            // more than the output limit allows.
+            Stage::Sent { stream: true, .. } => {
                 let input_seen = seen.input + seen.cached_input + seen.cache_write > 0;
                 let mut usage = if input_seen {
                     seen
                 } else {
                     self.estimate.fallback_usage(seen.output)
                 };
-                usage.output = usage.output.min(self.estimate.output_tokens);
+                usage.output = seen
+                    .output
+                    .saturating_add(IN_FLIGHT_MARGIN_TOKENS)
+                    .min(self.estimate.output_tokens);
                 (usage, true)
             }
         }

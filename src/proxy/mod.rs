@@ -71,6 +71,6 @@ async fn proxy(
         admitted.estimate,
     );
     reserve(gateway, &admitted, exec_id, &mut ticket).await?;
-    ticket.sent(admitted.call.stream);
+    ticket.sent(admitted.call.stream, admitted.price.reasoning);
     forward(gateway, admitted, ticket, exec_id).await
 }

@@ -57,7 +57,7 @@ pub fn count_output_tokens(text_bytes: u64) -> u64 {
 }
 
 /// Watches the events of one streamed response.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct StreamMeter {
     kind: StreamKind,
     /// Latest counts the provider reported; fields not yet reported are 0.
