@@ -15,10 +15,7 @@ use super::{
 use crate::money::{parse_usd, UsdMicros};
 use crate::period::Period;
 use crate::prices::PriceTable;
-use crate::provider::ProviderKind;
-
-/// The body fields through which the provider APIs limit output tokens.
-const OUTPUT_LIMIT_FIELDS: [&str; 3] = ["max_tokens", "max_completion_tokens", "max_output_tokens"];
+use crate::provider::{ProviderKind, OUTPUT_LIMIT_FIELDS};
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 const DEFAULT_MAX_REQUEST_BYTES: u64 = 10 * 1024 * 1024;
