@@ -10,6 +10,11 @@ use std::fmt;
 /// Integer micro-USD: 1 USD = 1,000,000.
 pub type UsdMicros = u64;
 
+/// A signed amount of micro-USD: what a ledger entry moved its counters by.
+/// Negative when an entry gives money back, such as a late settle of a call
+/// that cost less than what its expiry charged.
+pub type UsdMicrosDelta = i64;
+
 /// Largest amount any cap or counter may hold: Redis Lua numbers are doubles,
 /// so every value stays an exact integer only below 2^53.
 pub const MAX_USD_MICROS: UsdMicros = (1 << 53) - 1;
@@ -34,6 +39,12 @@ pub fn parse_usd(text: &str) -> Result<UsdMicros, MoneyError> {
         .ok()
         .filter(|m| *m <= MAX_USD_MICROS)
         .ok_or_else(|| MoneyError::TooLarge(text.to_owned()))
+}
+
+/// `amount` as a delta. Every amount the stores accept is below 2^53, so
+/// this is exact; beyond `i64::MAX` it saturates rather than wrap.
+pub fn delta(amount: UsdMicros) -> UsdMicrosDelta {
+    UsdMicrosDelta::try_from(amount).unwrap_or(UsdMicrosDelta::MAX)
 }
 
 /// Formats µUSD as a decimal USD string with six places (`"25.000000"`).

@@ -66,7 +66,7 @@ async fn a_cut_stream_is_settled_once_as_estimated() {
     assert_eq!(entry.status, LedgerStatus::Estimated);
     assert!(entry.usage.input > 0);
     assert!(entry.usage.output >= 1, "{entry:?}");
-    assert_eq!(spent(&h, ALICE).await, entry.actual);
+    assert_eq!(delta(spent(&h, ALICE).await), entry.actual);
 }
 
 #[tokio::test]
@@ -102,10 +102,10 @@ async fn client_gone_mid_stream_is_settled_once_as_estimated() {
         assert_eq!(entry.status, LedgerStatus::Estimated, "{path}");
         assert!(entry.usage.input + entry.usage.cached_input > 0);
         assert!(entry.usage.output < 200, "{entry:?}");
-        assert_eq!(entry.actual, cost(&entry.model, &entry.usage));
+        assert_eq!(entry.actual, delta(cost(&entry.model, &entry.usage)));
     }
-    let total: u64 = h.ledger().iter().map(|e| e.actual).sum();
-    assert_eq!(spent(&h, ALICE).await, total);
+    let total: i64 = h.ledger().iter().map(|e| e.actual).sum();
+    assert_eq!(delta(spent(&h, ALICE).await), total);
 }
 
 #[tokio::test]
@@ -154,8 +154,8 @@ async fn client_gone_before_the_response_is_settled_once() {
         .max_output_tokens
         .unwrap();
     assert_eq!(entry.usage.output, limit);
-    assert_eq!(entry.actual, entry.reserved);
-    assert_eq!(spent(&h, ALICE).await, entry.actual);
+    assert_eq!(entry.actual, delta(entry.reserved));
+    assert_eq!(delta(spent(&h, ALICE).await), entry.actual);
 }
 
 #[tokio::test]
@@ -234,7 +234,7 @@ async fn provider_timeout_is_504_and_charges_the_bound_once() {
     // The provider had the call and may bill it: the whole bound, once.
     let entry = only_entry(&h);
     assert_eq!(entry.status, LedgerStatus::Estimated);
-    assert_eq!(entry.actual, entry.reserved);
-    assert_eq!(spent(&h, ALICE).await, entry.actual);
+    assert_eq!(entry.actual, delta(entry.reserved));
+    assert_eq!(delta(spent(&h, ALICE).await), entry.actual);
     assert_eq!(h.store.open_reservations(), (0, 0));
 }

@@ -125,7 +125,7 @@ async fn assert_released(b: &str, config: &GatewayConfig, crash: &Crash) {
     assert_eq!((expired.reserved, expired.actual), (crash.held, 0));
     assert_eq!(
         (ledger[1].status, ledger[1].actual),
-        (LedgerStatus::Ok, cost)
+        (LedgerStatus::Ok, delta(cost))
     );
     assert_books_balance(&store, &config.tags()).await;
 }

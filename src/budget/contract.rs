@@ -25,7 +25,7 @@ use super::{
     Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome,
     Settlement, StoreError,
 };
-use crate::money::UsdMicros;
+use crate::money::{delta, UsdMicros, UsdMicrosDelta};
 use crate::usage::Usage;
 use cases::*;
 use claims::*;
@@ -222,7 +222,7 @@ fn applied(status: LedgerStatus, reserved: u64, actual: u64, key_remaining: u64)
     }
 }
 
-fn statuses(ledger: &[LedgerEntry]) -> Vec<(LedgerStatus, UsdMicros)> {
+fn statuses(ledger: &[LedgerEntry]) -> Vec<(LedgerStatus, UsdMicrosDelta)> {
     ledger.iter().map(|e| (e.status, e.actual)).collect()
 }
 
@@ -235,11 +235,11 @@ async fn assert_books_balance(fixture: &impl Fixture) {
         assert_eq!(row.drift(), 0, "books do not balance: {row:?}");
     }
 
-    let mut from_rows: BTreeMap<(ScopeKind, String), UsdMicros> = BTreeMap::new();
+    let mut from_rows: BTreeMap<(ScopeKind, String), UsdMicrosDelta> = BTreeMap::new();
     for row in &rows {
         *from_rows.entry((row.kind, row.id.clone())).or_default() += row.ledger;
     }
-    let mut from_ledger: BTreeMap<(ScopeKind, String), UsdMicros> = BTreeMap::new();
+    let mut from_ledger: BTreeMap<(ScopeKind, String), UsdMicrosDelta> = BTreeMap::new();
     for entry in fixture.ledger().await {
         *from_ledger
             .entry((ScopeKind::Key, entry.key.clone()))
@@ -248,8 +248,8 @@ async fn assert_books_balance(fixture: &impl Fixture) {
             *from_ledger.entry((ScopeKind::Org, org)).or_default() += entry.actual;
         }
     }
-    from_rows.retain(|_, sum| *sum > 0);
-    from_ledger.retain(|_, sum| *sum > 0);
+    from_rows.retain(|_, sum| *sum != 0);
+    from_ledger.retain(|_, sum| *sum != 0);
     assert_eq!(from_rows, from_ledger, "ledger sums per scope");
 
     // Every reservation holds exactly one key's headroom.

@@ -42,7 +42,7 @@ pub use crate::period::Period;
 pub use memory::MemoryStore;
 pub use open::{open, tags, OpenError};
 
-use crate::money::UsdMicros;
+use crate::money::{UsdMicros, UsdMicrosDelta};
 use crate::usage::Usage;
 
 /// How long a ledger entry is kept before it is folded into its counters'
@@ -197,9 +197,11 @@ pub struct Reconciliation {
     pub counter: UsdMicros,
     /// Σ `actual` of the ledger entries charged to this period that have
     /// since been trimmed from the ledger (older than its retention).
-    pub folded: UsdMicros,
-    /// Σ `actual` of the ledger entries charged to this period.
-    pub ledger: UsdMicros,
+    pub folded: UsdMicrosDelta,
+    /// Σ `actual` of the ledger entries charged to this period. Entries
+    /// may be negative (a late settle giving back part of an expiry's
+    /// charge), so a part of the ledger may sum below zero.
+    pub ledger: UsdMicrosDelta,
     /// Σ amounts of the reservations still open in this period.
     pub open: UsdMicros,
 }
@@ -359,7 +361,11 @@ pub struct LedgerEntry {
     pub model: String,
     pub usage: Usage,
     pub reserved: UsdMicros,
-    pub actual: UsdMicros,
+    /// What this entry moved its counters by: the call's cost for a
+    /// settle on time, what expiry charged for an `expired` entry, and for
+    /// a `late` one the call's cost less what its expiry charged (negative
+    /// when the call cost less than that).
+    pub actual: UsdMicrosDelta,
     pub status: LedgerStatus,
     pub at: DateTime<Utc>,
 }

@@ -14,8 +14,11 @@ use tokio::task::JoinHandle;
 
 use tollgate::budget::{BudgetStore, LedgerEntry, MemoryStore};
 use tollgate::config::Config;
+// Ledger amounts are signed; tests compare them with unsigned costs.
 use tollgate::gateway::Gateway;
 use tollgate::mock::{self, MockOptions, MockServer};
+#[allow(unused_imports)]
+pub use tollgate::money::delta;
 use tollgate::server;
 
 /// The provider credential the mock expects and the gateway holds.
@@ -269,8 +272,8 @@ pub fn only_entry(h: &Harness) -> tollgate::budget::LedgerEntry {
     let ledger = h.ledger();
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     let entry = ledger.into_iter().next().unwrap();
-    assert_eq!(entry.actual, cost(&entry.model, &entry.usage));
-    assert!(entry.actual <= entry.reserved, "{entry:?}");
+    assert_eq!(entry.actual, delta(cost(&entry.model, &entry.usage)));
+    assert!(entry.actual <= delta(entry.reserved), "{entry:?}");
     entry
 }
 

@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use tollgate::budget::{Reconciliation, RedisStore, DEFAULT_LEDGER_RETENTION};
+// Ledger amounts are signed; tests compare them with unsigned costs.
+#[allow(unused_imports)]
+pub use tollgate::money::delta;
 use tollgate::usage::Usage;
 
 /// The Redis every machine and CI run of this project has.

@@ -91,8 +91,8 @@ pub(super) async fn settle_below_at_and_above_the_reservation(f: &impl Fixture) 
         [
             (LedgerStatus::Ok, 400),
             (LedgerStatus::Ok, 1_000),
-            (LedgerStatus::Ok, 1_000 + EPSILON),
-            (LedgerStatus::Overrun, 1_000 + EPSILON + 1),
+            (LedgerStatus::Ok, 1_000 + delta(EPSILON)),
+            (LedgerStatus::Overrun, 1_000 + delta(EPSILON) + 1),
         ]
     );
 }

@@ -11,7 +11,7 @@ use crate::budget::{
     Denial, LedgerEntry, LedgerStatus, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
     SettleOutcome, Settlement, StoreError,
 };
-use crate::money::UsdMicros;
+use crate::money::{delta, UsdMicros, UsdMicrosDelta};
 use crate::usage::Usage;
 
 #[derive(Default)]
@@ -26,7 +26,7 @@ pub(super) struct State {
     pub(super) ledger: VecDeque<LedgerLine>,
     /// Σ actual of the ledger entries trimmed from `ledger`, per counter, so
     /// `counter == folded + Σ ledger + Σ open` still holds after a trim.
-    pub(super) folded: HashMap<CounterKey, UsdMicros>,
+    pub(super) folded: HashMap<CounterKey, UsdMicrosDelta>,
     /// How long an entry stays in `ledger` before it is folded.
     pub(super) ledger_retention: TimeDelta,
     /// Idempotency claim → the exec id of the reservation made under it,
@@ -296,7 +296,7 @@ impl State {
             LedgerEntry {
                 model: settlement.model.clone(),
                 usage: settlement.usage,
-                actual: settlement.actual,
+                actual: delta(settlement.actual),
                 ..reservation.ledger_entry(exec_id, status, now)
             },
         );
