@@ -11,7 +11,7 @@
 //! | `tollgate_reserve_total` | `outcome` = `allowed`, `denied`, `error`; `scope` = `key`, `org` (the denying one) or `""` | reserve calls |
 //! | `tollgate_settlements_total` | `status` = `ok`, `overrun`, `estimated`, `late` | settlements applied by this gateway |
 //! | `tollgate_charged_usd_micros_total` | | Σ actual cost of those settlements |
-//! | `tollgate_expired_reservations_total` | | reservations this gateway's periodic sweep released unsettled |
+//! | `tollgate_expired_reservations_total` | | reservations this gateway's periodic sweep expired unsettled (charged their amount, or released under `on_expiry = "release"`) |
 //! | `tollgate_store_call_duration_seconds` | `op` | store call latency, retries included |
 //! | `tollgate_store_errors_total` | `op` | store calls that failed (unreachable or timed out) |
 //! | `tollgate_requests_total` | `route`, `status` | HTTP responses by route and status |
@@ -21,13 +21,13 @@
 //! "ownership mismatch" is a refusal, not a store failure, and is not
 //! counted as a store error.
 //!
-//! Expired reservations are released in two places: the periodic sweep,
-//! whose count the gateway sees, and the bounded sweep inside each
-//! `reserve`, whose count stays inside the store. The expired counter is
-//! therefore a lower bound; the ledger's `expired` entries are the full
-//! record. With several gateways on one Redis, each counts what its own
-//! sweep released. A settle that arrives after its reservation expired is
-//! counted as `late`.
+//! Reservations are expired in two places: the periodic sweep, whose count
+//! the gateway sees, and the bounded sweep inside each `reserve`, whose
+//! count stays inside the store. The expired counter is therefore a lower
+//! bound; the ledger's `expired` entries are the full record. With several
+//! gateways on one Redis, each counts what its own sweep expired. A settle
+//! that arrives after its reservation expired is counted as `late`, and
+//! what it charges (`charged_usd_micros`) is its actual cost.
 //!
 //! Every label has a small fixed set of values (no key or org ids). The
 //! reserve, settlement and store series are created up front and held as
@@ -194,8 +194,8 @@ impl Metrics {
         let expired = Counter::default();
         registry.register(
             "expired_reservations",
-            "Reservations released unsettled at their deadline by this gateway's periodic \
-             sweep (those released inside a reserve are not counted; the ledger has all)",
+            "Reservations expired unsettled at their deadline by this gateway's periodic \
+             sweep (those expired inside a reserve are not counted; the ledger has all)",
             expired.clone(),
         );
 
@@ -283,17 +283,17 @@ impl Metrics {
             LedgerStatus::Estimated => &self.settled_estimated,
             LedgerStatus::Late => &self.settled_late,
             // A settle never expires a reservation; were a store to say so,
-            // the reservation was released unsettled.
+            // the reservation expired unsettled.
             LedgerStatus::Expired => &self.expired,
         };
         counter.inc();
         self.charged.inc_by(outcome.actual);
     }
 
-    /// Counts reservations released by a sweep this gateway ran.
-    pub fn count_expired(&self, released: usize) {
+    /// Counts reservations expired by a sweep this gateway ran.
+    pub fn count_expired(&self, expired: usize) {
         self.expired
-            .inc_by(u64::try_from(released).unwrap_or(u64::MAX));
+            .inc_by(u64::try_from(expired).unwrap_or(u64::MAX));
     }
 
     /// Counts one response; `route` is one of the gateway's fixed paths.
@@ -356,7 +356,7 @@ fn gauge(value: impl TryInto<i64>) -> Gauge {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::{Denial, MemoryStore, Period};
+    use crate::budget::{Denial, MemoryStore, OnExpiry, Period};
 
     fn denial(kind: ScopeKind) -> ReserveOutcome {
         ReserveOutcome::Denied(Denial {
@@ -542,7 +542,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_scrape_reads_the_open_reservations_from_the_store() {
-        let store = MemoryStore::new(0);
+        let store = MemoryStore::new(0, OnExpiry::Charge);
         let metrics = Metrics::new();
         let text = metrics
             .scrape(&BudgetStore::Memory(store), &[])

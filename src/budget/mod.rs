@@ -17,8 +17,10 @@
 //! - `settle` re-checks ownership, moves the counters by `actual - amount`,
 //!   writes one ledger entry and marks the reservation settled; a retry
 //!   changes nothing and returns the first result.
-//! - A reservation past its deadline is expired: released, with an `expired`
-//!   ledger entry. A settle that arrives after that is charged as `late`.
+//! - A reservation past its deadline is expired: charged its amount (or,
+//!   under `on_expiry = "release"`, nothing), with an `expired` ledger
+//!   entry. A settle that arrives after that is `late`: it moves the
+//!   counters by its actual cost less what expiry charged.
 //! - Ledger entries older than the ledger retention are folded into their
 //!   counters' folded sums, so `counter == folded + Σ ledger + Σ open`.
 //!
@@ -38,6 +40,7 @@ use chrono::{DateTime, Utc};
 use tokio::task::AbortHandle;
 
 pub use self::redis::{RedisStore, RedisUrlError};
+pub use crate::config::OnExpiry;
 pub use crate::period::Period;
 pub use memory::MemoryStore;
 pub use open::{open, tags, OpenError};
@@ -166,6 +169,23 @@ pub fn tag_for(org: Option<&str>, key: &str) -> String {
     match org {
         Some(org) => org.to_owned(),
         None => format!("key:{key}"),
+    }
+}
+
+/// Logs the reservations a sweep expired (under `tag`, on Redis), and what
+/// they were charged.
+fn log_expired(tag: Option<&str>, expired: usize, on_expiry: OnExpiry) {
+    match on_expiry {
+        OnExpiry::Charge => tracing::warn!(
+            tag,
+            expired,
+            "expired reservations never settled by their deadline, charging their reserved amount"
+        ),
+        OnExpiry::Release => tracing::warn!(
+            tag,
+            expired,
+            "released reservations never settled by their deadline"
+        ),
     }
 }
 
@@ -318,9 +338,11 @@ pub enum LedgerStatus {
     Overrun,
     /// Usage counted by the gateway because the provider's never came.
     Estimated,
-    /// Arrived after the reservation expired: charged in full.
+    /// Arrived after the reservation expired: the actual cost replaces
+    /// what expiry charged.
     Late,
-    /// Never settled by its deadline: the reservation was released.
+    /// Never settled by its deadline: charged the reserved amount, or
+    /// nothing under `on_expiry = "release"`.
     Expired,
 }
 

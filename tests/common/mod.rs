@@ -157,7 +157,7 @@ models = ["gpt-4o-mini"]
     };
     let config =
         Config::from_toml_str_with_env(&config_text, Path::new("test.toml"), &env).unwrap();
-    let store = MemoryStore::new(config.store.settle_epsilon);
+    let store = MemoryStore::new(config.store.settle_epsilon, config.store.on_expiry);
     let gateway = Gateway::new(config, BudgetStore::Memory(store.clone())).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{later, to_delta};
 use crate::budget::{
-    Denial, LedgerEntry, LedgerStatus, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
+    Denial, LedgerEntry, LedgerStatus, OnExpiry, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
     SettleOutcome, Settlement, StoreError,
 };
 use crate::money::{delta, UsdMicros, UsdMicrosDelta};
@@ -32,6 +32,8 @@ pub(super) struct State {
     /// Idempotency claim → the exec id of the reservation made under it,
     /// until that reservation closes.
     pub(super) claims: HashMap<String, String>,
+    /// What a reservation never settled by its deadline is charged.
+    pub(super) on_expiry: OnExpiry,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -75,7 +77,10 @@ pub(super) enum RecordState {
     /// Remembered so a retried reserve gets the same denial.
     Denied(Denial),
     Open(Reservation),
-    Expired(Reservation),
+    /// Past its deadline unsettled, with what its expiry charged (its
+    /// amount, or 0 under `on_expiry = "release"`), which a late settle
+    /// corrects to the actual cost.
+    Expired(Reservation, UsdMicros),
     Settled(Reservation, SettleOutcome),
 }
 
@@ -118,7 +123,8 @@ impl Reservation {
         std::iter::once(key).chain(org)
     }
 
-    /// The ledger entry of a call that cost nothing.
+    /// The ledger entry of a call that cost nothing, for the caller to
+    /// fill in.
     fn ledger_entry(&self, exec_id: &str, status: LedgerStatus, at: DateTime<Utc>) -> LedgerEntry {
         LedgerEntry {
             exec_id: exec_id.to_owned(),
@@ -143,7 +149,9 @@ impl RecordState {
     fn reservation(&self) -> Option<&Reservation> {
         match self {
             RecordState::Denied(_) => None,
-            RecordState::Open(r) | RecordState::Expired(r) | RecordState::Settled(r, _) => Some(r),
+            RecordState::Open(r) | RecordState::Expired(r, _) | RecordState::Settled(r, _) => {
+                Some(r)
+            }
         }
     }
 }
@@ -249,7 +257,7 @@ impl State {
         let record = self.records.get(exec_id).ok_or_else(unknown)?;
         let reservation = match &record.state {
             RecordState::Denied(_) => return Err(unknown()),
-            RecordState::Open(r) | RecordState::Expired(r) | RecordState::Settled(r, _) => r,
+            RecordState::Open(r) | RecordState::Expired(r, _) | RecordState::Settled(r, _) => r,
         };
         if !reservation.is_owned_by(settlement) {
             return Err(StoreError::OwnershipMismatch {
@@ -262,12 +270,19 @@ impl State {
                 ..first.clone()
             });
         }
+        let already_expired = match &record.state {
+            RecordState::Expired(_, charged) => Some(*charged),
+            _ => None,
+        };
         let reservation = reservation.clone();
-        let mut late = matches!(record.state, RecordState::Expired(_));
-        if !late && reservation.deadline <= now {
-            self.expire(exec_id, &reservation, now);
-            late = true;
-        }
+        // What expiry charged, when the settle comes after it (or finds the
+        // deadline passed and expires the reservation first, as the sweep
+        // would have).
+        let expiry_charge = match already_expired {
+            None if reservation.deadline <= now => Some(self.expire(exec_id, &reservation, now)),
+            charged => charged,
+        };
+        let late = expiry_charge.is_some();
 
         let status = if late {
             LedgerStatus::Late
@@ -278,12 +293,14 @@ impl State {
         } else {
             LedgerStatus::Ok
         };
-        // On time, the reservation becomes the actual cost; late, its amount
-        // was already released at expiry and the cost is charged in full.
+        // On time, the reservation becomes the actual cost. Late, expiry
+        // already moved its amount out of `reserved` and charged what it
+        // charged: the actual cost replaces that charge.
         for key in reservation.counter_keys() {
             let counter = self.counters.entry(key).or_default();
-            if !late {
-                counter.reserved = counter.reserved.saturating_sub(reservation.amount);
+            match expiry_charge {
+                None => counter.reserved = counter.reserved.saturating_sub(reservation.amount),
+                Some(charged) => counter.spent = counter.spent.saturating_sub(charged),
             }
             counter.spent = counter.spent.saturating_add(settlement.actual);
         }
@@ -296,7 +313,7 @@ impl State {
             LedgerEntry {
                 model: settlement.model.clone(),
                 usage: settlement.usage,
-                actual: delta(settlement.actual),
+                actual: delta(settlement.actual) - delta(expiry_charge.unwrap_or(0)),
                 ..reservation.ledger_entry(exec_id, status, now)
             },
         );
@@ -344,24 +361,44 @@ impl State {
         expired
     }
 
-    /// Releases an open reservation's amount and books it as expired.
-    fn expire(&mut self, exec_id: &str, reservation: &Reservation, now: DateTime<Utc>) {
+    /// Closes an open reservation as expired: its amount leaves `reserved`
+    /// and what `on_expiry` charges (all of it, or nothing) goes to
+    /// `spent`, booked as an `expired` entry. Returns what it charged.
+    ///
+    /// The record is kept one more TTL: the gateway retries a settle for
+    /// two TTLs from before its reserve, so every settle that can still
+    /// come finds the record and corrects the charge (`late`).
+    fn expire(
+        &mut self,
+        exec_id: &str,
+        reservation: &Reservation,
+        now: DateTime<Utc>,
+    ) -> UsdMicros {
+        let charged = match self.on_expiry {
+            OnExpiry::Charge => reservation.amount,
+            OnExpiry::Release => 0,
+        };
         for key in reservation.counter_keys() {
             let counter = self.counters.entry(key).or_default();
             counter.reserved = counter.reserved.saturating_sub(reservation.amount);
+            counter.spent = counter.spent.saturating_add(charged);
         }
         self.deadlines
             .remove(&(reservation.deadline, exec_id.to_owned()));
         self.book(
             reservation,
-            reservation.ledger_entry(exec_id, LedgerStatus::Expired, now),
+            LedgerEntry {
+                actual: delta(charged),
+                ..reservation.ledger_entry(exec_id, LedgerStatus::Expired, now)
+            },
         );
         self.close(
             exec_id,
-            RecordState::Expired(reservation.clone()),
+            RecordState::Expired(reservation.clone(), charged),
             reservation.ttl,
             now,
         );
+        charged
     }
 
     /// Drops up to `limit` closed records whose retention has passed.
