@@ -90,8 +90,7 @@ pub enum OnStoreError {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OnExpiry {
     /// Charged its reserved amount: the provider may have billed the whole
-    /// call, and the cap is a promise (DESIGN.md, "Never under-charge"). An
-    /// operator refunds a call the provider did not bill.
+    /// call, and the cap is a promise (DESIGN.md, "Never under-charge").
     #[default]
     Charge,
     /// Released, charged nothing: the old rule, for those who prefer to
