@@ -58,8 +58,11 @@ local HOUR_MS = 3600000
 -- Keeps `now + ttl` far below 2^53 (2^50 ms is some 35,000 years).
 local MAX_TTL_MS = 1125899906842624
 
+-- A refusal of the script's arguments: an error reply with its own code,
+-- `TOLLGATE`, so the caller tells it from a store outage and never
+-- retries it (the same call would be refused again).
 local function fail(message)
-  return error('tollgate: ' .. message, 0)
+  return error({ err = 'TOLLGATE ' .. message })
 end
 
 -- An integer as a decimal string: tostring would print 1e+15; %d is exact

@@ -21,6 +21,9 @@ Returns:
   {'absent'}    no record of exec_id under this tag
   {'denied'}    exec_id was denied: there is nothing to settle
   {'mismatch'}  the record belongs to another key or org
+  {'out_of_range', field}  the settle would take that counter to 2^53 or
+                more; nothing was written (an answer, not an error: the
+                same every time, so the caller must not retry it)
   {'settled', status, reserved, actual, key_remaining, applied, expired_now}
   `applied` is '0' for a repeated settle (the first result, nothing
   changed), '1' for the call (any attempt) that applied it;
@@ -32,7 +35,9 @@ act = actual; late (after expiry, which charged `ec`), each counter moves
 by actual - ec, booked as one `late` entry of act = actual - ec (a settle
 that finds its reservation past its deadline books the `expired` entry
 first, as the sweep would have); a counter that would reach 2^53 refuses
-the settle before anything is written.
+the settle (`out_of_range`) before anything is written, the expiry too.
+An actual of 2^53 or more is refused by the caller before the script runs
+(here it would fail int_arg).
 ]]
 
 local exec_id = ARGV[1]
@@ -103,7 +108,7 @@ local fields = held_fields(counter_field('key', rec.k, rec.kp),
 local values = read_counters(fields)
 for i = 1, #fields, 2 do
   if values[i] + committed > MAX_SAFE then
-    fail('settling ' .. exec_id .. ' would take ' .. fields[i] .. ' to 2^53 or more')
+    return { 'out_of_range', fields[i] }
   end
 end
 

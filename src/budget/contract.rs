@@ -29,7 +29,7 @@ use super::{
     Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome,
     Settlement, StoreError,
 };
-use crate::money::{delta, UsdMicros, UsdMicrosDelta};
+use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
 use cases::*;
 use claims::*;
@@ -144,6 +144,7 @@ macro_rules! contract_tests {
             concurrent_reserve_and_settle_keep_the_books,
             old_ledger_entries_fold_into_their_counters,
             only_entries_past_the_retention_fold,
+            settles_past_2_to_the_53_are_refused_alike,
             claimed_request_in_flight_refuses_its_duplicate,
             claimed_reserve_retry_gets_the_first_answer,
             settled_claim_is_reserved_and_charged_again,

@@ -401,6 +401,9 @@ pub struct ScopeState {
     pub resets_at: Option<DateTime<Utc>>,
 }
 
+/// Why a store call failed. Only `Unavailable` and `Timeout` are worth a
+/// retry: the others are the store's answer to the call itself, the same
+/// every time it is asked.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("budget store unavailable: {0}")]
@@ -411,4 +414,13 @@ pub enum StoreError {
     UnknownReservation(String),
     #[error("reservation {exec_id} belongs to another key or org")]
     OwnershipMismatch { exec_id: String },
+    /// The settle's amount, or a counter it would move, reaches 2^53 µUSD,
+    /// past which Redis's Lua numbers (doubles) are no longer exact. Every
+    /// store refuses it the same way, before changing anything.
+    #[error("settling {exec_id} would take an amount or a counter to 2^53 µUSD or more")]
+    OutOfRange { exec_id: String },
+    /// The store refused the call's arguments (a Lua script's own check):
+    /// the gateway and the scripts disagree, which no retry mends.
+    #[error("budget store refused the call: {0}")]
+    Refused(String),
 }

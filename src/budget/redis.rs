@@ -60,7 +60,7 @@ use super::{
     tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest,
     Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError,
 };
-use crate::money::UsdMicros;
+use crate::money::{UsdMicros, MAX_USD_MICROS};
 use books::Record;
 use connection::{redacted, CallPolicy, Connection, Request};
 use scripts::{ReserveReply, Scripts, SettleReply, TagKeys};
@@ -249,6 +249,13 @@ impl RedisStore {
         settlement: &Settlement,
         look_elsewhere: bool,
     ) -> Result<SettleOutcome, StoreError> {
+        // The script would refuse it as an argument; refused here as an
+        // answer, the same one the memory store gives.
+        if settlement.actual > MAX_USD_MICROS {
+            return Err(StoreError::OutOfRange {
+                exec_id: settlement.exec_id.clone(),
+            });
+        }
         let tag = tag_for(settlement.org.as_deref(), &settlement.key);
         let keys = TagKeys::new(&tag);
         // Tells this call's own earlier attempt (timed out after it
@@ -278,6 +285,12 @@ impl RedisStore {
             SettleReply::Mismatch => Err(StoreError::OwnershipMismatch {
                 exec_id: exec_id.clone(),
             }),
+            SettleReply::OutOfRange(field) => {
+                tracing::debug!(%exec_id, field, "settle refused: the counter would reach 2^53");
+                Err(StoreError::OutOfRange {
+                    exec_id: exec_id.clone(),
+                })
+            }
             SettleReply::Denied => Err(StoreError::UnknownReservation(exec_id.clone())),
             SettleReply::Absent if look_elsewhere => Err(self.absent(exec_id, &tag).await?),
             SettleReply::Absent => Err(StoreError::UnknownReservation(exec_id.clone())),

@@ -470,3 +470,56 @@ pub(super) async fn old_ledger_entries_fold_into_their_counters(f: &impl Fixture
     assert_eq!(counters(&store, &key).await, (1_050, 0));
     assert_eq!(statuses(&f.ledger().await), [(LedgerStatus::Ok, 450)]);
 }
+
+/// A settle whose actual, or the counter it moves, would reach 2^53 µUSD is
+/// refused by every store with the same answer, at once and before
+/// anything changes; one that lands exactly on 2^53 - 1 goes through.
+pub(super) async fn settles_past_2_to_the_53_are_refused_alike(f: &impl Fixture) {
+    let store = f.store();
+    let org = scope(ScopeKind::Org, MAX_USD_MICROS, Period::Total);
+    let key = scope(ScopeKind::Key, MAX_USD_MICROS, Period::Total);
+    let big = request(&key, Some(&org), 1_000, TTL_SECS);
+    assert_eq!(reserve(&store, &big).await, ReserveOutcome::Reserved);
+    let out_of_range = |req: &ReserveRequest, result: Result<SettleOutcome, StoreError>| {
+        assert!(
+            matches!(&result, Err(StoreError::OutOfRange { exec_id }) if *exec_id == req.exec_id),
+            "{result:?}"
+        );
+    };
+    for actual in [MAX_USD_MICROS + 1, u64::MAX] {
+        let started = std::time::Instant::now();
+        out_of_range(&big, store.settle(&settlement(&big, actual)).await);
+        assert!(started.elapsed() < Duration::from_secs(1), "retried?");
+    }
+    assert_eq!(counters(&store, &key).await, (0, 1_000));
+
+    // An overrun that takes the counter close to 2^53 is still exact.
+    assert_eq!(
+        settle(&store, &big, MAX_USD_MICROS - 10).await,
+        applied(LedgerStatus::Overrun, 1_000, MAX_USD_MICROS - 10, 10)
+    );
+    let next = request(&key, Some(&org), 5, TTL_SECS);
+    assert_eq!(reserve(&store, &next).await, ReserveOutcome::Reserved);
+    // 11 would take both counters to 2^53: refused, nothing written.
+    out_of_range(&next, store.settle(&settlement(&next, 11)).await);
+    assert_eq!(counters(&store, &key).await, (MAX_USD_MICROS - 10, 5));
+    assert_eq!(counters(&store, &org).await, (MAX_USD_MICROS - 10, 5));
+    assert_eq!(f.ledger().await.len(), 1);
+    assert_eq!(
+        settle(&store, &next, 10).await,
+        applied(LedgerStatus::Ok, 5, 10, 0)
+    );
+    assert_eq!(counters(&store, &key).await, (MAX_USD_MICROS, 0));
+    assert_eq!(counters(&store, &org).await, (MAX_USD_MICROS, 0));
+
+    // Late, the same: the check counts what expiry charged.
+    let late = request(&key, Some(&org), 0, 2);
+    assert_eq!(reserve(&store, &late).await, ReserveOutcome::Reserved);
+    f.advance(Duration::from_secs(3)).await;
+    out_of_range(&late, store.settle(&settlement(&late, 1)).await);
+    assert_eq!(
+        settle(&store, &late, 0).await,
+        applied(LedgerStatus::Late, 0, 0, 0)
+    );
+    assert_eq!(counters(&store, &key).await, (MAX_USD_MICROS, 0));
+}

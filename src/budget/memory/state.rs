@@ -11,7 +11,7 @@ use crate::budget::{
     Denial, LedgerEntry, LedgerStatus, OnExpiry, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
     SettleOutcome, Settlement, StoreError,
 };
-use crate::money::{delta, UsdMicros, UsdMicrosDelta};
+use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
 
 #[derive(Default)]
@@ -253,6 +253,14 @@ impl State {
         epsilon: UsdMicros,
     ) -> Result<SettleOutcome, StoreError> {
         let exec_id = &settlement.exec_id;
+        let out_of_range = || StoreError::OutOfRange {
+            exec_id: exec_id.clone(),
+        };
+        // Refused before anything else, as the Redis store refuses it
+        // before its script runs.
+        if settlement.actual > MAX_USD_MICROS {
+            return Err(out_of_range());
+        }
         let unknown = || StoreError::UnknownReservation(exec_id.clone());
         let record = self.records.get(exec_id).ok_or_else(unknown)?;
         let reservation = match &record.state {
@@ -275,6 +283,15 @@ impl State {
             _ => None,
         };
         let reservation = reservation.clone();
+        // What the counters hold of this call: its amount while open (also
+        // when it expires now: expiry's own move nets out), what expiry
+        // charged once expired. The settle replaces that with the actual
+        // cost, unless a counter would then reach 2^53, checked before
+        // anything changes, as `settle.lua` does.
+        let held = already_expired.unwrap_or(reservation.amount);
+        if !self.fits(&reservation, held, settlement.actual) {
+            return Err(out_of_range());
+        }
         // What expiry charged, when the settle comes after it (or finds the
         // deadline passed and expires the reservation first, as the sweep
         // would have).
@@ -337,6 +354,16 @@ impl State {
             now,
         );
         Ok(outcome)
+    }
+
+    /// Whether every counter `reservation` charged stays below 2^53 when
+    /// the `held` part of it is replaced by `actual`.
+    fn fits(&self, reservation: &Reservation, held: UsdMicros, actual: UsdMicros) -> bool {
+        reservation.counter_keys().all(|key| {
+            let committed = self.counters.get(&key).map_or(0, Counter::committed);
+            let after = i128::from(committed) - i128::from(held) + i128::from(actual);
+            after <= i128::from(MAX_USD_MICROS)
+        })
     }
 
     /// Expires up to `limit` open reservations whose deadline has come,

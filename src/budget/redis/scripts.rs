@@ -234,6 +234,9 @@ pub(super) enum SettleReply {
     /// The exec id was denied: nothing to settle.
     Denied,
     Mismatch,
+    /// The settle would take this counter field to 2^53 or more; nothing
+    /// was written.
+    OutOfRange(String),
     Settled {
         outcome: SettleOutcome,
         /// This settle found the reservation past its deadline and expired
@@ -313,6 +316,7 @@ pub(super) fn settle_reply(reply: &[String]) -> Result<SettleReply, StoreError> 
         "absent" => Ok(SettleReply::Absent),
         "denied" => Ok(SettleReply::Denied),
         "mismatch" => Ok(SettleReply::Mismatch),
+        "out_of_range" => Ok(SettleReply::OutOfRange(field(reply, 1, SCRIPT)?.to_owned())),
         "settled" => {
             let status =
                 ledger_status(field(reply, 1, SCRIPT)?).ok_or_else(|| bad_reply(SCRIPT, reply))?;

@@ -436,10 +436,12 @@ async fn amounts_of_2_to_the_53_are_refused_before_anything_is_written() {
         .unwrap();
     let key = key_scope(1_000);
     let too_big = request(&key, 1 << 53);
-    assert!(matches!(
-        store.reserve(&too_big).await,
-        Err(StoreError::Unavailable(message)) if message.contains("2^53")
-    ));
+    // The script's own refusal: an answer, not an outage, never retried.
+    let refused = store.reserve(&too_big).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Refused(message)) if message.contains("2^53")),
+        "{refused:?}"
+    );
     let state = store.scope_state(&key).await.unwrap();
     assert_eq!((state.spent, state.reserved), (0, 0));
     assert!(store
