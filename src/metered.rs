@@ -53,7 +53,7 @@ pin_project! {
             // The client is gone: settle what it saw. (A settlement already
             // in flight finishes by itself when dropped.)
             let this = this.project();
-            drop(this.ticket.settle_seen(this.meter.partial_usage()));
+            drop(settle_cut(this.ticket, this.meter));
         }
     }
 }
@@ -87,7 +87,17 @@ impl MeteredBody {
 /// what was seen.
 fn settle_final(ticket: &mut SettleTicket, meter: &StreamMeter) -> Option<Settling> {
     match meter.reported_usage() {
-        Some(usage) => ticket.settle(usage, false),
+        Some(reported) => ticket.settle_reported(reported),
+        None => ticket.settle_seen(meter.partial_usage()),
+    }
+}
+
+/// Settles a stream cut before its end with what was seen; if the
+/// provider had already reported a count no call can have, nothing it
+/// reported can be believed, and the call is charged its bound.
+fn settle_cut(ticket: &mut SettleTicket, meter: &StreamMeter) -> Option<Settling> {
+    match meter.absurd_usage() {
+        Some(absurd) => ticket.settle_reported(Err(absurd.clone())),
         None => ticket.settle_seen(meter.partial_usage()),
     }
 }
@@ -161,7 +171,7 @@ impl HttpBody for MeteredBody {
             if this.deadline.as_mut().poll(cx).is_ready() {
                 *this.upstream_done = true;
                 *this.failure = Some(Box::new(StreamTimeout(*this.timeout)));
-                *this.settling = this.ticket.settle_seen(this.meter.partial_usage());
+                *this.settling = settle_cut(this.ticket, this.meter);
                 continue;
             }
             match this.upstream.as_mut().poll_frame(cx) {
@@ -174,7 +184,7 @@ impl HttpBody for MeteredBody {
                 Poll::Ready(Some(Err(error))) => {
                     *this.upstream_done = true;
                     *this.failure = Some(Box::new(error));
-                    *this.settling = this.ticket.settle_seen(this.meter.partial_usage());
+                    *this.settling = settle_cut(this.ticket, this.meter);
                 }
                 Poll::Ready(None) => {
                     // The last event may lack its closing blank line (or

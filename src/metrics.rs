@@ -11,6 +11,7 @@
 //! | `tollgate_reserve_total` | `outcome` = `allowed`, `denied`, `error`; `scope` = `key`, `org` (the denying one) or `""` | reserve calls |
 //! | `tollgate_settlements_total` | `status` = `ok`, `overrun`, `estimated`, `late` | settlements applied by this gateway |
 //! | `tollgate_charged_usd_micros_total` | | Σ actual cost of those settlements |
+//! | `tollgate_absurd_usage_total` | | calls whose provider reported usage no call can have (a count negative, fractional or 2^53 or more; a cost of 2^53 µUSD or more), charged their upper bound instead |
 //! | `tollgate_expired_reservations_total` | | reservations this gateway's periodic sweep expired unsettled (charged their amount, or released under `on_expiry = "release"`) |
 //! | `tollgate_store_call_duration_seconds` | `op` | store call latency, retries included |
 //! | `tollgate_store_errors_total` | `op` | store calls that failed (unreachable, timed out, or a script refused its arguments) |
@@ -148,6 +149,7 @@ pub struct Metrics {
     settled_late: Counter,
     expired: Counter,
     charged: Counter,
+    absurd_usage: Counter,
     /// Indexed by [`StoreOp::index`].
     store_latency: [Histogram; 6],
     store_errors: [Counter; 6],
@@ -201,6 +203,14 @@ impl Metrics {
             expired.clone(),
         );
 
+        let absurd_usage = Counter::default();
+        registry.register(
+            "absurd_usage",
+            "Calls whose provider reported usage no call can have (negative, fractional, or \
+             2^53 or more), charged their upper bound instead",
+            absurd_usage.clone(),
+        );
+
         let latency =
             Family::<StoreLabels, Histogram, fn() -> Histogram>::new_with_constructor(|| {
                 Histogram::new(LATENCY_BUCKETS)
@@ -238,6 +248,7 @@ impl Metrics {
             settled_late: settled(LedgerStatus::Late),
             expired,
             charged,
+            absurd_usage,
             store_latency: StoreOp::ALL.map(|op| latency.get_or_create_owned(&by_op(op))),
             store_errors: StoreOp::ALL.map(|op| errors.get_or_create_owned(&by_op(op))),
             requests,
@@ -299,6 +310,12 @@ impl Metrics {
     pub fn count_expired(&self, expired: usize) {
         self.expired
             .inc_by(u64::try_from(expired).unwrap_or(u64::MAX));
+    }
+
+    /// Counts a call charged its upper bound because its reported usage
+    /// was absurd.
+    pub fn count_absurd_usage(&self) {
+        self.absurd_usage.inc();
     }
 
     /// Counts one response; `route` is one of the gateway's fixed paths.

@@ -134,10 +134,16 @@ impl Cost {
     /// The total in µUSD, rounded up, saturating at [`MAX_USD_MICROS`] so an
     /// absurd token count can never wrap into a small charge.
     pub fn usd_micros(self) -> UsdMicros {
+        self.checked_usd_micros().unwrap_or(MAX_USD_MICROS)
+    }
+
+    /// The total in µUSD, rounded up; `None` from 2^53 on, which no store
+    /// holds exactly (a cost that large is no cost a call can have).
+    pub fn checked_usd_micros(self) -> Option<UsdMicros> {
         let micros = self.0.div_ceil(1_000_000);
         u64::try_from(micros)
-            .unwrap_or(MAX_USD_MICROS)
-            .min(MAX_USD_MICROS)
+            .ok()
+            .filter(|micros| *micros <= MAX_USD_MICROS)
     }
 }
 
@@ -207,5 +213,18 @@ mod tests {
         let mut cost = Cost::default();
         cost.add(u64::MAX, Price::per_mtok("1000").unwrap());
         assert_eq!(cost.usd_micros(), MAX_USD_MICROS);
+        assert_eq!(cost.checked_usd_micros(), None);
+    }
+
+    #[test]
+    fn checked_cost_stops_below_2_to_the_53() {
+        let per_token = Price::per_mtok("1").unwrap();
+        let mut at_limit = Cost::default();
+        at_limit.add(MAX_USD_MICROS, per_token);
+        assert_eq!(at_limit.checked_usd_micros(), Some(MAX_USD_MICROS));
+        let mut past = at_limit;
+        past.add(1, per_token);
+        assert_eq!(past.checked_usd_micros(), None);
+        assert_eq!(past.usd_micros(), MAX_USD_MICROS);
     }
 }

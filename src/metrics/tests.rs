@@ -46,6 +46,7 @@ fn every_fixed_series_is_exported_at_zero_before_any_call() {
         r#"tollgate_settlements_total{status="late"}"#,
         "tollgate_expired_reservations_total",
         "tollgate_charged_usd_micros_total",
+        "tollgate_absurd_usage_total",
         r#"tollgate_store_errors_total{op="reserve"}"#,
         r#"tollgate_store_errors_total{op="open_reservations"}"#,
         r#"tollgate_store_call_duration_seconds_count{op="settle"}"#,
