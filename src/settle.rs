@@ -297,12 +297,12 @@ impl MeteredCall {
                     self.metrics.count_settlement(&outcome);
                     return Some(outcome);
                 }
-                // The reserve failed on a store error, or its handler was
-                // dropped while it was in flight. If it never landed there
-                // is nothing to release; if the store cannot say, the
-                // reservation expires by itself, which is right for a call
-                // that was never sent.
-                Err(_) if self.stage == Stage::Reserving => return None,
+                // Retried also for a call never sent (its reserve failed on
+                // a store error, or its handler was dropped while it was in
+                // flight), in the background: a reservation that landed
+                // and is left to expire is charged its amount under
+                // `on_expiry = "charge"`, which a call never sent must not
+                // be.
                 Err(error @ (StoreError::Unavailable(_) | StoreError::Timeout))
                     if Instant::now() < self.retry_until =>
                 {
@@ -310,6 +310,9 @@ impl MeteredCall {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
                 }
+                // The reserve never landed (nothing to release), or the
+                // store stayed down for two TTLs.
+                Err(_) if self.stage == Stage::Reserving => return None,
                 // The store refuses this usage, and would every time: the
                 // call is charged its bound instead, at once.
                 Err(error @ (StoreError::OutOfRange { .. } | StoreError::Refused(_)))
