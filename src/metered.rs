@@ -56,7 +56,7 @@ pin_project! {
             let this = this.project();
             let upstream = this.upstream.take().filter(|_| !*this.upstream_done);
             let (Some(upstream), true) = (upstream, this.ticket.is_armed()) else {
-                drop(this.ticket.settle_seen(this.meter.partial_usage()));
+                drop(settle_cut(this.ticket, this.meter));
                 return;
             };
             // The provider may still be generating, and billing: read on,
@@ -129,7 +129,7 @@ async fn read_rest(
     };
     let _ = tokio::time::timeout_at(limit, reading).await;
     match meter.reported_usage() {
-        Some(usage) => Read::Reported(usage),
+        Some(reported) => Read::Reported(reported),
         None => Read::Seen(meter.partial_usage()),
     }
 }
@@ -138,7 +138,17 @@ async fn read_rest(
 /// what was seen.
 fn settle_final(ticket: &mut SettleTicket, meter: &StreamMeter) -> Option<Settling> {
     match meter.reported_usage() {
-        Some(usage) => ticket.settle(usage, false),
+        Some(reported) => ticket.settle_reported(reported),
+        None => ticket.settle_seen(meter.partial_usage()),
+    }
+}
+
+/// Settles a stream cut before its end with what was seen; if the
+/// provider had already reported a count no call can have, nothing it
+/// reported can be believed, and the call is charged its bound.
+fn settle_cut(ticket: &mut SettleTicket, meter: &StreamMeter) -> Option<Settling> {
+    match meter.absurd_usage() {
+        Some(absurd) => ticket.settle_reported(Err(absurd.clone())),
         None => ticket.settle_seen(meter.partial_usage()),
     }
 }
@@ -212,7 +222,7 @@ impl HttpBody for MeteredBody {
             if this.deadline.as_mut().poll(cx).is_ready() {
                 *this.upstream_done = true;
                 *this.failure = Some(Box::new(StreamTimeout(*this.timeout)));
-                *this.settling = this.ticket.settle_seen(this.meter.partial_usage());
+                *this.settling = settle_cut(this.ticket, this.meter);
                 continue;
             }
             let Some(upstream) = this.upstream.as_mut() else {
@@ -228,7 +238,7 @@ impl HttpBody for MeteredBody {
                 Poll::Ready(Some(Err(error))) => {
                     *this.upstream_done = true;
                     *this.failure = Some(Box::new(error));
-                    *this.settling = this.ticket.settle_seen(this.meter.partial_usage());
+                    *this.settling = settle_cut(this.ticket, this.meter);
                 }
                 Poll::Ready(None) => {
                     // The last event may lack its closing blank line (or

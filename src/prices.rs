@@ -35,14 +35,25 @@ pub struct ModelPrice {
 }
 
 impl ModelPrice {
-    /// The exact cost of a call, rounded up to a whole µUSD once.
+    /// The exact cost of a call, rounded up to a whole µUSD once
+    /// (saturating at 2^53 - 1; see [`ModelPrice::checked_cost`]).
     pub fn cost(&self, usage: &Usage) -> UsdMicros {
+        self.sum(usage).usd_micros()
+    }
+
+    /// The exact cost of a call, or `None` when it reaches 2^53 µUSD: usage
+    /// no call can have, which no store can charge exactly.
+    pub fn checked_cost(&self, usage: &Usage) -> Option<UsdMicros> {
+        self.sum(usage).checked_usd_micros()
+    }
+
+    fn sum(&self, usage: &Usage) -> Cost {
         let mut cost = Cost::default();
         cost.add(usage.input, self.input);
         cost.add(usage.cached_input, self.cached_input);
         cost.add(usage.cache_write, self.cache_write);
         cost.add(usage.output, self.output);
-        cost.usd_micros()
+        cost
     }
 }
 

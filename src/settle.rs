@@ -11,6 +11,12 @@
 //! A settlement in flight is a [`Settling`] future; dropped before it is
 //! done, it finishes in the background, tracked by [`BackgroundSettles`] so
 //! a shutting-down gateway waits for it.
+//!
+//! Usage no call can have — a count that is negative, fractional or 2^53
+//! or more, a cost of 2^53 µUSD or more, or one a store refuses as out of
+//! range — is charged the call's upper bound at once, marked `estimated`,
+//! logged and counted (`tollgate_absurd_usage_total`), never retried as if
+//! the store were down.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,8 +32,9 @@ use crate::budget::{BudgetStore, LedgerStatus, SettleOutcome, Settlement, StoreE
 use crate::config::KeyConfig;
 use crate::estimate::Estimate;
 use crate::metrics::{Metrics, StoreOp};
+use crate::money::UsdMicros;
 use crate::prices::ModelPrice;
-use crate::usage::Usage;
+use crate::usage::{Reported, Usage};
 
 /// Longest wait between two attempts at a settle the store refuses.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(2);
@@ -117,6 +124,16 @@ pub struct SettleTicket {
     call: Option<MeteredCall>,
 }
 
+/// What a settlement charges.
+enum Charge {
+    /// Usage priced at the model's rates; `estimated` when the gateway
+    /// counted it.
+    Usage { usage: Usage, estimated: bool },
+    /// The call's upper bound: the provider reported usage no call can
+    /// have, shown in `reported` for the log.
+    Bound { reported: String },
+}
+
 /// How far a call got, which decides what it is charged if its usage
 /// never comes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,21 +212,45 @@ impl SettleTicket {
         };
         let background = call.background.clone();
         background.finish(Box::pin(async move {
-            let (usage, estimated) = match reading.await {
-                Read::Reported(usage) => (usage, false),
-                Read::Seen(seen) => call.fallback(seen),
+            let charge = match reading.await {
+                Read::Reported(Ok(usage)) => Charge::Usage {
+                    usage,
+                    estimated: false,
+                },
+                Read::Reported(Err(absurd)) => Charge::Bound {
+                    reported: absurd.to_string(),
+                },
+                Read::Seen(seen) => {
+                    let (usage, estimated) = call.fallback(seen);
+                    Charge::Usage { usage, estimated }
+                }
             };
-            call.settle(usage, estimated).await
+            call.settle(charge).await
         }));
     }
 
     /// Settles with `usage`; `estimated` when the gateway counted it. Does
     /// nothing (and returns `None`) once the ticket is spent.
     pub fn settle(&mut self, usage: Usage, estimated: bool) -> Option<Settling> {
+        self.charge(Charge::Usage { usage, estimated })
+    }
+
+    /// Settles with the usage the provider reported; when a count in it is
+    /// absurd, with the call's upper bound instead.
+    pub fn settle_reported(&mut self, reported: Reported) -> Option<Settling> {
+        match reported {
+            Ok(usage) => self.settle(usage, false),
+            Err(absurd) => self.charge(Charge::Bound {
+                reported: absurd.to_string(),
+            }),
+        }
+    }
+
+    fn charge(&mut self, charge: Charge) -> Option<Settling> {
         let call = self.call.take()?;
         let background = call.background.clone();
         Some(Settling {
-            future: Some(Box::pin(call.settle(usage, estimated))),
+            future: Some(Box::pin(call.settle(charge))),
             background,
         })
     }
@@ -236,8 +277,8 @@ impl SettleTicket {
 
 /// What a read of a call's response found.
 pub enum Read {
-    /// The usage the provider reported.
-    Reported(Usage),
+    /// The usage the provider reported (absurd counts included).
+    Reported(Reported),
     /// No usage: what the gateway saw of the response.
     Seen(Usage),
 }
@@ -281,15 +322,48 @@ impl MeteredCall {
         }
     }
 
-    async fn settle(self, usage: Usage, estimated: bool) -> Option<SettleOutcome> {
-        let settlement = Settlement {
-            actual: self.price.cost(&usage),
-            exec_id: self.exec_id,
-            key: self.key,
-            org: self.org,
-            model: self.model,
+    /// The settlement of `usage` at `actual`.
+    fn settlement(&self, usage: Usage, actual: UsdMicros, estimated: bool) -> Settlement {
+        Settlement {
+            exec_id: self.exec_id.clone(),
+            key: self.key.clone(),
+            org: self.org.clone(),
+            model: self.model.clone(),
             usage,
+            actual,
             estimated,
+        }
+    }
+
+    /// The settlement of a call whose reported usage no store can take:
+    /// its upper bound (what it reserved: the most the provider can bill),
+    /// marked estimated. Logged with what was reported, and counted.
+    fn bound(&self, reported: &str, why: &str) -> Settlement {
+        let amount = self.estimate.amount;
+        tracing::error!(
+            exec_id = %self.exec_id,
+            key = %self.key,
+            model = %self.model,
+            reported_usage = %reported,
+            why,
+            charged_usd_micros = amount,
+            "the provider reported usage no call can have; charging the call's upper bound"
+        );
+        self.metrics.count_absurd_usage();
+        let usage = self.estimate.fallback_usage(self.estimate.output_tokens);
+        self.settlement(usage, amount, true)
+    }
+
+    async fn settle(self, charge: Charge) -> Option<SettleOutcome> {
+        let (mut settlement, mut charging_bound) = match charge {
+            Charge::Usage { usage, estimated } => match self.price.checked_cost(&usage) {
+                Some(actual) => (self.settlement(usage, actual, estimated), false),
+                None => (
+                    self.bound(&format!("{usage:?}"), "its cost reaches 2^53 µUSD"),
+                    true,
+                ),
+            },
+            Charge::Bound { reported } => (self.bound(&reported, "a count no call can have"), true),
         };
         let mut backoff = Duration::from_millis(50);
         loop {
@@ -308,12 +382,12 @@ impl MeteredCall {
                     self.metrics.count_settlement(&outcome);
                     return Some(outcome);
                 }
-                // The reserve failed on a store error, or its handler was
-                // dropped while it was in flight. If it never landed there
-                // is nothing to release; if the store cannot say, the
-                // reservation expires by itself, which is right for a call
-                // that was never sent.
-                Err(_) if self.stage == Stage::Reserving => return None,
+                // Retried also for a call never sent (its reserve failed on
+                // a store error, or its handler was dropped while it was in
+                // flight), in the background: a reservation that landed
+                // and is left to expire is charged its amount under
+                // `on_expiry = "charge"`, which a call never sent must not
+                // be.
                 Err(error @ (StoreError::Unavailable(_) | StoreError::Timeout))
                     if Instant::now() < self.retry_until =>
                 {
@@ -321,13 +395,26 @@ impl MeteredCall {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
                 }
+                // The reserve never landed (nothing to release), or the
+                // store stayed down for two TTLs.
+                Err(_) if self.stage == Stage::Reserving => return None,
+                // The store refuses this usage, and would every time: the
+                // call is charged its bound instead, at once.
+                Err(error @ (StoreError::OutOfRange { .. } | StoreError::Refused(_)))
+                    if !charging_bound =>
+                {
+                    let reported = format!("{:?}", settlement.usage);
+                    settlement = self.bound(&reported, &error.to_string());
+                    charging_bound = true;
+                }
                 Err(error) => {
                     tracing::error!(
                         exec_id = %settlement.exec_id,
                         key = %settlement.key,
                         actual_usd_micros = settlement.actual,
                         %error,
-                        "settle failed for good; the call is not charged"
+                        "settle failed for good; the call is not charged (its reservation \
+                         expires at its deadline, charged as store.on_expiry says)"
                     );
                     return None;
                 }
@@ -448,48 +535,4 @@ impl BackgroundSettles {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::AtomicBool;
-
-    /// A settlement dropped while its store has not answered yet goes on in
-    /// the background until it is done, and shutdown can wait for it.
-    #[tokio::test]
-    async fn a_dropped_settling_finishes_in_the_background() {
-        let background = BackgroundSettles::default();
-        let (answer, answered) = tokio::sync::oneshot::channel::<()>();
-        let done = Arc::new(AtomicBool::new(false));
-        let finished = done.clone();
-        let settling = Settling {
-            future: Some(Box::pin(async move {
-                let _ = answered.await;
-                finished.store(true, Ordering::SeqCst);
-                None
-            })),
-            background: background.clone(),
-        };
-        drop(settling);
-        assert_eq!(background.pending(), 1);
-        assert_eq!(background.drained(Duration::from_millis(20)).await, 1);
-        answer.send(()).unwrap();
-        assert_eq!(background.drained(Duration::from_secs(5)).await, 0);
-        assert!(done.load(Ordering::SeqCst));
-    }
-
-    /// One that can finish at once (the memory store) does so on the spot.
-    #[tokio::test]
-    async fn a_ready_settling_finishes_on_drop() {
-        let background = BackgroundSettles::default();
-        let done = Arc::new(AtomicBool::new(false));
-        let finished = done.clone();
-        drop(Settling {
-            future: Some(Box::pin(async move {
-                finished.store(true, Ordering::SeqCst);
-                None
-            })),
-            background: background.clone(),
-        });
-        assert!(done.load(Ordering::SeqCst));
-        assert_eq!(background.pending(), 0);
-    }
-}
+mod tests;

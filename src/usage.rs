@@ -9,12 +9,24 @@
 //! Parsing uses small typed structs that name only the fields read, so the
 //! rest of a body (the generated text, tool definitions) is skipped, never
 //! built into a tree.
+//!
+//! A count no call can have (negative, fractional, 2^53 or more, not a
+//! number) makes the whole report [`AbsurdUsage`] rather than a smaller
+//! one (see `count`).
 
+mod count;
 mod stream;
 
+pub use count::AbsurdUsage;
 pub use stream::{count_output_tokens, EventAction, StreamKind, StreamMeter};
 
 use serde::Deserialize;
+
+use count::Count;
+
+/// Usage as the provider reported it: its counts, or the first count in it
+/// that no call can have.
+pub type Reported = Result<Usage, AbsurdUsage>;
 
 /// Tokens of one call, by price class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,13 +58,13 @@ pub enum ApiKind {
 
 /// The usage of a non-streaming response body; `None` when the body is not
 /// JSON or carries no `usage` object.
-pub fn parse_body_usage(api: ApiKind, body: &[u8]) -> Option<Usage> {
+pub fn parse_body_usage(api: ApiKind, body: &[u8]) -> Option<Reported> {
     match api {
         ApiKind::ChatCompletions | ApiKind::Completions | ApiKind::Embeddings => {
-            usage_field::<OpenAiUsage>(body).map(OpenAiUsage::to_usage)
+            usage_field::<OpenAiUsage>(body).map(|usage| usage.to_usage())
         }
-        ApiKind::Responses => usage_field::<ResponsesUsage>(body).map(ResponsesUsage::to_usage),
-        ApiKind::Messages => usage_field::<AnthropicUsage>(body).map(AnthropicUsage::to_usage),
+        ApiKind::Responses => usage_field::<ResponsesUsage>(body).map(|usage| usage.to_usage()),
+        ApiKind::Messages => usage_field::<AnthropicUsage>(body).map(|usage| usage.to_usage()),
     }
 }
 
@@ -69,75 +81,104 @@ fn usage_field<U: for<'de> Deserialize<'de>>(body: &[u8]) -> Option<U> {
 // OpenAI-compatible servers send, reads as absent instead of failing the parse.
 
 /// `usage` of OpenAI chat completions, legacy completions and embeddings.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 struct OpenAiUsage {
-    prompt_tokens: Option<u64>,
-    completion_tokens: Option<u64>,
+    prompt_tokens: Option<Count>,
+    completion_tokens: Option<Count>,
     prompt_tokens_details: Option<CachedTokens>,
 }
 
 /// `usage` of the OpenAI Responses API.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 struct ResponsesUsage {
-    input_tokens: Option<u64>,
+    input_tokens: Option<Count>,
     input_tokens_details: Option<CachedTokens>,
-    output_tokens: Option<u64>,
+    output_tokens: Option<Count>,
 }
 
 /// `prompt_tokens_details` / `input_tokens_details`.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 struct CachedTokens {
-    cached_tokens: Option<u64>,
+    cached_tokens: Option<Count>,
 }
 
 /// `usage` of Anthropic Messages, in a body, `message_start` or
 /// `message_delta`.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 struct AnthropicUsage {
-    input_tokens: Option<u64>,
-    cache_read_input_tokens: Option<u64>,
-    cache_creation_input_tokens: Option<u64>,
-    output_tokens: Option<u64>,
+    input_tokens: Option<Count>,
+    cache_read_input_tokens: Option<Count>,
+    cache_creation_input_tokens: Option<Count>,
+    output_tokens: Option<Count>,
 }
 
 impl CachedTokens {
-    fn of(details: Option<&CachedTokens>) -> u64 {
-        details.and_then(|d| d.cached_tokens).unwrap_or(0)
+    fn of(field: &'static str, details: Option<&CachedTokens>) -> Result<u64, AbsurdUsage> {
+        Count::read(field, details.and_then(|d| d.cached_tokens.as_ref()))
     }
 }
 
 impl OpenAiUsage {
-    fn to_usage(self) -> Usage {
-        let cached = CachedTokens::of(self.prompt_tokens_details.as_ref());
-        Usage {
-            input: self.prompt_tokens.unwrap_or(0).saturating_sub(cached),
+    fn to_usage(&self) -> Reported {
+        let cached = CachedTokens::of(
+            "prompt_tokens_details.cached_tokens",
+            self.prompt_tokens_details.as_ref(),
+        )?;
+        Ok(Usage {
+            input: Count::read("prompt_tokens", self.prompt_tokens.as_ref())?
+                .saturating_sub(cached),
             cached_input: cached,
             cache_write: 0,
-            output: self.completion_tokens.unwrap_or(0),
-        }
+            output: Count::read("completion_tokens", self.completion_tokens.as_ref())?,
+        })
     }
 }
 
 impl ResponsesUsage {
-    fn to_usage(self) -> Usage {
-        let cached = CachedTokens::of(self.input_tokens_details.as_ref());
-        Usage {
-            input: self.input_tokens.unwrap_or(0).saturating_sub(cached),
+    fn to_usage(&self) -> Reported {
+        let cached = CachedTokens::of(
+            "input_tokens_details.cached_tokens",
+            self.input_tokens_details.as_ref(),
+        )?;
+        Ok(Usage {
+            input: Count::read("input_tokens", self.input_tokens.as_ref())?.saturating_sub(cached),
             cached_input: cached,
             cache_write: 0,
-            output: self.output_tokens.unwrap_or(0),
-        }
+            output: Count::read("output_tokens", self.output_tokens.as_ref())?,
+        })
     }
 }
 
 impl AnthropicUsage {
-    fn to_usage(self) -> Usage {
-        Usage {
-            input: self.input_tokens.unwrap_or(0),
-            cached_input: self.cache_read_input_tokens.unwrap_or(0),
-            cache_write: self.cache_creation_input_tokens.unwrap_or(0),
-            output: self.output_tokens.unwrap_or(0),
-        }
+    fn to_usage(&self) -> Reported {
+        Ok(Usage {
+            input: self.input_tokens()?,
+            cached_input: self.cache_read_input_tokens()?,
+            cache_write: self.cache_creation_input_tokens()?,
+            output: self.output_tokens()?,
+        })
+    }
+
+    fn input_tokens(&self) -> Result<u64, AbsurdUsage> {
+        Count::read("input_tokens", self.input_tokens.as_ref())
+    }
+
+    fn cache_read_input_tokens(&self) -> Result<u64, AbsurdUsage> {
+        Count::read(
+            "cache_read_input_tokens",
+            self.cache_read_input_tokens.as_ref(),
+        )
+    }
+
+    fn cache_creation_input_tokens(&self) -> Result<u64, AbsurdUsage> {
+        Count::read(
+            "cache_creation_input_tokens",
+            self.cache_creation_input_tokens.as_ref(),
+        )
+    }
+
+    fn output_tokens(&self) -> Result<u64, AbsurdUsage> {
+        Count::read("output_tokens", self.output_tokens.as_ref())
     }
 }
 
@@ -194,7 +235,7 @@ mod tests {
 }"#;
         assert_eq!(
             parse_body_usage(ApiKind::ChatCompletions, body),
-            Some(usage(93, 1024, 0, 46))
+            Some(Ok(usage(93, 1024, 0, 46)))
         );
     }
 
@@ -203,7 +244,7 @@ mod tests {
         let body = br#"{"id":"chatcmpl-AaWGMnYt3OJGUoQQUw5wHGd6hNnLP","object":"chat.completion","created":1733162510,"model":"o1-2024-12-17","choices":[{"index":0,"message":{"role":"assistant","content":"42","refusal":null},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":1271,"total_tokens":1295,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":1216,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"system_fingerprint":"fp_9e5e5b1e2f"}"#;
         assert_eq!(
             parse_body_usage(ApiKind::ChatCompletions, body),
-            Some(usage(24, 0, 0, 1271))
+            Some(Ok(usage(24, 0, 0, 1271)))
         );
     }
 
@@ -212,7 +253,7 @@ mod tests {
         let body = br#"{"id":"cmpl-uqkvlQyYK7bGYrRHQ0eXlWi7","object":"text_completion","created":1589478378,"model":"gpt-3.5-turbo-instruct","system_fingerprint":"fp_44709d6fcb","choices":[{"text":"\n\nThis is indeed a test","index":0,"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}"#;
         assert_eq!(
             parse_body_usage(ApiKind::Completions, body),
-            Some(usage(5, 0, 0, 7))
+            Some(Ok(usage(5, 0, 0, 7)))
         );
     }
 
@@ -235,7 +276,7 @@ mod tests {
 }"#;
         assert_eq!(
             parse_body_usage(ApiKind::Embeddings, body),
-            Some(usage(8, 0, 0, 0))
+            Some(Ok(usage(8, 0, 0, 0)))
         );
     }
 
@@ -288,7 +329,7 @@ mod tests {
 }"#;
         assert_eq!(
             parse_body_usage(ApiKind::Responses, body),
-            Some(usage(200, 128, 0, 52))
+            Some(Ok(usage(200, 128, 0, 52)))
         );
     }
 
@@ -297,7 +338,7 @@ mod tests {
         let body = br#"{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","model":"claude-sonnet-4-20250514","content":[{"type":"text","text":"Hello! How can I help you today?"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":21,"cache_creation_input_tokens":188086,"cache_read_input_tokens":2048,"cache_creation":{"ephemeral_5m_input_tokens":188086,"ephemeral_1h_input_tokens":0},"output_tokens":393,"service_tier":"standard"}}"#;
         assert_eq!(
             parse_body_usage(ApiKind::Messages, body),
-            Some(usage(21, 2048, 188086, 393))
+            Some(Ok(usage(21, 2048, 188086, 393)))
         );
     }
 
@@ -306,13 +347,13 @@ mod tests {
         let body = br#"{"usage":{"input_tokens":12,"cache_creation_input_tokens":null,"output_tokens":3}}"#;
         assert_eq!(
             parse_body_usage(ApiKind::Messages, body),
-            Some(usage(12, 0, 0, 3))
+            Some(Ok(usage(12, 0, 0, 3)))
         );
         let body =
             br#"{"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":null}}"#;
         assert_eq!(
             parse_body_usage(ApiKind::ChatCompletions, body),
-            Some(usage(9, 0, 0, 2))
+            Some(Ok(usage(9, 0, 0, 2)))
         );
     }
 
@@ -321,7 +362,7 @@ mod tests {
         let body = br#"{"usage":{"prompt_tokens":10,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":20}}}"#;
         assert_eq!(
             parse_body_usage(ApiKind::ChatCompletions, body),
-            Some(usage(0, 20, 0, 1))
+            Some(Ok(usage(0, 20, 0, 1)))
         );
     }
 
@@ -338,12 +379,70 @@ mod tests {
         );
         assert_eq!(parse_body_usage(ApiKind::Embeddings, b"not json"), None);
         assert_eq!(parse_body_usage(ApiKind::Messages, b""), None);
+    }
+
+    /// A count no call can have is not read as 0 (nor does it make the
+    /// usage absent): the report is absurd, naming the count.
+    #[test]
+    fn absurd_counts_make_the_report_absurd() {
+        let absurd = |field: &'static str, value: &str| {
+            Some(Err(AbsurdUsage {
+                field,
+                value: value.to_owned(),
+            }))
+        };
+        let cases: [(ApiKind, &[u8], _); 7] = [
+            (
+                ApiKind::ChatCompletions,
+                br#"{"usage":{"prompt_tokens":-1,"completion_tokens":5}}"#,
+                absurd("prompt_tokens", "-1"),
+            ),
+            (
+                ApiKind::ChatCompletions,
+                br#"{"usage":{"prompt_tokens":10,"completion_tokens":2.5}}"#,
+                absurd("completion_tokens", "2.5"),
+            ),
+            (
+                ApiKind::Embeddings,
+                br#"{"usage":{"prompt_tokens":9007199254740992}}"#,
+                absurd("prompt_tokens", "9007199254740992"),
+            ),
+            (
+                ApiKind::ChatCompletions,
+                br#"{"usage":{"prompt_tokens":10,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":-3}}}"#,
+                absurd("prompt_tokens_details.cached_tokens", "-3"),
+            ),
+            (
+                ApiKind::Responses,
+                br#"{"usage":{"input_tokens":5,"output_tokens":"lots"}}"#,
+                absurd("output_tokens", "\"lots\""),
+            ),
+            (
+                ApiKind::Messages,
+                br#"{"usage":{"input_tokens":5,"cache_creation_input_tokens":-100,"output_tokens":3}}"#,
+                absurd("cache_creation_input_tokens", "-100"),
+            ),
+            (
+                ApiKind::Messages,
+                br#"{"usage":{"input_tokens":5,"output_tokens":1e30}}"#,
+                absurd("output_tokens", "1000000000000000000000000000000"),
+            ),
+        ];
+        for (api, body, expected) in cases {
+            assert_eq!(
+                parse_body_usage(api, body),
+                expected,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        // Whole numbers written as floats are counts.
         assert_eq!(
             parse_body_usage(
                 ApiKind::ChatCompletions,
-                br#"{"usage":{"prompt_tokens":-1}}"#
+                br#"{"usage":{"prompt_tokens":12.0,"completion_tokens":3}}"#
             ),
-            None
+            Some(Ok(usage(12, 0, 0, 3)))
         );
     }
 }

@@ -66,7 +66,7 @@ async fn a_cut_stream_is_settled_once_as_estimated() {
     assert_eq!(entry.status, LedgerStatus::Estimated);
     assert!(entry.usage.input > 0);
     assert!(entry.usage.output >= 1, "{entry:?}");
-    assert_eq!(spent(&h, ALICE).await, entry.actual);
+    assert_eq!(delta(spent(&h, ALICE).await), entry.actual);
 }
 
 /// Opens a stream, reads three events of it, and leaves.
@@ -109,18 +109,18 @@ async fn client_gone_mid_stream_is_charged_at_least_what_the_provider_billed() {
         assert_eq!(entry.status, LedgerStatus::Estimated, "{path}");
         assert!(entry.usage.input + entry.usage.cached_input > 0);
         assert!(entry.usage.output < 200, "{entry:?}");
-        assert_eq!(entry.actual, cost(&entry.model, &entry.usage));
+        assert_eq!(entry.actual, delta(cost(&entry.model, &entry.usage)));
         // Give the provider time to notice and bill what it generated.
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         let billed = cost(&entry.model, &billed_by(&h.mock.stats)) - billed_before;
         assert!(
-            entry.actual >= billed,
+            entry.actual >= delta(billed),
             "{path}: charged {} < billed {billed}",
             entry.actual
         );
     }
-    let total: u64 = h.ledger().iter().map(|e| e.actual).sum();
-    assert_eq!(spent(&h, ALICE).await, total);
+    let total: i64 = h.ledger().iter().map(|e| e.actual).sum();
+    assert_eq!(delta(spent(&h, ALICE).await), total);
 }
 
 #[tokio::test]
@@ -152,13 +152,13 @@ async fn a_stream_with_hidden_output_is_read_to_its_end_when_its_client_leaves()
         let entry = ledger.last().unwrap();
         assert_eq!(entry.status, LedgerStatus::Ok, "{path}: {entry:?}");
         assert_eq!(entry.usage.output, 960, "{path}: {entry:?}");
-        assert_eq!(entry.actual, cost(&entry.model, &entry.usage));
+        assert_eq!(entry.actual, delta(cost(&entry.model, &entry.usage)));
     }
     // Everything the provider billed was charged.
     let billed: u64 = h.ledger().iter().map(|e| e.usage.output).sum();
     assert_eq!(billed, h.mock.stats.billed().output);
-    let total: u64 = h.ledger().iter().map(|e| e.actual).sum();
-    assert_eq!(spent(&h, ALICE).await, total);
+    let total: i64 = h.ledger().iter().map(|e| e.actual).sum();
+    assert_eq!(delta(spent(&h, ALICE).await), total);
 }
 
 #[tokio::test]
@@ -201,7 +201,7 @@ async fn client_gone_before_the_response_is_settled_once() {
     let entry = only_entry(&h);
     assert_eq!(entry.status, LedgerStatus::Ok);
     assert_eq!(entry.usage, billed_by(&h.mock.stats));
-    assert_eq!(spent(&h, ALICE).await, entry.actual);
+    assert_eq!(delta(spent(&h, ALICE).await), entry.actual);
 }
 
 #[tokio::test]
@@ -280,7 +280,7 @@ async fn provider_timeout_is_504_and_charges_the_bound_once() {
     // The provider had the call and may bill it: the whole bound, once.
     let entry = only_entry(&h);
     assert_eq!(entry.status, LedgerStatus::Estimated);
-    assert_eq!(entry.actual, entry.reserved);
-    assert_eq!(spent(&h, ALICE).await, entry.actual);
+    assert_eq!(entry.actual, delta(entry.reserved));
+    assert_eq!(delta(spent(&h, ALICE).await), entry.actual);
     assert_eq!(h.store.open_reservations(), (0, 0));
 }

@@ -9,7 +9,7 @@ use glob::Pattern;
 
 use super::raw::{RawConfig, RawKey, RawOrg, RawProvider, RawServer, RawStore};
 use super::{
-    hash_key, Config, ConfigError, KeyConfig, OnStoreError, OrgConfig, Provider, Secret,
+    hash_key, Config, ConfigError, KeyConfig, OnExpiry, OnStoreError, OrgConfig, Provider, Secret,
     ServerConfig, StoreBackend, StoreConfig,
 };
 use crate::money::{parse_usd, UsdMicros};
@@ -161,12 +161,23 @@ impl Checker<'_> {
                 format!("{retention_days} must be between 1 and {MAX_LEDGER_RETENTION_DAYS}"),
             ));
         }
+        let on_expiry = match raw.on_expiry.as_deref() {
+            None | Some("charge") => OnExpiry::Charge,
+            Some("release") => OnExpiry::Release,
+            Some(other) => {
+                return Err(self.invalid(
+                    "store.on_expiry",
+                    format!("{other:?} is not \"charge\" or \"release\""),
+                ))
+            }
+        };
         Ok(StoreConfig {
             backend,
             reservation_ttl: Duration::from_secs(ttl_secs),
             settle_epsilon: self.usd("store.settle_epsilon_usd", epsilon)?,
             on_store_error,
             ledger_retention: Duration::from_secs(retention_days * 24 * 3600),
+            on_expiry,
         })
     }
 

@@ -64,6 +64,7 @@ pub struct StoreConfig {
     /// How long ledger entries are kept one by one; older ones are folded
     /// into per-scope sums, so reconciliation stays exact.
     pub ledger_retention: Duration,
+    pub on_expiry: OnExpiry,
 }
 
 #[derive(Clone, Debug)]
@@ -82,6 +83,29 @@ pub enum OnStoreError {
     Reject,
     /// Forward unmetered; an explicit opt-in.
     Allow,
+}
+
+/// What a reservation costs when it is never settled by its deadline (its
+/// gateway died mid-call, so nobody knows what the provider billed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnExpiry {
+    /// Charged its reserved amount: the provider may have billed the whole
+    /// call, and the cap is a promise (DESIGN.md, "Never under-charge").
+    #[default]
+    Charge,
+    /// Released, charged nothing: the old rule, for those who prefer to
+    /// err the other way.
+    Release,
+}
+
+impl OnExpiry {
+    /// The config value, and what the Lua scripts receive.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnExpiry::Charge => "charge",
+            OnExpiry::Release => "release",
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

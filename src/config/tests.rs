@@ -109,6 +109,7 @@ fn shipped_config_loads() {
     assert_eq!(config.store.reservation_ttl, Duration::from_secs(900));
     assert_eq!(config.store.settle_epsilon, 100);
     assert_eq!(config.store.on_store_error, OnStoreError::Reject);
+    assert_eq!(config.store.on_expiry, OnExpiry::Charge);
     assert!(config.prices.get("gpt-4o-mini").is_some());
 
     let openai = config.provider_for("gpt-4o-mini").unwrap();
@@ -180,6 +181,11 @@ fn validation_errors_name_file_and_field() {
             "[store]",
             "[store]\nsettle_epsilon_usd = 0.0001",
             "store.settle_epsilon_usd",
+        ),
+        (
+            "[store]",
+            "[store]\non_expiry = \"refund\"",
+            "store.on_expiry",
         ),
         (
             "[store]",
@@ -554,4 +560,16 @@ fn ledger_retention_defaults_to_30_days_and_is_bounded() {
         message.starts_with("test.toml: store.ledger_retention_days: 0 must be between"),
         "{message}"
     );
+}
+
+#[test]
+fn on_expiry_defaults_to_charge_and_takes_release() {
+    assert_eq!(load(&base()).unwrap().store.on_expiry, OnExpiry::Charge);
+    for (text, expected) in [("charge", OnExpiry::Charge), ("release", OnExpiry::Release)] {
+        let config = base().replacen("[store]", &format!("[store]\non_expiry = \"{text}\""), 1);
+        assert_eq!(load(&config).unwrap().store.on_expiry, expected, "{text}");
+    }
+    let error = error_after("[store]", "[store]\non_expiry = \"Release\"");
+    assert!(error.contains("store.on_expiry"), "{error}");
+    assert!(error.contains("\"charge\" or \"release\""), "{error}");
 }

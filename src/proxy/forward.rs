@@ -135,7 +135,7 @@ impl Exchange {
             Err(_) => return Err(cut(ticket, Failure::TimedOut, provider, timeout).await),
         };
         let settling = match parse_body_usage(call.api.usage_kind(), &body) {
-            Some(usage) => ticket.settle(usage, false),
+            Some(reported) => ticket.settle_reported(reported),
             // A response without usage is charged its full upper bound.
             None => ticket.settle(estimate.fallback_usage(estimate.output_tokens), true),
         };

@@ -14,7 +14,10 @@ use tokio::task::JoinHandle;
 
 use tollgate::budget::{BudgetStore, LedgerEntry, MemoryStore};
 use tollgate::config::Config;
+// Ledger amounts are signed; tests compare them with unsigned costs.
 use tollgate::gateway::Gateway;
+#[allow(unused_imports)]
+pub use tollgate::money::delta;
 use tollgate::server;
 use tollgate::usage::Usage;
 use tollgate_mock::{MockOptions, MockServer, MockStats};
@@ -160,7 +163,7 @@ models = ["gpt-4o-mini"]
     };
     let config =
         Config::from_toml_str_with_env(&config_text, Path::new("test.toml"), &env).unwrap();
-    let store = MemoryStore::new(config.store.settle_epsilon);
+    let store = MemoryStore::new(config.store.settle_epsilon, config.store.on_expiry);
     let gateway = Gateway::new(config, BudgetStore::Memory(store.clone())).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -287,8 +290,8 @@ pub fn only_entry(h: &Harness) -> tollgate::budget::LedgerEntry {
     let ledger = h.ledger();
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     let entry = ledger.into_iter().next().unwrap();
-    assert_eq!(entry.actual, cost(&entry.model, &entry.usage));
-    assert!(entry.actual <= entry.reserved, "{entry:?}");
+    assert_eq!(entry.actual, delta(cost(&entry.model, &entry.usage)));
+    assert!(entry.actual <= delta(entry.reserved), "{entry:?}");
     entry
 }
 
