@@ -127,8 +127,15 @@ fn route_label(path: &str) -> &'static str {
         "/metrics" => "/metrics",
         "/v1/models" => "/v1/models",
         "/v1/budget" => "/v1/budget",
+        _ if model_id(path).is_some() => "/v1/models/{id}",
         _ => "other",
     }
+}
+
+/// The model id of a `/v1/models/{id}` path: the rest of the path, which
+/// may hold `/` (some providers' model ids do).
+fn model_id(path: &str) -> Option<&str> {
+    path.strip_prefix("/v1/models/").filter(|id| !id.is_empty())
 }
 
 async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response<Body> {
@@ -146,6 +153,10 @@ async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response
         (&Method::GET, "/metrics") => Ok(endpoints::health::scrape(gateway).await),
         (&Method::GET, "/v1/models") => endpoints::models::list(gateway, headers, shape),
         (&Method::GET, "/v1/budget") => endpoints::budget::show(gateway, headers).await,
+        (&Method::GET, path) if model_id(path).is_some() => {
+            let id = model_id(path).unwrap_or_default();
+            endpoints::models::retrieve(gateway, headers, shape, id)
+        }
         (method, path) => Err(GatewayError::NotFound {
             method: method.to_string(),
             path: path.to_owned(),
