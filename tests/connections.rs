@@ -1,0 +1,104 @@
+//! What the server does with connections themselves, spoken over raw TCP
+//! where an HTTP client would hide it: hop-by-hop headers stay on their
+//! hop, an early error leaves a keep-alive connection usable, and slow,
+//! idle or surplus connections are closed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// One response read off a connection: status, lower-cased headers, body.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one response with a `content-length` body; `None` if the
+/// connection closed first.
+async fn read_answer(reader: &mut BufReader<TcpStream>) -> Option<Answer> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).await.ok()? == 0 {
+        return None;
+    }
+    let status = line.split_whitespace().nth(1)?.parse().ok()?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).await.ok()?;
+        let trimmed = line.trim_end();
+        if trimmed.is_empty() {
+            break;
+        }
+        let (name, value) = trimmed.split_once(':')?;
+        headers.push((name.to_ascii_lowercase(), value.trim().to_owned()));
+    }
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map_or(0, |(_, v)| v.parse().unwrap());
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).await.ok()?;
+    Some(Answer {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn post(path: &str, extra_headers: &str, body: &[u8]) -> Vec<u8> {
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n{extra_headers}\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+async fn connect(h: &Harness) -> BufReader<TcpStream> {
+    BufReader::new(TcpStream::connect(h.addr).await.unwrap())
+}
+
+#[tokio::test]
+async fn headers_named_in_connection_do_not_reach_the_provider() {
+    let h = start(Setup::default()).await;
+    let mut conn = connect(&h).await;
+    let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
+    let request = post(
+        "/v1/chat/completions",
+        &format!(
+            "authorization: Bearer {ALICE}\r\nconnection: keep-alive, X-Hop-Secret\r\n\
+             x-hop-secret: s3cret\r\nx-end-to-end: visible\r\n"
+        ),
+        body.to_string().as_bytes(),
+    );
+    conn.get_mut().write_all(&request).await.unwrap();
+    let answer = read_answer(&mut conn).await.unwrap();
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    let seen = h.mock.stats.last_request().unwrap().headers;
+    assert!(!seen.contains_key("x-hop-secret"), "{seen:?}");
+    assert_eq!(seen["x-end-to-end"], "visible");
+}
