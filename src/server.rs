@@ -22,6 +22,7 @@ use crate::body::Body;
 use crate::endpoints;
 use crate::error::{GatewayError, Shape};
 use crate::gateway::Gateway;
+use crate::proxy::count_tokens;
 
 /// How long shutdown waits for in-flight calls before it cuts them: a
 /// little less than the 30 s an orchestrator usually grants, so every cut
@@ -127,6 +128,7 @@ fn route_label(path: &str) -> &'static str {
         "/metrics" => "/metrics",
         "/v1/models" => "/v1/models",
         "/v1/budget" => "/v1/budget",
+        count_tokens::PATH => count_tokens::PATH,
         _ if model_id(path).is_some() => "/v1/models/{id}",
         _ => "other",
     }
@@ -143,6 +145,9 @@ async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response
     if request.method() == Method::POST {
         if let Some(api) = Api::from_path(path) {
             return crate::proxy::handle(gateway, api, request).await;
+        }
+        if path == count_tokens::PATH {
+            return count_tokens::handle(gateway, request).await;
         }
     }
     let shape = caller_shape(&request);

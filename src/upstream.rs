@@ -75,9 +75,21 @@ pub fn request(
     client_headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Request<Full<Bytes>>, http::Error> {
+    request_to(provider, key, api.path(), client_headers, body)
+}
+
+/// The provider's `POST` request to `path`, for a route that is not an
+/// [`Api`] (Anthropic's token counting).
+pub fn request_to(
+    provider: &Provider,
+    key: &Secret,
+    path: &str,
+    client_headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Request<Full<Bytes>>, http::Error> {
     let mut request = Request::new(Full::new(body));
     *request.method_mut() = Method::POST;
-    *request.uri_mut() = provider_uri(&provider.base_url, api.path())?;
+    *request.uri_mut() = provider_uri(&provider.base_url, path)?;
     let headers = request.headers_mut();
     let hop_by_hop = connection_options(client_headers);
     for (name, value) in client_headers {

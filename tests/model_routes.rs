@@ -86,3 +86,71 @@ async fn model_lookups_share_one_metrics_label() {
         "{metrics}"
     );
 }
+
+async fn count_tokens(h: &Harness, key: Option<&str>, body: &Value) -> reqwest::Response {
+    let mut request = h
+        .client()
+        .post(format!("{}/v1/messages/count_tokens", h.url))
+        .header("anthropic-version", "2023-06-01")
+        .json(body);
+    if let Some(key) = key {
+        request = request.header("x-api-key", key);
+    }
+    request.send().await.unwrap()
+}
+
+fn count_body(model: &str) -> Value {
+    json!({
+        "model": model,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "How many tokens is this?"}],
+    })
+}
+
+#[tokio::test]
+async fn tokens_are_counted_by_the_provider_and_charged_nothing() {
+    let h = start(Setup::default()).await;
+    let response = count_tokens(&h, Some(ALICE), &count_body("claude-sonnet-4-5")).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    // The mock counts ceil(bytes / 4) plus 3 a message: (9 + 24) / 4 → 9, + 3.
+    assert_eq!(body, json!({"input_tokens": 12}));
+    let seen = h.mock.stats.last_request().unwrap();
+    assert_eq!(seen.path, "/v1/messages/count_tokens");
+    assert_eq!(seen.headers["x-api-key"], PROVIDER_KEY);
+    assert_eq!(seen.body, count_body("claude-sonnet-4-5"));
+    assert!(h.ledger().is_empty());
+    let budget = h.budget(ALICE).await;
+    assert_eq!(budget["key"]["spent_usd_micros"], 0);
+    assert_eq!(budget["key"]["reserved_usd_micros"], 0);
+}
+
+#[tokio::test]
+async fn token_counting_is_checked_like_a_call() {
+    let h = start(Setup::default()).await;
+    let body = count_body("claude-sonnet-4-5");
+    let response = count_tokens(&h, None, &body).await;
+    assert_eq!(response.status(), 401);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["type"], "authentication_error");
+    let response = count_tokens(&h, Some(SOLO), &body).await;
+    assert_eq!(response.status(), 403);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["type"], "permission_error");
+    // An OpenAI model has no token counting route.
+    let response = count_tokens(&h, Some(ALICE), &count_body("gpt-4o-mini")).await;
+    assert_eq!(response.status(), 400);
+    // A key named twice could be read two ways.
+    let response = h
+        .client()
+        .post(format!("{}/v1/messages/count_tokens", h.url))
+        .header("x-api-key", ALICE)
+        .header("content-type", "application/json")
+        .body(r#"{"model":"claude-sonnet-4-5","model":"claude-opus-4-1","messages":[]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(h.mock.stats.requests(), 0);
+    assert!(h.ledger().is_empty());
+}

@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use crate::error::{GatewayError, Shape};
 use crate::usage::{ApiKind, StreamKind};
 
+pub(crate) use json::parse_unambiguous;
 pub use rules::{check_api_matches, check_headers};
 
 /// A proxied route.

@@ -122,7 +122,7 @@ pub async fn admit<'g>(
 
 /// Reads the request body, refusing one over `limit` before reading it when
 /// its length is declared.
-async fn read_body(
+pub(super) async fn read_body(
     headers: &HeaderMap,
     body: Incoming,
     limit: usize,

@@ -12,12 +12,16 @@
 //! 4. settle the actual cost — before the body of a plain response, before
 //!    the terminal event of a stream (see [`crate::metered`]).
 //!
+//! [`count_tokens`] is the uncharged sibling: checked, forwarded, never
+//! reserved.
+//!
 //! Every error in step 1 costs nothing and forwards nothing. From step 2
 //! on, a [`SettleTicket`](crate::settle::SettleTicket) guarantees exactly
 //! one settlement on every path. With the store down and
 //! `on_store_error = "allow"`, the call goes the same way unmetered.
 
 mod admit;
+pub mod count_tokens;
 mod forward;
 mod reserve;
 
