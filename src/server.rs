@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::api::Api;
-use crate::body::Body;
+use crate::body::{close_connection, drain, Body};
 use crate::endpoints;
 use crate::error::{GatewayError, Shape};
 use crate::gateway::Gateway;
@@ -151,8 +151,10 @@ async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response
         }
     }
     let shape = caller_shape(&request);
-    let headers = request.headers();
-    let result = match (request.method(), path) {
+    let (parts, mut body) = request.into_parts();
+    let headers = &parts.headers;
+    let path = parts.uri.path();
+    let result = match (&parts.method, path) {
         (&Method::GET, "/healthz") => Ok(endpoints::health::healthz()),
         (&Method::GET, "/readyz") => Ok(endpoints::health::readyz(gateway).await),
         (&Method::GET, "/metrics") => Ok(endpoints::health::scrape(gateway).await),
@@ -167,7 +169,13 @@ async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response
             path: path.to_owned(),
         }),
     };
-    result.unwrap_or_else(|error| error.into_response(shape, ""))
+    let mut response = result.unwrap_or_else(|error| error.into_response(shape, ""));
+    // None of these routes reads a body: drain one a client sent anyway, so
+    // that its next request on the connection is read as one.
+    if !drain(&mut body).await {
+        close_connection(&mut response);
+    }
+    response
 }
 
 /// Anthropic's SDK always sends `anthropic-version`; anything else is

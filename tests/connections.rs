@@ -102,3 +102,58 @@ async fn headers_named_in_connection_do_not_reach_the_provider() {
     assert!(!seen.contains_key("x-hop-secret"), "{seen:?}");
     assert_eq!(seen["x-end-to-end"], "visible");
 }
+
+fn get(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n").into_bytes()
+}
+
+/// A 5 KB chat request body.
+fn five_kb_body() -> Vec<u8> {
+    json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x".repeat(5000)}]})
+        .to_string()
+        .into_bytes()
+}
+
+#[tokio::test]
+async fn a_refusal_before_the_body_leaves_the_connection_usable() {
+    let h = start(Setup::default()).await;
+    let cases: [(&str, &str, u16); 3] = [
+        // No key: refused before the body is read.
+        ("/v1/chat/completions", "", 401),
+        ("/v1/messages/count_tokens", "", 401),
+        // No such route.
+        ("/v1/nowhere", "", 404),
+    ];
+    for (path, headers, status) in cases {
+        let mut conn = connect(&h).await;
+        let body = five_kb_body();
+        // The head first, then the body a moment later, as a client whose
+        // body is not in the first packet.
+        let request = post(path, headers, &body);
+        let split = request.len() - body.len();
+        conn.get_mut().write_all(&request[..split]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        conn.get_mut().write_all(&request[split..]).await.unwrap();
+        let first = read_answer(&mut conn).await.unwrap();
+        assert_eq!(first.status, status, "{path}");
+        assert_ne!(first.header("connection"), Some("close"), "{path}");
+        conn.get_mut().write_all(&get("/healthz")).await.unwrap();
+        let second = read_answer(&mut conn)
+            .await
+            .unwrap_or_else(|| panic!("{path}: connection closed after the refusal"));
+        assert_eq!(second.status, 200, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn a_refused_body_too_large_to_drain_closes_the_connection_cleanly() {
+    let h = start(Setup::default()).await;
+    let mut conn = connect(&h).await;
+    // Declares 512 KiB and sends none of it.
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: test\r\n\
+                content-type: application/json\r\ncontent-length: 524288\r\n\r\n";
+    conn.get_mut().write_all(head.as_bytes()).await.unwrap();
+    let answer = read_answer(&mut conn).await.unwrap();
+    assert_eq!(answer.status, 401);
+    assert_eq!(answer.header("connection"), Some("close"));
+}

@@ -51,7 +51,7 @@ pub async fn admit<'g>(
     gateway: &'g Gateway,
     api: Api,
     headers: &HeaderMap,
-    body: Incoming,
+    body: &mut Incoming,
 ) -> Result<Admitted<'g>, GatewayError> {
     let key = gateway.keys.authenticate(headers)?;
     let claim = idempotency_claim(headers, &key.id)?;
@@ -124,7 +124,7 @@ pub async fn admit<'g>(
 /// its length is declared.
 pub(super) async fn read_body(
     headers: &HeaderMap,
-    body: Incoming,
+    body: &mut Incoming,
     limit: usize,
 ) -> Result<Bytes, GatewayError> {
     let declared = headers

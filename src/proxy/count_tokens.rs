@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use http::{Request, Response};
+use http::{HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::Value;
@@ -15,7 +15,7 @@ use tokio::time::timeout;
 
 use super::admit::read_body;
 use crate::api::{check_api_matches, parse_unambiguous, Api};
-use crate::body::{full, Body};
+use crate::body::{close_connection, drain, full, Body};
 use crate::error::{GatewayError, Shape};
 use crate::gateway::Gateway;
 use crate::upstream;
@@ -27,21 +27,25 @@ pub const PATH: &str = "/v1/messages/count_tokens";
 const MAX_ANSWER_BYTES: usize = 1 << 20;
 
 pub async fn handle(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response<Body> {
-    match count(gateway, request).await {
+    let (parts, mut body) = request.into_parts();
+    match count(gateway, &parts.headers, &mut body).await {
         Ok(response) => response,
         Err(error) => {
             tracing::info!(status = error.status().as_u16(), %error, "count_tokens refused");
-            error.into_response(Shape::Anthropic, "")
+            let mut response = error.into_response(Shape::Anthropic, "");
+            if !drain(&mut body).await {
+                close_connection(&mut response);
+            }
+            response
         }
     }
 }
 
 async fn count(
     gateway: &Gateway,
-    request: Request<Incoming>,
+    headers: &HeaderMap,
+    body: &mut Incoming,
 ) -> Result<Response<Body>, GatewayError> {
-    let (parts, body) = request.into_parts();
-    let headers = &parts.headers;
     let key = gateway.keys.authenticate(headers)?;
     let body = read_body(headers, body, gateway.config.server.max_request_bytes).await?;
     let model = model_of(&body)?;
