@@ -157,3 +157,127 @@ async fn a_refused_body_too_large_to_drain_closes_the_connection_cleanly() {
     assert_eq!(answer.status, 401);
     assert_eq!(answer.header("connection"), Some("close"));
 }
+
+/// Whether the server closes `conn` within `within`; bytes it sends first
+/// are read and dropped.
+async fn closed_within(conn: &mut BufReader<TcpStream>, within: Duration) -> bool {
+    let mut sink = [0u8; 1024];
+    tokio::time::timeout(within, async {
+        loop {
+            match conn.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test]
+async fn a_client_trickling_its_headers_is_disconnected() {
+    let h = start(Setup {
+        server_extra: "header_read_timeout_secs = 1",
+        ..Setup::default()
+    })
+    .await;
+    let mut conn = connect(&h).await;
+    let started = std::time::Instant::now();
+    let head = get("/healthz");
+    let mut cut = false;
+    // One byte every 300 ms: the whole head would take 10 s.
+    for byte in &head {
+        if conn.get_mut().write_all(&[*byte]).await.is_err() {
+            cut = true;
+            break;
+        }
+        if closed_within(&mut conn, Duration::from_millis(300)).await {
+            cut = true;
+            break;
+        }
+    }
+    assert!(cut, "the trickled head was read to its end");
+    let after = started.elapsed();
+    assert!(after >= Duration::from_millis(900), "{after:?}");
+    assert!(after < Duration::from_secs(3), "{after:?}");
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_disconnected_after_the_header_timeout() {
+    let h = start(Setup {
+        server_extra: "header_read_timeout_secs = 1\nidle_timeout_secs = 60",
+        ..Setup::default()
+    })
+    .await;
+    let mut conn = connect(&h).await;
+    assert!(closed_within(&mut conn, Duration::from_secs(3)).await);
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let h = start(Setup {
+        server_extra: "header_read_timeout_secs = 30\nidle_timeout_secs = 2",
+        ..Setup::default()
+    })
+    .await;
+    let mut conn = connect(&h).await;
+    conn.get_mut().write_all(&get("/healthz")).await.unwrap();
+    assert_eq!(read_answer(&mut conn).await.unwrap().status, 200);
+    // Still open within the idle timeout, and reusable.
+    assert!(!closed_within(&mut conn, Duration::from_millis(1200)).await);
+    conn.get_mut().write_all(&get("/healthz")).await.unwrap();
+    assert_eq!(read_answer(&mut conn).await.unwrap().status, 200);
+    let idle = std::time::Instant::now();
+    assert!(closed_within(&mut conn, Duration::from_secs(5)).await);
+    let after = idle.elapsed();
+    assert!(after >= Duration::from_millis(1800), "{after:?}");
+}
+
+#[tokio::test]
+async fn a_call_in_flight_outlasts_the_idle_timeout() {
+    let h = start(Setup {
+        server_extra: "header_read_timeout_secs = 1\nidle_timeout_secs = 1",
+        mock: tollgate_mock::MockOptions {
+            expect_key: Some(PROVIDER_KEY.to_owned()),
+            latency: Duration::from_millis(2500),
+            ..tollgate_mock::MockOptions::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let mut conn = connect(&h).await;
+    let body = json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
+    let request = post(
+        "/v1/chat/completions",
+        &format!("authorization: Bearer {ALICE}\r\n"),
+        body.to_string().as_bytes(),
+    );
+    conn.get_mut().write_all(&request).await.unwrap();
+    assert_eq!(read_answer(&mut conn).await.unwrap().status, 200);
+}
+
+#[tokio::test]
+async fn connections_beyond_the_limit_are_refused_while_earlier_ones_work() {
+    let h = start(Setup {
+        server_extra: "max_connections = 2",
+        ..Setup::default()
+    })
+    .await;
+    let mut first = connect(&h).await;
+    let mut second = connect(&h).await;
+    for conn in [&mut first, &mut second] {
+        conn.get_mut().write_all(&get("/healthz")).await.unwrap();
+        assert_eq!(read_answer(conn).await.unwrap().status, 200);
+    }
+    let mut third = connect(&h).await;
+    let _ = third.get_mut().write_all(&get("/healthz")).await;
+    assert!(read_answer(&mut third).await.is_none());
+    first.get_mut().write_all(&get("/healthz")).await.unwrap();
+    assert_eq!(read_answer(&mut first).await.unwrap().status, 200);
+    // A slot freed is a slot for the next connection.
+    drop(second);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut fourth = connect(&h).await;
+    fourth.get_mut().write_all(&get("/healthz")).await.unwrap();
+    assert_eq!(read_answer(&mut fourth).await.unwrap().status, 200);
+}
