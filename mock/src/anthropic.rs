@@ -1,5 +1,5 @@
-//! Anthropic's Messages API (`POST /v1/messages`), its model list and its
-//! error shape, as the official SDK parses them.
+//! Anthropic's Messages API (`POST /v1/messages`), its token counting, its
+//! model list and its error shape, as the official SDK parses them.
 
 use std::sync::Arc;
 
@@ -71,6 +71,22 @@ pub(crate) fn messages(body: &Value, opts: &MockOptions) -> Result<Answer, ApiEr
     let mut body = message.object(stop_reason(reply), tally.output);
     body["content"] = json!([{"type": "text", "text": text(reply.tokens)}]);
     Ok(Answer::Json { body, tally })
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's tokens, counted as
+/// [`messages`] counts its input; billed nothing.
+pub(crate) fn count_tokens(body: &Value) -> Result<Answer, ApiError> {
+    body.get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid("model: Field required", "model"))?;
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::invalid("messages: Field required", "messages"))?;
+    Ok(Answer::Json {
+        body: json!({"input_tokens": prompt_tokens(body.get("system"), messages)}),
+        tally: Tally::default(),
+    })
 }
 
 /// `GET /v1/models` in Anthropic's shape.

@@ -16,6 +16,7 @@ use crate::error::{GatewayError, Shape};
 use crate::provider::OUTPUT_LIMIT_FIELDS;
 use crate::usage::{ApiKind, StreamKind};
 
+pub(crate) use json::parse_unambiguous;
 pub use rules::{check_api_matches, check_headers};
 
 /// A proxied route.

@@ -20,6 +20,15 @@ use crate::provider::{ProviderKind, OUTPUT_LIMIT_FIELDS};
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 const DEFAULT_MAX_REQUEST_BYTES: u64 = 10 * 1024 * 1024;
 const DEFAULT_UPSTREAM_TIMEOUT_SECS: u64 = 600;
+/// Long enough for a slow mobile link, short enough that trickled headers
+/// free their connection quickly.
+const DEFAULT_HEADER_READ_TIMEOUT_SECS: u64 = 10;
+/// Above the 60 s idle timeout of common load balancers, so that they,
+/// not the gateway, close a pooled connection.
+const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 75;
+/// Well under the file descriptors a raised RLIMIT_NOFILE gives, leaving
+/// room for provider and store connections.
+const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
 const DEFAULT_ADMIN_KEY_ENV: &str = "TOLLGATE_ADMIN_KEY";
 /// Overrides `store.redis_url`, so the URL and its password can stay out of
 /// the file.
@@ -84,12 +93,40 @@ impl Checker<'_> {
             .admin_key_env
             .as_deref()
             .unwrap_or(DEFAULT_ADMIN_KEY_ENV);
+        let header_read_timeout = self.positive(
+            "server.header_read_timeout_secs",
+            raw.header_read_timeout_secs,
+            DEFAULT_HEADER_READ_TIMEOUT_SECS,
+        )?;
+        let idle_timeout = self.positive(
+            "server.idle_timeout_secs",
+            raw.idle_timeout_secs,
+            DEFAULT_IDLE_TIMEOUT_SECS,
+        )?;
+        let max_connections = self.positive(
+            "server.max_connections",
+            raw.max_connections,
+            DEFAULT_MAX_CONNECTIONS,
+        )?;
+        let max_connections = usize::try_from(max_connections)
+            .map_err(|_| self.invalid("server.max_connections", "is too large"))?;
         Ok(ServerConfig {
             listen,
             max_request_bytes,
             upstream_timeout: Duration::from_secs(timeout_secs),
             admin_key: self.secret_var(admin_key_env),
+            header_read_timeout: Duration::from_secs(header_read_timeout),
+            idle_timeout: Duration::from_secs(idle_timeout),
+            max_connections,
         })
+    }
+
+    /// `value`, or `default` when unset; 0 is refused.
+    fn positive(&self, field: &str, value: Option<u64>, default: u64) -> Result<u64, ConfigError> {
+        match value.unwrap_or(default) {
+            0 => Err(self.invalid(field, "must be above 0")),
+            value => Ok(value),
+        }
     }
 
     fn store(&self, raw: &RawStore, server: &ServerConfig) -> Result<StoreConfig, ConfigError> {

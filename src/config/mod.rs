@@ -49,6 +49,15 @@ pub struct ServerConfig {
     pub upstream_timeout: Duration,
     /// The admin API is off when this is `None`.
     pub admin_key: Option<Secret>,
+    /// How long a client may take to send a request's head: a client
+    /// trickling its headers would otherwise hold a connection for ever.
+    pub header_read_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// Open client connections beyond this are closed as soon as they are
+    /// accepted, so that a flood of them cannot exhaust file descriptors
+    /// and starve the calls (and `/healthz`) already being served.
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug)]

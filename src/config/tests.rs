@@ -103,6 +103,9 @@ fn shipped_config_loads() {
         "127.0.0.1:8080".parse::<SocketAddr>().unwrap()
     );
     assert_eq!(config.server.max_request_bytes, 10_485_760);
+    assert_eq!(config.server.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(config.server.idle_timeout, Duration::from_secs(75));
+    assert_eq!(config.server.max_connections, 10_000);
     assert_eq!(config.server.upstream_timeout, Duration::from_secs(600));
     assert!(config.server.admin_key.is_none());
     assert!(matches!(config.store.backend, StoreBackend::Memory));
@@ -146,6 +149,9 @@ fn shipped_config_loads() {
 fn base_config_loads_with_defaults() {
     let config = load(&base()).unwrap();
     assert_eq!(config.server.max_request_bytes, 10_485_760);
+    assert_eq!(config.server.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(config.server.idle_timeout, Duration::from_secs(75));
+    assert_eq!(config.server.max_connections, 10_000);
     assert_eq!(config.store.settle_epsilon, 100);
     let alice = &config.keys[0];
     assert_eq!(alice.cap, 25_000_000);
@@ -169,6 +175,21 @@ fn validation_errors_name_file_and_field() {
             "upstream_timeout_secs = 60",
             "upstream_timeout_secs = 0",
             "server.upstream_timeout_secs",
+        ),
+        (
+            "upstream_timeout_secs = 60",
+            "upstream_timeout_secs = 60\nheader_read_timeout_secs = 0",
+            "server.header_read_timeout_secs",
+        ),
+        (
+            "upstream_timeout_secs = 60",
+            "upstream_timeout_secs = 60\nidle_timeout_secs = 0",
+            "server.idle_timeout_secs",
+        ),
+        (
+            "upstream_timeout_secs = 60",
+            "upstream_timeout_secs = 60\nmax_connections = 0",
+            "server.max_connections",
         ),
         ("[store]", "[store]\nbackend = \"disk\"", "store.backend"),
         ("[store]", "[store]\nbackend = \"redis\"", "store.redis_url"),

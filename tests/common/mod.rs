@@ -45,6 +45,8 @@ pub struct Setup {
     pub openai_base_url: Option<String>,
     /// More TOML lines for the OpenAI provider's table.
     pub openai_provider_extra: &'static str,
+    /// More TOML lines for the `[server]` table.
+    pub server_extra: &'static str,
 }
 
 impl Default for Setup {
@@ -63,6 +65,7 @@ impl Default for Setup {
             upstream_timeout_secs: 30,
             openai_base_url: None,
             openai_provider_extra: "",
+            server_extra: "",
         }
     }
 }
@@ -90,6 +93,7 @@ pub async fn start(setup: Setup) -> Harness {
 listen = "127.0.0.1:0"
 max_request_bytes = {max}
 upstream_timeout_secs = {timeout}
+{server_extra}
 
 [store]
 backend = "memory"
@@ -147,6 +151,7 @@ models = ["gpt-4o-mini"]
             .unwrap_or_else(|| format!("http://{}", mock.addr)),
         prices = prices.display(),
         openai_extra = setup.openai_provider_extra,
+        server_extra = setup.server_extra,
         mock = mock.addr,
         org_cap = setup.org_cap,
         alice = sha(ALICE),
