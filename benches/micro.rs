@@ -17,7 +17,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 
 use tollgate::api::{Api, Call};
 use tollgate::budget::{
-    MemoryStore, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind, Settlement,
+    MemoryStore, OnExpiry, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind, Settlement,
 };
 use tollgate::estimate::{estimate, TokenCounter};
 use tollgate::prices::{ModelPrice, PriceTable};
@@ -70,7 +70,7 @@ fn scan(chunks: &[Bytes], kind: StreamKind) -> Option<Usage> {
         }
     }
     black_box(forwarded);
-    meter.reported_usage()
+    meter.reported_usage().and_then(Result::ok)
 }
 
 fn sse_scanning(c: &mut Criterion) {
@@ -223,7 +223,7 @@ fn reserve_and_settle(c: &mut Criterion) {
             let mut elapsed = Duration::ZERO;
             let mut done = 0u64;
             while done < iters {
-                let store = MemoryStore::new(100);
+                let store = MemoryStore::new(100, OnExpiry::Charge);
                 let batch = (iters - done).min(OPS_PER_STORE);
                 let started = Instant::now();
                 for n in done..done + batch {

@@ -25,11 +25,25 @@ Record (`res` value), every number a decimal string:
       ttl (ms) how long a closed record is kept; c the idempotency claim
       the reservation holds while open (absent without one, once closed,
       and once a later reservation took the claim over)
+  expired: ec what the expiry charged (the amount under on_expiry 'charge',
+           0 under 'release'; absent in records expired before this field
+           existed, which were all released)
   settled: st status, act actual, rem the key's remaining after the settle,
            by the id of the settle call that applied it
   denied:  dk kind, di id, dp period, dc cap, dr remaining, at time (ms)
 
 Ledger entry fields: exec key [org] model in cin cw out res act st kp [op] at.
+`act` is what the entry moved its counters by: the actual cost of a settle
+on time, what an expiry charged, and for a `late` settle its actual cost
+less what its expiry charged (negative when the call cost less).
+
+Expiry policy (`on_expiry`, an ARGV of every script that can expire):
+  'charge'   an expired reservation is charged its amount: the committed
+             counter keeps it, the reserved part drops it
+  'release'  an expired reservation is charged nothing
+Either way a late settle moves each committed counter by actual - ec.
+An expired record is kept `ttl` after its expiry, longer than a settle can
+still come (the gateway retries one for two TTLs from before its reserve).
 
 Invariants, per scope and period id:
   counter == folded + sum(ledger act) + sum(open amounts)
@@ -44,8 +58,11 @@ local HOUR_MS = 3600000
 -- Keeps `now + ttl` far below 2^53 (2^50 ms is some 35,000 years).
 local MAX_TTL_MS = 1125899906842624
 
+-- A refusal of the script's arguments: an error reply with its own code,
+-- `TOLLGATE`, so the caller tells it from a store outage and never
+-- retries it (the same call would be refused again).
 local function fail(message)
-  return error('tollgate: ' .. message, 0)
+  return error({ err = 'TOLLGATE ' .. message })
 end
 
 -- An integer as a decimal string: tostring would print 1e+15; %d is exact
@@ -72,6 +89,15 @@ end
 local function count_arg(text, what)
   if type(text) ~= 'string' or not string.match(text, '^%d+$') or #text > 20 then
     fail(what .. ' is not a count: ' .. tostring(text))
+  end
+  return text
+end
+
+local EXPIRY_POLICIES = { charge = true, release = true }
+
+local function on_expiry_arg(text)
+  if not EXPIRY_POLICIES[text] then
+    fail('on_expiry is not charge or release: ' .. tostring(text))
   end
   return text
 end
@@ -275,14 +301,15 @@ local function close(exec_id, rec, now)
   redis.call('ZADD', KEYS[4], fmt(now + tonumber(rec.ttl)), exec_id)
 end
 
--- `call` holds model, usage counts (strings) and actual; nil for an expiry.
+-- `call` holds model and usage counts (strings); nil for an expiry.
+-- `moved` is the entry's `act`: what it moved the counters by (signed).
 -- The fields are spelled out once per shape (with and without an org):
 -- building the entry as a list first cost more than the XADD itself.
-local function book(exec_id, rec, status, call, now)
-  local model, input, cached, written, output, actual = '', '0', '0', '0', '0', '0'
+local function book(exec_id, rec, status, call, moved, now)
+  local model, input, cached, written, output = '', '0', '0', '0', '0'
+  local actual = fmt(moved)
   if call then
     model, input, cached, written, output = call.model, call.input, call.cached, call.written, call.output
-    actual = fmt(call.actual)
   end
   if rec.o then
     redis.call('XADD', KEYS[5], '*', 'exec', exec_id, 'key', rec.k, 'org', rec.o,
@@ -295,28 +322,40 @@ local function book(exec_id, rec, status, call, now)
   end
 end
 
--- Releases an open reservation's amount and books it as expired.
-local function expire(exec_id, rec, now)
+-- What expiring `rec` charges under the policy.
+local function expiry_charge(rec, on_expiry)
+  if on_expiry == 'charge' then
+    return tonumber(rec.a)
+  end
+  return 0
+end
+
+-- Closes an open reservation as expired: its amount leaves the reserved
+-- part, and the committed counter keeps what the policy charges; booked
+-- as an `expired` entry of that charge.
+local function expire(exec_id, rec, now, on_expiry)
   local amount = tonumber(rec.a)
+  local charged = expiry_charge(rec, on_expiry)
   for _, field in ipairs(charged_fields(rec)) do
-    add(field, -amount)
+    add(field, charged - amount)
     add(field .. ':r', -amount)
   end
   redis.call('ZREM', KEYS[3], exec_id)
-  book(exec_id, rec, 'expired', nil, now)
+  book(exec_id, rec, 'expired', nil, charged, now)
   rec.s = 'expired'
+  rec.ec = fmt(charged)
   close(exec_id, rec, now)
 end
 
 -- Expires up to `limit` open reservations whose deadline has come, oldest
--- first; returns how many.
-local function expire_due(now, limit)
+-- first, charging them as `on_expiry` says; returns how many.
+local function expire_due(now, limit, on_expiry)
   local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(now), 'LIMIT', '0', fmt(limit))
   local expired = 0
   for _, exec_id in ipairs(due) do
     local rec = load_record(exec_id)
     if rec and rec.s == 'open' then
-      expire(exec_id, rec, now)
+      expire(exec_id, rec, now, on_expiry)
       expired = expired + 1
     else
       redis.call('ZREM', KEYS[3], exec_id)

@@ -16,6 +16,8 @@ ARGV:
     forgotten) before this reserve
  12 idempotency claim (64 hex digits), or '' for none: the request is a
     duplicate while an open reservation under another exec id holds it
+ 13 on_expiry: 'charge' | 'release', what the lazy sweep charges each
+    reservation it expires (see common.lua)
 Returns:
   {'reserved', expired}
   {'denied', expired, kind, id, period, cap, remaining, at_ms}
@@ -25,8 +27,10 @@ Returns:
 Invariants: idempotent on exec_id (a retry returns the first answer, also
 after that reservation was settled or expired, until its record is
 forgotten), and an exec id with a record is never a duplicate, so the
-gateway's own retry of a claimed reserve gets its first answer; a denial
-or a duplicate charges nothing; a duplicate is not remembered (a retry of
+gateway's own retry of a claimed reserve gets its first answer; a
+reservation the lazy sweep expires is charged what on_expiry says, with an
+`expired` ledger entry of that charge; a denial or a duplicate charges
+nothing; a duplicate is not remembered (a retry of
 it asks again); a denial takes no claim; a reservation holds its claim
 until it closes; every key touched is in KEYS.
 ]]
@@ -50,9 +54,10 @@ local claim = ARGV[12]
 if claim ~= '' and not string.match(claim, '^%x+$') then
   fail('claim is not hex: ' .. tostring(claim))
 end
+local on_expiry = on_expiry_arg(ARGV[13])
 
 local now = store_now()
-local expired = expire_due(now, lazy_limit)
+local expired = expire_due(now, lazy_limit, on_expiry)
 forget_due(now, lazy_limit)
 
 -- The record and the claim's holder in one read.

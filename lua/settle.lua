@@ -15,19 +15,29 @@ ARGV:
  13 call id: unique per settle call, the same across its retries, so a
     retry of an attempt that timed out after it applied still reports
     `applied` = '1'
+ 14 on_expiry: 'charge' | 'release', what expiring the reservation charges
+    when this settle finds it past its deadline (see common.lua)
 Returns:
   {'absent'}    no record of exec_id under this tag
   {'denied'}    exec_id was denied: there is nothing to settle
   {'mismatch'}  the record belongs to another key or org
+  {'out_of_range', field}  the settle would take that counter to 2^53 or
+                more; nothing was written (an answer, not an error: the
+                same every time, so the caller must not retry it)
   {'settled', status, reserved, actual, key_remaining, applied, expired_now}
   `applied` is '0' for a repeated settle (the first result, nothing
   changed), '1' for the call (any attempt) that applied it;
   `expired_now` is '1' when this settle found the reservation past its
   deadline and expired it first (the settle is then `late`).
 Invariants: idempotent on exec_id; on time, each counter moves by
-actual - amount and its reserved part by -amount; late (after expiry), the
-actual is charged in full; one ledger entry per applied settle; a counter
-that would reach 2^53 refuses the settle before anything is written.
+actual - amount and its reserved part by -amount, booked as one entry of
+act = actual; late (after expiry, which charged `ec`), each counter moves
+by actual - ec, booked as one `late` entry of act = actual - ec (a settle
+that finds its reservation past its deadline books the `expired` entry
+first, as the sweep would have); a counter that would reach 2^53 refuses
+the settle (`out_of_range`) before anything is written, the expiry too.
+An actual of 2^53 or more is refused by the caller before the script runs
+(here it would fail int_arg).
 ]]
 
 local exec_id = ARGV[1]
@@ -47,6 +57,7 @@ local call = {
 local estimated = ARGV[11] == '1'
 local epsilon = int_arg(ARGV[12], 'settle epsilon')
 local call_id = ARGV[13]
+local on_expiry = on_expiry_arg(ARGV[14])
 
 local rec = load_record(exec_id)
 if not rec then
@@ -66,33 +77,47 @@ if rec.s == 'settled' then
   return { 'settled', rec.st, rec.a, rec.act, rec.rem, applied, '0' }
 end
 
+local now = store_now()
+local amount = tonumber(rec.a)
+local pending = rec.s == 'open'
+-- What expiry charged, once the reservation is expired (nil on time).
+local charged = nil
+local expired_now = '0'
+if not pending then
+  -- A record expired before `ec` existed was released.
+  charged = tonumber(rec.ec or '0')
+elseif tonumber(rec.d) <= now then
+  -- Expired first, as the sweep would have; its counter moves are folded
+  -- into the ones below.
+  charged = expiry_charge(rec, on_expiry)
+  expired_now = '1'
+end
+
+-- An open reservation becomes the actual cost, whether it expires now or
+-- not (expiry's own move, charged - amount, plus the late one, actual -
+-- charged); one already expired moves by actual - charged.
+local committed, reserved = call.actual - amount, -amount
+if not pending then
+  committed, reserved = call.actual - charged, 0
+end
+
 -- Each scope's committed counter and its reserved part, in one read,
 -- checked before anything is written.
 local fields = held_fields(counter_field('key', rec.k, rec.kp),
   rec.o and counter_field('org', rec.o, rec.op))
 local values = read_counters(fields)
 for i = 1, #fields, 2 do
-  if values[i] + call.actual > MAX_SAFE then
-    fail('settling ' .. exec_id .. ' would take ' .. fields[i] .. ' to 2^53 or more')
+  if values[i] + committed > MAX_SAFE then
+    return { 'out_of_range', fields[i] }
   end
 end
 
-local now = store_now()
-local amount = tonumber(rec.a)
-local pending = rec.s == 'open'
-local late = rec.s == 'expired'
-local expired_now = '0'
-if pending and tonumber(rec.d) <= now then
-  -- Expired first, as the sweep would have; the release of its amount is
-  -- folded into the counter moves below.
-  book(exec_id, rec, 'expired', nil, now)
-  rec.s = 'expired'
-  late = true
-  expired_now = '1'
+if expired_now == '1' then
+  book(exec_id, rec, 'expired', nil, charged, now)
 end
 
 local status = 'ok'
-if late then
+if charged then
   status = 'late'
 elseif estimated then
   status = 'estimated'
@@ -100,18 +125,11 @@ elseif call.actual > amount + epsilon then
   status = 'overrun'
 end
 
--- An open reservation becomes the actual cost, whether it expires now or
--- not; one already expired released its amount then, and the cost is
--- charged in full.
-local committed, reserved = call.actual, 0
-if pending then
-  committed, reserved = call.actual - amount, -amount
-end
 write_counters(fields, values, committed, reserved)
 if pending then
   redis.call('ZREM', KEYS[3], exec_id)
 end
-book(exec_id, rec, status, call, now)
+book(exec_id, rec, status, call, call.actual - (charged or 0), now)
 
 local remaining = math.max(rec.kc - (values[1] + committed), 0)
 rec.s = 'settled'
@@ -119,5 +137,8 @@ rec.st = status
 rec.act = fmt(call.actual)
 rec.rem = fmt(remaining)
 rec.by = call_id
+if charged then
+  rec.ec = fmt(charged)
+end
 close(exec_id, rec, now)
 return { 'settled', rec.st, rec.a, rec.act, rec.rem, '1', expired_now }

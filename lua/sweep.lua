@@ -9,6 +9,8 @@ ARGV:
   1 limit: at most this many of each kind of work per call, so one call
     never blocks Redis for long; the caller repeats while `more` is '1'
   2 ledger retention (ms)
+  3 on_expiry: 'charge' | 'release', what each expired reservation is
+    charged (see common.lua)
 Returns: {expired, forgotten, folded, more}
 Ledger retention: entries are trimmed by age in whole hours (an entry goes
 once the hour it falls in is older than the retention), so trims are rare
@@ -16,15 +18,18 @@ and a reader paging through the ledger can notice one (`folds` changes) and
 start again. Before an entry is trimmed, its actual is added to the `:f`
 field of each scope and period it charged, in this same script, so
 `counter == folded + sum(ledger act) + sum(open amounts)` stays exact.
-Invariants: idempotent (a repeated sweep finds nothing more to do); every
-key touched is in KEYS.
+Invariants: idempotent (a repeated sweep finds nothing more to do); an
+expired reservation's amount leaves its reserved parts and what on_expiry
+charges stays in its committed counters, booked as one `expired` entry;
+every key touched is in KEYS.
 ]]
 
 local limit = int_arg(ARGV[1], 'sweep limit')
 local retention = int_arg(ARGV[2], 'ledger retention')
+local on_expiry = on_expiry_arg(ARGV[3])
 
 local now = store_now()
-local expired = expire_due(now, limit)
+local expired = expire_due(now, limit, on_expiry)
 local forgotten = forget_due(now, limit)
 
 local cutoff = math.floor((now - retention) / HOUR_MS) * HOUR_MS

@@ -3,10 +3,12 @@
 //! Input tokens are counted over every string and key of the request body
 //! (OpenAI's tokenizer for OpenAI models, a conservative byte heuristic
 //! elsewhere) plus per-message framing, so the count is at or above what the
-//! provider bills for the same text. Input the gateway cannot see — images,
-//! files, server-side conversation state — gets a fixed allowance. Output is
-//! the call's output limit times its choices. The bound is priced at the
-//! dearest input rate, so prompt-cache writes cannot push a call past it.
+//! provider bills for the same text. Each image is bounded by its
+//! provider's rule for the model (the `images` module); input the gateway
+//! cannot see — files, server-side conversation state — gets a fixed
+//! allowance. Output is the call's output limit times its choices. The
+//! bound is priced at the dearest input rate, so prompt-cache writes cannot
+//! push a call past it.
 
 use serde_json::{Map, Value};
 use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer as Encoding};
@@ -18,15 +20,16 @@ use crate::provider::ProviderKind;
 use crate::tokenizer::Tokenizer;
 use crate::usage::Usage;
 
+mod image_size;
+mod images;
+
+use images::{ImageRule, IMAGE_TYPES};
+
 /// Tokens framing each message or input item (role markers, separators):
 /// OpenAI's chat format uses 3 to 4; 4 covers every shape.
 const TOKENS_PER_ITEM: u64 = 4;
 /// Tokens priming the reply.
 const TOKENS_PER_REPLY: u64 = 3;
-/// An image costs at most about this many tokens at the providers' largest
-/// accepted size (Anthropic ~1,600; OpenAI's tiled images stay below this
-/// for the models priced here). More is charged as an overrun.
-const TOKENS_PER_IMAGE: u64 = 2_000;
 /// Context window assumed for a model the price table gives none.
 const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
 /// Bytes per token of the heuristic count: half the 3.5 to 4 bytes an
@@ -34,8 +37,6 @@ const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
 /// average, so the count stays above the provider's for nearly all text.
 const HEURISTIC_BYTES_PER_TOKEN: u64 = 2;
 
-/// Content parts carrying media the gateway does not tokenize.
-const IMAGE_TYPES: &[&str] = &["image_url", "input_image", "image"];
 /// Content parts whose text lives at the provider (uploads, documents):
 /// bounded by the model's context window.
 const UNSEEN_TYPES: &[&str] = &[
@@ -152,9 +153,11 @@ fn input_tokens(
     counter: TokenCounter,
     context_window: u64,
 ) -> u64 {
+    let model = body.get("model").and_then(Value::as_str).unwrap_or("");
     let mut tally = Tally {
         counter,
         context_window,
+        images: images::rule_for(model),
         tokens: TOKENS_PER_REPLY,
     };
     for (key, value) in body {
@@ -195,6 +198,7 @@ fn input_tokens(
 struct Tally {
     counter: TokenCounter,
     context_window: u64,
+    images: ImageRule,
     tokens: u64,
 }
 
@@ -212,7 +216,7 @@ impl Tally {
             Value::Object(map) => {
                 let kind = map.get("type").and_then(Value::as_str).unwrap_or("");
                 if IMAGE_TYPES.contains(&kind) {
-                    self.add(TOKENS_PER_IMAGE);
+                    self.add(images::part_tokens(self.images, map));
                 } else if UNSEEN_TYPES.contains(&kind) || map.contains_key("file_id") {
                     self.add(self.context_window);
                 } else {
@@ -325,6 +329,8 @@ mod tests {
 
     #[test]
     fn media_and_unseen_input_get_allowances() {
+        // Not an image header the gateway can read: gpt-4o-mini's largest
+        // image, 2,833 tokens and 8 tiles of 5,667.
         let data_url = format!("data:image/png;base64,{}", "A".repeat(100_000));
         let c = call(
             Api::ChatCompletions,
@@ -337,8 +343,9 @@ mod tests {
             }),
         );
         let e = estimate(&c, &price(), openai());
+        let image = 2_833 + 8 * 5_667;
         assert!(
-            e.input_tokens >= TOKENS_PER_IMAGE && e.input_tokens < TOKENS_PER_IMAGE + 50,
+            e.input_tokens >= image && e.input_tokens < image + 50,
             "{}",
             e.input_tokens
         );
@@ -359,6 +366,50 @@ mod tests {
             }),
         );
         assert!(estimate(&c, &price(), openai()).input_tokens >= 10_000);
+    }
+
+    #[test]
+    fn each_image_is_bounded_by_its_models_rule() {
+        use image_size::tests::{encode, png};
+        let image = |width, height, detail: &str| {
+            let url = format!("data:image/png;base64,{}", encode(&png(width, height)));
+            serde_json::json!({"type": "image_url", "image_url": {"url": url, "detail": detail}})
+        };
+        let input = |model: &str, parts: Vec<Value>| {
+            let c = call(
+                Api::ChatCompletions,
+                serde_json::json!({"model": model, "max_tokens": 1,
+                    "messages": [{"role": "user", "content": parts}]}),
+            );
+            estimate(&c, &price(), TokenCounter::Heuristic).input_tokens
+        };
+        let text_only = input("gpt-4o-mini", vec![]);
+        // A large high-detail image on gpt-4o-mini: 2048x768 after scaling,
+        // 8 tiles, far past the 2,000 tokens once allowed per image.
+        let large = input("gpt-4o-mini", vec![image(4096, 1536, "high")]);
+        assert_eq!(large - text_only, 2_833 + 8 * 5_667);
+        let low = input("gpt-4o-mini", vec![image(4096, 1536, "low")]);
+        assert_eq!(low - text_only, 2_833);
+        // Two images on gpt-4o, 85 + 170 a tile: 1024x1024 at high is scaled
+        // to 768x768 (4 tiles), 512x512 at auto is one tile.
+        let two = input(
+            "gpt-4o",
+            vec![image(1024, 1024, "high"), image(512, 512, "auto")],
+        );
+        assert_eq!(two - input("gpt-4o", vec![]), 765 + 255);
+
+        let c = call(
+            Api::Messages,
+            serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 1,
+                "messages": [{"role": "user", "content": [{"type": "image", "source": {
+                    "type": "base64", "media_type": "image/png", "data": encode(&png(200, 200))}}]}]}),
+        );
+        let e = estimate(&c, &price(), TokenCounter::Heuristic);
+        assert!(
+            e.input_tokens >= 64 && e.input_tokens < 64 + 60,
+            "{}",
+            e.input_tokens
+        );
     }
 
     #[test]

@@ -78,6 +78,9 @@ impl fmt::Display for HostedTool {
 pub struct ToolCalls([u64; HostedTool::ALL.len()]);
 
 impl ToolCalls {
+    /// No use of any tool.
+    pub const NONE: ToolCalls = ToolCalls([0; HostedTool::ALL.len()]);
+
     pub fn get(&self, tool: HostedTool) -> u64 {
         self.0[tool.index()]
     }

@@ -163,6 +163,7 @@ async fn serve(path: PathBuf) -> Result<(), String> {
         gateway.budget_tags.clone(),
         Duration::from_secs(1),
     );
+    server::raise_open_files_limit();
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;

@@ -15,13 +15,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use pin_project_lite::pin_project;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 use crate::body::BoxError;
 use crate::estimate::ToolBound;
-use crate::settle::{SettleTicket, Settling};
+use crate::settle::{Read, SettleTicket, Settling};
 use crate::sse::SseSplitter;
 use crate::usage::{EventAction, StreamKind, StreamMeter};
 
@@ -30,8 +31,8 @@ use crate::usage::{EventAction, StreamKind, StreamMeter};
 pin_project! {
     /// A provider's event stream on its way to the client.
     pub struct MeteredBody {
-        #[pin]
-        upstream: Incoming,
+        // Taken when the client leaves, to read the rest of the stream.
+        upstream: Option<Incoming>,
         #[pin]
         deadline: Sleep,
         splitter: SseSplitter,
@@ -53,10 +54,30 @@ pin_project! {
 
     impl PinnedDrop for MeteredBody {
         fn drop(this: Pin<&mut Self>) {
-            // The client is gone: settle what it saw. (A settlement already
-            // in flight finishes by itself when dropped.)
+            // The client is gone. (A settlement already in flight finishes
+            // by itself when dropped.)
             let this = this.project();
-            drop(this.ticket.settle_seen(this.meter.partial_usage()));
+            let upstream = this.upstream.take().filter(|_| !*this.upstream_done);
+            let (Some(upstream), true) = (upstream, this.ticket.is_armed()) else {
+                drop(settle_cut(this.ticket, this.meter));
+                return;
+            };
+            // The provider may still be generating, and billing: read on,
+            // unrelayed, and settle on what the rest of the stream says.
+            let ticket = std::mem::replace(this.ticket, SettleTicket::spent());
+            let limit = if ticket.output_hidden() {
+                this.deadline.deadline()
+            } else {
+                Instant::now() + VISIBLE_DRAIN
+            };
+            let reading = read_rest(
+                upstream,
+                std::mem::take(this.splitter),
+                this.meter.clone(),
+                *this.tools,
+                limit,
+            );
+            ticket.settle_after(reading);
         }
     }
 }
@@ -72,7 +93,7 @@ impl MeteredBody {
         timeout: Duration,
     ) -> MeteredBody {
         MeteredBody {
-            upstream,
+            upstream: Some(upstream),
             deadline: tokio::time::sleep(timeout),
             splitter: SseSplitter::new(),
             meter: StreamMeter::new(kind),
@@ -88,15 +109,57 @@ impl MeteredBody {
     }
 }
 
-/// Settles with the provider's usage if the stream carried it, else with
-/// what was seen.
+/// How long the rest of an all-visible stream is read once its client has
+/// gone: what the provider already sent is counted, then the stream is
+/// closed so generation stops.
+const VISIBLE_DRAIN: Duration = Duration::from_millis(250);
+
+/// Reads a stream whose client has gone, until it ends or `limit`: the
+/// usage it reports, or what was seen of it.
+async fn read_rest(
+    mut upstream: Incoming,
+    mut splitter: SseSplitter,
+    mut meter: StreamMeter,
+    tools: ToolBound,
+    limit: Instant,
+) -> Read {
+    let reading = async {
+        while let Some(Ok(frame)) = upstream.frame().await {
+            if let Ok(data) = frame.into_data() {
+                splitter.push(&data);
+                while let Some(event) = splitter.next_event() {
+                    meter.observe(&event);
+                }
+            }
+        }
+        meter.observe(&splitter.take_rest());
+    };
+    let _ = tokio::time::timeout_at(limit, reading).await;
+    match meter.reported_usage() {
+        Some(reported) => Read::Reported(reported.map(|usage| tools.reported(usage))),
+        None => Read::Seen(meter.partial_usage()),
+    }
+}
+
+/// Settles with the provider's usage if the stream carried it (its hosted
+/// tool uses billed as `tools` says), else with what was seen.
 fn settle_final(
     ticket: &mut SettleTicket,
     meter: &StreamMeter,
     tools: &ToolBound,
 ) -> Option<Settling> {
     match meter.reported_usage() {
-        Some(usage) => ticket.settle(tools.reported(usage), false),
+        Some(reported) => ticket.settle_reported(reported.map(|usage| tools.reported(usage))),
+        None => ticket.settle_seen(meter.partial_usage()),
+    }
+}
+
+/// Settles a stream cut before its end with what was seen; if the
+/// provider had already reported a count no call can have, nothing it
+/// reported can be believed, and the call is charged its bound.
+fn settle_cut(ticket: &mut SettleTicket, meter: &StreamMeter) -> Option<Settling> {
+    match meter.absurd_usage() {
+        Some(absurd) => ticket.settle_reported(Err(absurd.clone())),
         None => ticket.settle_seen(meter.partial_usage()),
     }
 }
@@ -170,10 +233,13 @@ impl HttpBody for MeteredBody {
             if this.deadline.as_mut().poll(cx).is_ready() {
                 *this.upstream_done = true;
                 *this.failure = Some(Box::new(StreamTimeout(*this.timeout)));
-                *this.settling = this.ticket.settle_seen(this.meter.partial_usage());
+                *this.settling = settle_cut(this.ticket, this.meter);
                 continue;
             }
-            match this.upstream.as_mut().poll_frame(cx) {
+            let Some(upstream) = this.upstream.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match Pin::new(upstream).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(frame))) => {
                     if let Ok(data) = frame.into_data() {
@@ -183,7 +249,7 @@ impl HttpBody for MeteredBody {
                 Poll::Ready(Some(Err(error))) => {
                     *this.upstream_done = true;
                     *this.failure = Some(Box::new(error));
-                    *this.settling = this.ticket.settle_seen(this.meter.partial_usage());
+                    *this.settling = settle_cut(this.ticket, this.meter);
                 }
                 Poll::Ready(None) => {
                     // The last event may lack its closing blank line (or

@@ -11,23 +11,26 @@
 //! | `tollgate_reserve_total` | `outcome` = `allowed`, `denied`, `error`; `scope` = `key`, `org` (the denying one) or `""` | reserve calls |
 //! | `tollgate_settlements_total` | `status` = `ok`, `overrun`, `estimated`, `late` | settlements applied by this gateway |
 //! | `tollgate_charged_usd_micros_total` | | Σ actual cost of those settlements |
-//! | `tollgate_expired_reservations_total` | | reservations this gateway's periodic sweep released unsettled |
+//! | `tollgate_absurd_usage_total` | | calls whose provider reported usage no call can have (a count negative, fractional or 2^53 or more; a cost of 2^53 µUSD or more), charged their upper bound instead |
+//! | `tollgate_expired_reservations_total` | | reservations this gateway's periodic sweep expired unsettled (charged their amount, or released under `on_expiry = "release"`) |
 //! | `tollgate_store_call_duration_seconds` | `op` | store call latency, retries included |
-//! | `tollgate_store_errors_total` | `op` | store calls that failed (unreachable or timed out) |
+//! | `tollgate_store_errors_total` | `op` | store calls that failed (unreachable, timed out, or a script refused its arguments) |
 //! | `tollgate_requests_total` | `route`, `status` | HTTP responses by route and status |
 //!
 //! `op` is one of `reserve`, `settle`, `state`, `ping`, `sweep`,
-//! `open_reservations`. A settle that answers "unknown reservation" or
-//! "ownership mismatch" is a refusal, not a store failure, and is not
-//! counted as a store error.
+//! `open_reservations`. A settle that answers "unknown reservation",
+//! "ownership mismatch" or "out of range" (2^53) is the store's answer
+//! about that call, not a store failure, and is not counted as a store
+//! error; a script refusing its arguments (the gateway and the scripts
+//! disagree) is.
 //!
-//! Expired reservations are released in two places: the periodic sweep,
-//! whose count the gateway sees, and the bounded sweep inside each
-//! `reserve`, whose count stays inside the store. The expired counter is
-//! therefore a lower bound; the ledger's `expired` entries are the full
-//! record. With several gateways on one Redis, each counts what its own
-//! sweep released. A settle that arrives after its reservation expired is
-//! counted as `late`.
+//! Reservations are expired in two places: the periodic sweep, whose count
+//! the gateway sees, and the bounded sweep inside each `reserve`, whose
+//! count stays inside the store. The expired counter is therefore a lower
+//! bound; the ledger's `expired` entries are the full record. With several
+//! gateways on one Redis, each counts what its own sweep expired. A settle
+//! that arrives after its reservation expired is counted as `late`, and
+//! what it charges (`charged_usd_micros`) is its actual cost.
 //!
 //! Every label has a small fixed set of values (no key or org ids). The
 //! reserve, settlement and store series are created up front and held as
@@ -146,6 +149,7 @@ pub struct Metrics {
     settled_late: Counter,
     expired: Counter,
     charged: Counter,
+    absurd_usage: Counter,
     /// Indexed by [`StoreOp::index`].
     store_latency: [Histogram; 6],
     store_errors: [Counter; 6],
@@ -194,9 +198,17 @@ impl Metrics {
         let expired = Counter::default();
         registry.register(
             "expired_reservations",
-            "Reservations released unsettled at their deadline by this gateway's periodic \
-             sweep (those released inside a reserve are not counted; the ledger has all)",
+            "Reservations expired unsettled at their deadline by this gateway's periodic \
+             sweep (those expired inside a reserve are not counted; the ledger has all)",
             expired.clone(),
+        );
+
+        let absurd_usage = Counter::default();
+        registry.register(
+            "absurd_usage",
+            "Calls whose provider reported usage no call can have (negative, fractional, or \
+             2^53 or more), charged their upper bound instead",
+            absurd_usage.clone(),
         );
 
         let latency =
@@ -212,7 +224,8 @@ impl Metrics {
         let errors = Family::<StoreLabels, Counter>::default();
         registry.register(
             "store_errors",
-            "Budget store calls that failed: store unreachable or timed out",
+            "Budget store calls that failed: store unreachable, timed out, or a script refused \
+             its arguments",
             errors.clone(),
         );
         let by_op = |op: StoreOp| StoreLabels { op: op.as_str() };
@@ -235,6 +248,7 @@ impl Metrics {
             settled_late: settled(LedgerStatus::Late),
             expired,
             charged,
+            absurd_usage,
             store_latency: StoreOp::ALL.map(|op| latency.get_or_create_owned(&by_op(op))),
             store_errors: StoreOp::ALL.map(|op| errors.get_or_create_owned(&by_op(op))),
             requests,
@@ -252,7 +266,9 @@ impl Metrics {
         let started = Instant::now();
         let result = call.await;
         self.store_latency[op.index()].observe(started.elapsed().as_secs_f64());
-        if let Err(StoreError::Unavailable(_) | StoreError::Timeout) = &result {
+        if let Err(StoreError::Unavailable(_) | StoreError::Timeout | StoreError::Refused(_)) =
+            &result
+        {
             self.store_errors[op.index()].inc();
         }
         result
@@ -283,17 +299,23 @@ impl Metrics {
             LedgerStatus::Estimated => &self.settled_estimated,
             LedgerStatus::Late => &self.settled_late,
             // A settle never expires a reservation; were a store to say so,
-            // the reservation was released unsettled.
+            // the reservation expired unsettled.
             LedgerStatus::Expired => &self.expired,
         };
         counter.inc();
         self.charged.inc_by(outcome.actual);
     }
 
-    /// Counts reservations released by a sweep this gateway ran.
-    pub fn count_expired(&self, released: usize) {
+    /// Counts reservations expired by a sweep this gateway ran.
+    pub fn count_expired(&self, expired: usize) {
         self.expired
-            .inc_by(u64::try_from(released).unwrap_or(u64::MAX));
+            .inc_by(u64::try_from(expired).unwrap_or(u64::MAX));
+    }
+
+    /// Counts a call charged its upper bound because its reported usage
+    /// was absurd.
+    pub fn count_absurd_usage(&self) {
+        self.absurd_usage.inc();
     }
 
     /// Counts one response; `route` is one of the gateway's fixed paths.
@@ -354,222 +376,4 @@ fn gauge(value: impl TryInto<i64>) -> Gauge {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::budget::{Denial, MemoryStore, Period};
-
-    fn denial(kind: ScopeKind) -> ReserveOutcome {
-        ReserveOutcome::Denied(Denial {
-            kind,
-            id: "alice".to_owned(),
-            period: Period::Day,
-            cap: 10,
-            remaining: 0,
-            resets_at: None,
-        })
-    }
-
-    fn settled(status: LedgerStatus, actual: UsdMicros, applied: bool) -> SettleOutcome {
-        SettleOutcome {
-            status,
-            reserved: 1_000,
-            actual,
-            applied,
-            key_remaining: 0,
-        }
-    }
-
-    /// The value of the sample line starting with `series`.
-    fn sample(text: &str, series: &str) -> Option<String> {
-        text.lines()
-            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-            .map(str::to_owned)
-    }
-
-    #[test]
-    fn every_fixed_series_is_exported_at_zero_before_any_call() {
-        let text = Metrics::new().encode(None).unwrap();
-        for series in [
-            r#"tollgate_reserve_total{outcome="allowed",scope=""}"#,
-            r#"tollgate_reserve_total{outcome="denied",scope="key"}"#,
-            r#"tollgate_reserve_total{outcome="denied",scope="org"}"#,
-            r#"tollgate_reserve_total{outcome="error",scope=""}"#,
-            r#"tollgate_settlements_total{status="ok"}"#,
-            r#"tollgate_settlements_total{status="overrun"}"#,
-            r#"tollgate_settlements_total{status="estimated"}"#,
-            r#"tollgate_settlements_total{status="late"}"#,
-            "tollgate_expired_reservations_total",
-            "tollgate_charged_usd_micros_total",
-            r#"tollgate_store_errors_total{op="reserve"}"#,
-            r#"tollgate_store_errors_total{op="open_reservations"}"#,
-            r#"tollgate_store_call_duration_seconds_count{op="settle"}"#,
-        ] {
-            assert_eq!(
-                sample(&text, series).as_deref(),
-                Some("0"),
-                "{series}\n{text}"
-            );
-        }
-        assert!(text.ends_with("# EOF\n"), "{text}");
-        assert!(!text.contains("tollgate_open_reservations"), "{text}");
-    }
-
-    #[test]
-    fn reserve_outcomes_are_counted_by_outcome_and_denying_scope() {
-        let metrics = Metrics::new();
-        metrics.count_reserve(&Ok(ReserveOutcome::Reserved));
-        metrics.count_reserve(&Ok(ReserveOutcome::Reserved));
-        metrics.count_reserve(&Ok(denial(ScopeKind::Org)));
-        metrics.count_reserve(&Err(StoreError::Timeout));
-        let text = metrics.encode(None).unwrap();
-        let count = |series: &str| sample(&text, series);
-        assert_eq!(
-            count(r#"tollgate_reserve_total{outcome="allowed",scope=""}"#).as_deref(),
-            Some("2")
-        );
-        assert_eq!(
-            count(r#"tollgate_reserve_total{outcome="denied",scope="org"}"#).as_deref(),
-            Some("1")
-        );
-        assert_eq!(
-            count(r#"tollgate_reserve_total{outcome="denied",scope="key"}"#).as_deref(),
-            Some("0")
-        );
-        assert_eq!(
-            count(r#"tollgate_reserve_total{outcome="error",scope=""}"#).as_deref(),
-            Some("1")
-        );
-    }
-
-    #[test]
-    fn applied_settlements_count_by_status_and_sum_what_they_charged() {
-        let metrics = Metrics::new();
-        metrics.count_settlement(&settled(LedgerStatus::Ok, 1_200, true));
-        metrics.count_settlement(&settled(LedgerStatus::Overrun, 5_000, true));
-        metrics.count_settlement(&settled(LedgerStatus::Late, 300, true));
-        // A retry of an applied settle changes nothing.
-        metrics.count_settlement(&settled(LedgerStatus::Ok, 1_200, false));
-        metrics.count_expired(2);
-        let text = metrics.encode(None).unwrap();
-        let count = |series: &str| sample(&text, series);
-        assert_eq!(
-            count(r#"tollgate_settlements_total{status="ok"}"#).as_deref(),
-            Some("1")
-        );
-        assert_eq!(
-            count(r#"tollgate_settlements_total{status="overrun"}"#).as_deref(),
-            Some("1")
-        );
-        assert_eq!(
-            count(r#"tollgate_settlements_total{status="late"}"#).as_deref(),
-            Some("1")
-        );
-        assert_eq!(
-            count("tollgate_charged_usd_micros_total").as_deref(),
-            Some("6500")
-        );
-        assert_eq!(
-            count("tollgate_expired_reservations_total").as_deref(),
-            Some("2")
-        );
-    }
-
-    #[tokio::test]
-    async fn store_calls_are_timed_and_failures_counted_but_refusals_not() {
-        let metrics = Metrics::new();
-        let ok: Result<(), StoreError> = metrics.time(StoreOp::Ping, async { Ok(()) }).await;
-        assert!(ok.is_ok());
-        let down = metrics
-            .time(StoreOp::Reserve, async {
-                Err::<(), _>(StoreError::Unavailable("connection refused".to_owned()))
-            })
-            .await;
-        assert!(down.is_err());
-        let refused = metrics
-            .time(StoreOp::Settle, async {
-                Err::<(), _>(StoreError::UnknownReservation("x".to_owned()))
-            })
-            .await;
-        assert!(refused.is_err());
-        let text = metrics.encode(None).unwrap();
-        let count = |series: &str| sample(&text, series);
-        assert_eq!(
-            count(r#"tollgate_store_errors_total{op="reserve"}"#).as_deref(),
-            Some("1")
-        );
-        assert_eq!(
-            count(r#"tollgate_store_errors_total{op="settle"}"#).as_deref(),
-            Some("0")
-        );
-        for op in ["ping", "reserve", "settle"] {
-            let series = format!(r#"tollgate_store_call_duration_seconds_count{{op="{op}"}}"#);
-            assert_eq!(count(&series).as_deref(), Some("1"), "{text}");
-        }
-        assert!(
-            text.contains(r#"tollgate_store_call_duration_seconds_bucket{le="0.0001",op="ping"}"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"tollgate_store_call_duration_seconds_bucket{le="2.5",op="ping"}"#),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn requests_are_counted_by_route_and_status() {
-        let metrics = Metrics::new();
-        metrics.count_request("/v1/chat/completions", StatusCode::OK);
-        metrics.count_request("/v1/chat/completions", StatusCode::OK);
-        metrics.count_request("/v1/messages", StatusCode::PAYMENT_REQUIRED);
-        let text = metrics.encode(None).unwrap();
-        assert_eq!(
-            sample(
-                &text,
-                r#"tollgate_requests_total{route="/v1/chat/completions",status="200"}"#
-            )
-            .as_deref(),
-            Some("2")
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"tollgate_requests_total{route="/v1/messages",status="402"}"#
-            )
-            .as_deref(),
-            Some("1")
-        );
-    }
-
-    #[tokio::test]
-    async fn a_scrape_reads_the_open_reservations_from_the_store() {
-        let store = MemoryStore::new(0);
-        let metrics = Metrics::new();
-        let text = metrics
-            .scrape(&BudgetStore::Memory(store), &[])
-            .await
-            .unwrap();
-        assert_eq!(
-            sample(&text, "tollgate_open_reservations").as_deref(),
-            Some("0")
-        );
-        assert_eq!(
-            sample(&text, "tollgate_open_reservations_usd_micros").as_deref(),
-            Some("0")
-        );
-        assert!(
-            text.contains("# TYPE tollgate_open_reservations gauge"),
-            "{text}"
-        );
-        assert!(text.ends_with("# EOF\n"), "{text}");
-        let text = metrics.encode(Some((3, 4_500))).unwrap();
-        assert_eq!(
-            sample(&text, "tollgate_open_reservations").as_deref(),
-            Some("3")
-        );
-        assert_eq!(
-            sample(&text, "tollgate_open_reservations_usd_micros").as_deref(),
-            Some("4500")
-        );
-        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
-    }
-}
+mod tests;

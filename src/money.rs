@@ -10,6 +10,11 @@ use std::fmt;
 /// Integer micro-USD: 1 USD = 1,000,000.
 pub type UsdMicros = u64;
 
+/// A signed amount of micro-USD: what a ledger entry moved its counters by.
+/// Negative when an entry gives money back, such as a late settle of a call
+/// that cost less than what its expiry charged.
+pub type UsdMicrosDelta = i64;
+
 /// Largest amount any cap or counter may hold: Redis Lua numbers are doubles,
 /// so every value stays an exact integer only below 2^53.
 pub const MAX_USD_MICROS: UsdMicros = (1 << 53) - 1;
@@ -34,6 +39,12 @@ pub fn parse_usd(text: &str) -> Result<UsdMicros, MoneyError> {
         .ok()
         .filter(|m| *m <= MAX_USD_MICROS)
         .ok_or_else(|| MoneyError::TooLarge(text.to_owned()))
+}
+
+/// `amount` as a delta. Every amount the stores accept is below 2^53, so
+/// this is exact; beyond `i64::MAX` it saturates rather than wrap.
+pub fn delta(amount: UsdMicros) -> UsdMicrosDelta {
+    UsdMicrosDelta::try_from(amount).unwrap_or(UsdMicrosDelta::MAX)
 }
 
 /// Formats µUSD as a decimal USD string with six places (`"25.000000"`).
@@ -130,10 +141,16 @@ impl Cost {
     /// The total in µUSD, rounded up, saturating at [`MAX_USD_MICROS`] so an
     /// absurd token count can never wrap into a small charge.
     pub fn usd_micros(self) -> UsdMicros {
+        self.checked_usd_micros().unwrap_or(MAX_USD_MICROS)
+    }
+
+    /// The total in µUSD, rounded up; `None` from 2^53 on, which no store
+    /// holds exactly (a cost that large is no cost a call can have).
+    pub fn checked_usd_micros(self) -> Option<UsdMicros> {
         let micros = self.0.div_ceil(1_000_000);
         u64::try_from(micros)
-            .unwrap_or(MAX_USD_MICROS)
-            .min(MAX_USD_MICROS)
+            .ok()
+            .filter(|micros| *micros <= MAX_USD_MICROS)
     }
 }
 
@@ -217,5 +234,18 @@ mod tests {
         let mut cost = Cost::default();
         cost.add(u64::MAX, Price::per_mtok("1000").unwrap());
         assert_eq!(cost.usd_micros(), MAX_USD_MICROS);
+        assert_eq!(cost.checked_usd_micros(), None);
+    }
+
+    #[test]
+    fn checked_cost_stops_below_2_to_the_53() {
+        let per_token = Price::per_mtok("1").unwrap();
+        let mut at_limit = Cost::default();
+        at_limit.add(MAX_USD_MICROS, per_token);
+        assert_eq!(at_limit.checked_usd_micros(), Some(MAX_USD_MICROS));
+        let mut past = at_limit;
+        past.add(1, per_token);
+        assert_eq!(past.checked_usd_micros(), None);
+        assert_eq!(past.usd_micros(), MAX_USD_MICROS);
     }
 }

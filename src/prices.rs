@@ -44,8 +44,19 @@ pub struct ModelPrice {
 
 impl ModelPrice {
     /// The exact cost of a call, hosted tool fees included, rounded up to a
-    /// whole µUSD once.
+    /// whole µUSD once (saturating at 2^53 - 1; see
+    /// [`ModelPrice::checked_cost`]).
     pub fn cost(&self, usage: &Usage) -> UsdMicros {
+        self.sum(usage).usd_micros()
+    }
+
+    /// The exact cost of a call, or `None` when it reaches 2^53 µUSD: usage
+    /// no call can have, which no store can charge exactly.
+    pub fn checked_cost(&self, usage: &Usage) -> Option<UsdMicros> {
+        self.sum(usage).checked_usd_micros()
+    }
+
+    fn sum(&self, usage: &Usage) -> Cost {
         let mut cost = Cost::default();
         cost.add(usage.input, self.input);
         cost.add(usage.cached_input, self.cached_input);
@@ -57,7 +68,7 @@ impl ModelPrice {
         for (tool, count) in usage.tool_calls.iter() {
             cost.add_fees(count, self.tool_call(tool).unwrap_or(0));
         }
-        cost.usd_micros()
+        cost
     }
 
     /// The price of one use of `tool`, if the model's entry has one.

@@ -2,6 +2,10 @@
 //! given and routes each request — proxied calls to [`crate::proxy`], the
 //! gateway's own endpoints to [`crate::endpoints`]. On shutdown it stops
 //! accepting and waits for every in-flight call to finish and settle.
+//!
+//! Connections are bounded: beyond `server.max_connections` a new one is
+//! closed at once, and [`watch`] closes one that is slow to send its
+//! request head or idle too long.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -15,13 +19,19 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::api::Api;
-use crate::body::Body;
+use crate::body::{close_connection, drain, Body};
 use crate::endpoints;
 use crate::error::{GatewayError, Shape};
 use crate::gateway::Gateway;
+use crate::proxy::count_tokens;
+
+mod watch;
+
+use watch::{Limits, Tracked, Watch, Watched};
 
 /// How long shutdown waits for in-flight calls before it cuts them: a
 /// little less than the 30 s an orchestrator usually grants, so every cut
@@ -29,6 +39,16 @@ use crate::gateway::Gateway;
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// How long shutdown then waits for settlements still in flight.
 const SETTLE_DRAIN: Duration = Duration::from_secs(8);
+
+/// Raises the soft limit on open files to the hard limit, so that
+/// `server.max_connections` rather than the common default of 1,024
+/// bounds the connections served, and logs the limit in force.
+pub fn raise_open_files_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::info!(limit, "open files limit (RLIMIT_NOFILE)"),
+        Err(error) => tracing::warn!(%error, "could not raise the open files limit"),
+    }
+}
 
 /// Serves until `shutdown` completes. Then it stops accepting, lets
 /// in-flight calls finish for up to `grace`, cuts the rest (each settles
@@ -49,6 +69,12 @@ pub async fn run_with_grace(
 ) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());
+    let server = &gateway.config.server;
+    let limits = Limits {
+        header_read: server.header_read_timeout,
+        idle: server.idle_timeout,
+    };
+    let slots = Arc::new(Semaphore::new(server.max_connections));
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -65,23 +91,41 @@ pub async fn run_with_grace(
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = &mut shutdown => break,
         };
+        // Beyond the limit, a connection is closed at once: the file
+        // descriptors left serve the calls (and health checks) under way.
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "connection limit reached: closing a new connection");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let gateway = gateway.clone();
+        let watch = Watch::new();
+        let calls = watch.clone();
         let service = service_fn(move |request| {
             let gateway = gateway.clone();
+            let call = calls.call();
             // Boxed, because hyper keeps a connection's slot for its
             // in-flight call, sized for the call's future, as long as the
             // connection lives: the call's state (some 6 KB) is then freed
             // once the response head is out, not held through a stream.
-            Box::pin(async move { Ok::<_, Infallible>(route(&gateway, request).await) })
+            Box::pin(async move {
+                let response = route(&gateway, request).await;
+                Ok::<_, Infallible>(response.map(|body| Tracked::new(body, call)))
+            })
         });
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
+        let io = TokioIo::new(Watched::new(stream, watch.clone()));
+        let connection = builder.serve_connection(io, service).into_owned();
         let connection = graceful.watch(connection);
         connections.spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%peer, %error, "connection ended with an error");
+            let _slot = slot;
+            tokio::select! {
+                ended = connection => if let Err(error) = ended {
+                    tracing::debug!(%peer, %error, "connection ended with an error");
+                },
+                reason = watch.expired(limits) => {
+                    tracing::debug!(%peer, reason, "closing connection");
+                }
             }
         });
     }
@@ -127,8 +171,16 @@ fn route_label(path: &str) -> &'static str {
         "/metrics" => "/metrics",
         "/v1/models" => "/v1/models",
         "/v1/budget" => "/v1/budget",
+        count_tokens::PATH => count_tokens::PATH,
+        _ if model_id(path).is_some() => "/v1/models/{id}",
         _ => "other",
     }
+}
+
+/// The model id of a `/v1/models/{id}` path: the rest of the path, which
+/// may hold `/` (some providers' model ids do).
+fn model_id(path: &str) -> Option<&str> {
+    path.strip_prefix("/v1/models/").filter(|id| !id.is_empty())
 }
 
 async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response<Body> {
@@ -137,21 +189,36 @@ async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response
         if let Some(api) = Api::from_path(path) {
             return crate::proxy::handle(gateway, api, request).await;
         }
+        if path == count_tokens::PATH {
+            return count_tokens::handle(gateway, request).await;
+        }
     }
     let shape = caller_shape(&request);
-    let headers = request.headers();
-    let result = match (request.method(), path) {
+    let (parts, mut body) = request.into_parts();
+    let headers = &parts.headers;
+    let path = parts.uri.path();
+    let result = match (&parts.method, path) {
         (&Method::GET, "/healthz") => Ok(endpoints::health::healthz()),
         (&Method::GET, "/readyz") => Ok(endpoints::health::readyz(gateway).await),
         (&Method::GET, "/metrics") => Ok(endpoints::health::scrape(gateway).await),
         (&Method::GET, "/v1/models") => endpoints::models::list(gateway, headers, shape),
         (&Method::GET, "/v1/budget") => endpoints::budget::show(gateway, headers).await,
+        (&Method::GET, path) if model_id(path).is_some() => {
+            let id = model_id(path).unwrap_or_default();
+            endpoints::models::retrieve(gateway, headers, shape, id)
+        }
         (method, path) => Err(GatewayError::NotFound {
             method: method.to_string(),
             path: path.to_owned(),
         }),
     };
-    result.unwrap_or_else(|error| error.into_response(shape, ""))
+    let mut response = result.unwrap_or_else(|error| error.into_response(shape, ""));
+    // None of these routes reads a body: drain one a client sent anyway, so
+    // that its next request on the connection is read as one.
+    if !drain(&mut body).await {
+        close_connection(&mut response);
+    }
+    response
 }
 
 /// Anthropic's SDK always sends `anthropic-version`; anything else is

@@ -11,6 +11,12 @@
 //! A settlement in flight is a [`Settling`] future; dropped before it is
 //! done, it finishes in the background, tracked by [`BackgroundSettles`] so
 //! a shutting-down gateway waits for it.
+//!
+//! Usage no call can have — a count that is negative, fractional or 2^53
+//! or more, a cost of 2^53 µUSD or more, or one a store refuses as out of
+//! range — is charged the call's upper bound at once, marked `estimated`,
+//! logged and counted (`tollgate_absurd_usage_total`), never retried as if
+//! the store were down.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,11 +32,19 @@ use crate::budget::{BudgetStore, LedgerStatus, SettleOutcome, Settlement, StoreE
 use crate::config::KeyConfig;
 use crate::estimate::Estimate;
 use crate::metrics::{Metrics, StoreOp};
+use crate::money::UsdMicros;
 use crate::prices::ModelPrice;
-use crate::usage::Usage;
+use crate::usage::{Reported, Usage};
 
 /// Longest wait between two attempts at a settle the store refuses.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Output tokens added to what was seen of a stream that ended without its
+/// usage, for what the provider can have generated in flight: between the
+/// last token the gateway read and the provider noticing its stream was
+/// closed, about half a second at 250 tokens a second. Never above the
+/// call's bound.
+pub const IN_FLIGHT_MARGIN_TOKENS: u64 = 128;
 
 // === impl Settler ===
 
@@ -86,6 +100,16 @@ impl Settler {
         }
     }
 
+    /// Runs `work` to its end in the background, counted with the
+    /// settlements shutdown waits for: for work that settles a call and
+    /// must not stop when its client leaves.
+    pub fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        self.background.finish(Box::pin(async move {
+            work.await;
+            None
+        }));
+    }
+
     /// Waits until no settlement runs in the background, or `limit`
     /// passes; returns how many are still running.
     pub async fn drained(&self, limit: Duration) -> usize {
@@ -100,14 +124,25 @@ pub struct SettleTicket {
     call: Option<MeteredCall>,
 }
 
+/// What a settlement charges.
+enum Charge {
+    /// Usage priced at the model's rates; `estimated` when the gateway
+    /// counted it.
+    Usage { usage: Usage, estimated: bool },
+    /// The call's upper bound: the provider reported usage no call can
+    /// have, shown in `reported` for the log.
+    Bound { reported: String },
+}
+
 /// How far a call got, which decides what it is charged if its usage
 /// never comes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stage {
     /// Reserving: the provider has seen nothing.
     Reserving,
-    /// Sent to the provider.
-    Sent { stream: bool },
+    /// Sent to the provider. `hidden_output`: the model may bill output it
+    /// does not stream (reasoning).
+    Sent { stream: bool, hidden_output: bool },
 }
 
 /// What a settlement needs to know of the call.
@@ -129,26 +164,93 @@ struct MeteredCall {
 }
 
 impl SettleTicket {
+    /// A ticket with nothing to settle, to leave in a ticket's place.
+    pub fn spent() -> SettleTicket {
+        SettleTicket { call: None }
+    }
+
     /// Nothing to settle: the reserve was denied or failed, or the call goes
     /// through unmetered.
     pub fn disarm(&mut self) {
         self.call = None;
     }
 
-    /// The call is on its way to the provider.
-    pub fn sent(&mut self, stream: bool) {
+    /// The call is on its way to the provider; `hidden_output` when its
+    /// model may bill output it does not stream.
+    pub fn sent(&mut self, stream: bool, hidden_output: bool) {
         if let Some(call) = self.call.as_mut() {
-            call.stage = Stage::Sent { stream };
+            call.stage = Stage::Sent {
+                stream,
+                hidden_output,
+            };
         }
+    }
+
+    /// Whether the call may have billed output it did not stream.
+    pub fn output_hidden(&self) -> bool {
+        matches!(
+            self.call.as_ref().map(|call| call.stage),
+            Some(Stage::Sent {
+                hidden_output: true,
+                ..
+            })
+        )
+    }
+
+    /// Whether the ticket still has to settle.
+    pub fn is_armed(&self) -> bool {
+        self.call.is_some()
+    }
+
+    /// Settles with what `reading` finds, however long it takes: it runs to
+    /// its end in the background, counted with the settlements shutdown
+    /// waits for, whether or not anyone waits for it. `Reported` usage is
+    /// charged as it is; `Seen` usage as a call whose usage never came.
+    pub fn settle_after(mut self, reading: impl Future<Output = Read> + Send + 'static) {
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        let background = call.background.clone();
+        background.finish(Box::pin(async move {
+            let charge = match reading.await {
+                Read::Reported(Ok(usage)) => Charge::Usage {
+                    usage,
+                    estimated: false,
+                },
+                Read::Reported(Err(absurd)) => Charge::Bound {
+                    reported: absurd.to_string(),
+                },
+                Read::Seen(seen) => {
+                    let (usage, estimated) = call.fallback(seen);
+                    Charge::Usage { usage, estimated }
+                }
+            };
+            call.settle(charge).await
+        }));
     }
 
     /// Settles with `usage`; `estimated` when the gateway counted it. Does
     /// nothing (and returns `None`) once the ticket is spent.
     pub fn settle(&mut self, usage: Usage, estimated: bool) -> Option<Settling> {
+        self.charge(Charge::Usage { usage, estimated })
+    }
+
+    /// Settles with the usage the provider reported; when a count in it is
+    /// absurd, with the call's upper bound instead.
+    pub fn settle_reported(&mut self, reported: Reported) -> Option<Settling> {
+        match reported {
+            Ok(usage) => self.settle(usage, false),
+            Err(absurd) => self.charge(Charge::Bound {
+                reported: absurd.to_string(),
+            }),
+        }
+    }
+
+    fn charge(&mut self, charge: Charge) -> Option<Settling> {
         let call = self.call.take()?;
         let background = call.background.clone();
         Some(Settling {
-            future: Some(Box::pin(call.settle(usage, estimated))),
+            future: Some(Box::pin(call.settle(charge))),
             background,
         })
     }
@@ -173,6 +275,14 @@ impl SettleTicket {
     }
 }
 
+/// What a read of a call's response found.
+pub enum Read {
+    /// The usage the provider reported (absurd counts included).
+    Reported(Reported),
+    /// No usage: what the gateway saw of the response.
+    Seen(Usage),
+}
+
 impl Drop for SettleTicket {
     fn drop(&mut self) {
         // A `Settling` dropped unfinished goes on by itself.
@@ -183,16 +293,20 @@ impl Drop for SettleTicket {
 impl MeteredCall {
     /// The usage charged when the provider's never came.
     fn fallback(&self, seen: Usage) -> (Usage, bool) {
+        let bound = || self.estimate.fallback_usage(self.estimate.output_tokens);
         match self.stage {
             Stage::Reserving => (Usage::default(), false),
-            // The provider may have finished the whole call.
-            Stage::Sent { stream: false } => (
-                self.estimate.fallback_usage(self.estimate.output_tokens),
-                true,
-            ),
+            // The provider may have finished the whole call, or billed
+            // output it never showed.
+            Stage::Sent { stream: false, .. }
+            | Stage::Sent {
+                hidden_output: true,
+                ..
+            } => (bound(), true),
             // The input it reported, or the estimated input, plus the output
-            // counted, which cannot exceed what the output limit allows.
-            Stage::Sent { stream: true } => {
+            // counted and what can have been generated in flight, never
+            // more than the output limit allows.
+            Stage::Sent { stream: true, .. } => {
                 let input_seen = seen.input + seen.cached_input + seen.cache_write > 0;
                 let mut usage = if input_seen {
                     // Hosted tools may have fed results in since.
@@ -200,21 +314,57 @@ impl MeteredCall {
                 } else {
                     self.estimate.fallback_usage(seen.output)
                 };
-                usage.output = usage.output.min(self.estimate.output_tokens);
+                usage.output = seen
+                    .output
+                    .saturating_add(IN_FLIGHT_MARGIN_TOKENS)
+                    .min(self.estimate.output_tokens);
                 (usage, true)
             }
         }
     }
 
-    async fn settle(self, usage: Usage, estimated: bool) -> Option<SettleOutcome> {
-        let settlement = Settlement {
-            actual: self.price.cost(&usage),
-            exec_id: self.exec_id,
-            key: self.key,
-            org: self.org,
-            model: self.model,
+    /// The settlement of `usage` at `actual`.
+    fn settlement(&self, usage: Usage, actual: UsdMicros, estimated: bool) -> Settlement {
+        Settlement {
+            exec_id: self.exec_id.clone(),
+            key: self.key.clone(),
+            org: self.org.clone(),
+            model: self.model.clone(),
             usage,
+            actual,
             estimated,
+        }
+    }
+
+    /// The settlement of a call whose reported usage no store can take:
+    /// its upper bound (what it reserved: the most the provider can bill),
+    /// marked estimated. Logged with what was reported, and counted.
+    fn bound(&self, reported: &str, why: &str) -> Settlement {
+        let amount = self.estimate.amount;
+        tracing::error!(
+            exec_id = %self.exec_id,
+            key = %self.key,
+            model = %self.model,
+            reported_usage = %reported,
+            why,
+            charged_usd_micros = amount,
+            "the provider reported usage no call can have; charging the call's upper bound"
+        );
+        self.metrics.count_absurd_usage();
+        let usage = self.estimate.fallback_usage(self.estimate.output_tokens);
+        self.settlement(usage, amount, true)
+    }
+
+    async fn settle(self, charge: Charge) -> Option<SettleOutcome> {
+        let (mut settlement, mut charging_bound) = match charge {
+            Charge::Usage { usage, estimated } => match self.price.checked_cost(&usage) {
+                Some(actual) => (self.settlement(usage, actual, estimated), false),
+                None => (
+                    self.bound(&format!("{usage:?}"), "its cost reaches 2^53 µUSD"),
+                    true,
+                ),
+            },
+            Charge::Bound { reported } => (self.bound(&reported, "a count no call can have"), true),
         };
         let mut backoff = Duration::from_millis(50);
         loop {
@@ -233,12 +383,12 @@ impl MeteredCall {
                     self.metrics.count_settlement(&outcome);
                     return Some(outcome);
                 }
-                // The reserve failed on a store error, or its handler was
-                // dropped while it was in flight. If it never landed there
-                // is nothing to release; if the store cannot say, the
-                // reservation expires by itself, which is right for a call
-                // that was never sent.
-                Err(_) if self.stage == Stage::Reserving => return None,
+                // Retried also for a call never sent (its reserve failed on
+                // a store error, or its handler was dropped while it was in
+                // flight), in the background: a reservation that landed
+                // and is left to expire is charged its amount under
+                // `on_expiry = "charge"`, which a call never sent must not
+                // be.
                 Err(error @ (StoreError::Unavailable(_) | StoreError::Timeout))
                     if Instant::now() < self.retry_until =>
                 {
@@ -246,13 +396,26 @@ impl MeteredCall {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
                 }
+                // The reserve never landed (nothing to release), or the
+                // store stayed down for two TTLs.
+                Err(_) if self.stage == Stage::Reserving => return None,
+                // The store refuses this usage, and would every time: the
+                // call is charged its bound instead, at once.
+                Err(error @ (StoreError::OutOfRange { .. } | StoreError::Refused(_)))
+                    if !charging_bound =>
+                {
+                    let reported = format!("{:?}", settlement.usage);
+                    settlement = self.bound(&reported, &error.to_string());
+                    charging_bound = true;
+                }
                 Err(error) => {
                     tracing::error!(
                         exec_id = %settlement.exec_id,
                         key = %settlement.key,
                         actual_usd_micros = settlement.actual,
                         %error,
-                        "settle failed for good; the call is not charged"
+                        "settle failed for good; the call is not charged (its reservation \
+                         expires at its deadline, charged as store.on_expiry says)"
                     );
                     return None;
                 }
@@ -373,48 +536,4 @@ impl BackgroundSettles {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::AtomicBool;
-
-    /// A settlement dropped while its store has not answered yet goes on in
-    /// the background until it is done, and shutdown can wait for it.
-    #[tokio::test]
-    async fn a_dropped_settling_finishes_in_the_background() {
-        let background = BackgroundSettles::default();
-        let (answer, answered) = tokio::sync::oneshot::channel::<()>();
-        let done = Arc::new(AtomicBool::new(false));
-        let finished = done.clone();
-        let settling = Settling {
-            future: Some(Box::pin(async move {
-                let _ = answered.await;
-                finished.store(true, Ordering::SeqCst);
-                None
-            })),
-            background: background.clone(),
-        };
-        drop(settling);
-        assert_eq!(background.pending(), 1);
-        assert_eq!(background.drained(Duration::from_millis(20)).await, 1);
-        answer.send(()).unwrap();
-        assert_eq!(background.drained(Duration::from_secs(5)).await, 0);
-        assert!(done.load(Ordering::SeqCst));
-    }
-
-    /// One that can finish at once (the memory store) does so on the spot.
-    #[tokio::test]
-    async fn a_ready_settling_finishes_on_drop() {
-        let background = BackgroundSettles::default();
-        let done = Arc::new(AtomicBool::new(false));
-        let finished = done.clone();
-        drop(Settling {
-            future: Some(Box::pin(async move {
-                finished.store(true, Ordering::SeqCst);
-                None
-            })),
-            background: background.clone(),
-        });
-        assert!(done.load(Ordering::SeqCst));
-        assert_eq!(background.pending(), 0);
-    }
-}
+mod tests;

@@ -1,6 +1,7 @@
 //! The periodic sweep: every tick, reservations past their deadline are
-//! expired under the configured tags, so headroom comes back even when no
-//! call arrives, and each expiry is counted in the metrics.
+//! expired under the configured tags (charged their amount, or released
+//! under `on_expiry = "release"`), so no hold outlives its deadline even
+//! when no call arrives, and each expiry is counted in the metrics.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,8 +54,8 @@ async fn sweep_periodically(
         ticks.tick().await;
         let batch = next_sweep_tags(&tags, &mut next_tag);
         match metrics.time(StoreOp::Sweep, store.sweep(batch)).await {
-            Ok(released) => {
-                metrics.count_expired(released);
+            Ok(expired) => {
+                metrics.count_expired(expired);
                 if failing {
                     failing = false;
                     tracing::info!("budget sweep works again");

@@ -75,12 +75,25 @@ pub fn request(
     client_headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Request<Full<Bytes>>, http::Error> {
+    request_to(provider, key, api.path(), client_headers, body)
+}
+
+/// The provider's `POST` request to `path`, for a route that is not an
+/// [`Api`] (Anthropic's token counting).
+pub fn request_to(
+    provider: &Provider,
+    key: &Secret,
+    path: &str,
+    client_headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Request<Full<Bytes>>, http::Error> {
     let mut request = Request::new(Full::new(body));
     *request.method_mut() = Method::POST;
-    *request.uri_mut() = provider_uri(&provider.base_url, api.path())?;
+    *request.uri_mut() = provider_uri(&provider.base_url, path)?;
     let headers = request.headers_mut();
+    let hop_by_hop = connection_options(client_headers);
     for (name, value) in client_headers {
-        if !DROPPED_REQUEST_HEADERS.contains(&name.as_str()) {
+        if !DROPPED_REQUEST_HEADERS.contains(&name.as_str()) && !hop_by_hop.contains(name) {
             headers.append(name.clone(), value.clone());
         }
     }
@@ -110,6 +123,18 @@ pub fn request(
     Ok(request)
 }
 
+/// The headers a message's `Connection` header names: hop-by-hop, meant
+/// for this connection only, never forwarded (RFC 9110 §7.6.1).
+fn connection_options(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect()
+}
+
 /// `base_url` (which may carry a path prefix) joined with the API path.
 fn provider_uri(base: &Uri, path: &str) -> Result<Uri, http::Error> {
     let prefix = base.path().trim_end_matches('/');
@@ -121,6 +146,9 @@ fn provider_uri(base: &Uri, path: &str) -> Result<Uri, http::Error> {
 /// Removes the response headers not passed back to the client: hop-by-hop
 /// headers, and the length of a body the gateway may change.
 pub fn strip_response_headers(headers: &mut HeaderMap) {
+    for name in connection_options(headers) {
+        headers.remove(name);
+    }
     for name in [
         header::CONNECTION,
         HeaderName::from_static("keep-alive"),
@@ -151,5 +179,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(uri, "http://127.0.0.1:9/openai/v1/embeddings");
+    }
+
+    #[test]
+    fn headers_named_in_connection_are_not_passed_back() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("x-hop, Keep-Alive"),
+        );
+        headers.insert("x-hop", HeaderValue::from_static("1"));
+        headers.insert("x-end", HeaderValue::from_static("2"));
+        strip_response_headers(&mut headers);
+        assert!(!headers.contains_key("x-hop"));
+        assert!(!headers.contains_key(header::CONNECTION));
+        assert_eq!(headers["x-end"], "2");
     }
 }

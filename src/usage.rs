@@ -12,16 +12,28 @@
 //! Parsing uses small typed structs that name only the fields read, so the
 //! rest of a body (the generated text, tool definitions) is skipped, never
 //! built into a tree.
+//!
+//! A count no call can have (negative, fractional, 2^53 or more, not a
+//! number) makes the whole report [`AbsurdUsage`] rather than a smaller
+//! one (see `count`).
 
+mod count;
 mod stream;
 mod tool_items;
 
+pub use count::AbsurdUsage;
 pub use stream::{count_output_tokens, EventAction, StreamKind, StreamMeter};
 
 use serde::Deserialize;
 
-use crate::hosted::{HostedTool, ToolCalls};
+use count::Count;
 use tool_items::ToolItems;
+
+use crate::hosted::{HostedTool, ToolCalls};
+
+/// Usage as the provider reported it: its counts, or the first count in it
+/// that no call can have.
+pub type Reported = Result<Usage, AbsurdUsage>;
 
 /// Tokens of one call, by price class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,16 +67,15 @@ pub enum ApiKind {
 
 /// The usage of a non-streaming response body; `None` when the body is not
 /// JSON or carries no `usage` object.
-pub fn parse_body_usage(api: ApiKind, body: &[u8]) -> Option<Usage> {
+pub fn parse_body_usage(api: ApiKind, body: &[u8]) -> Option<Reported> {
     match api {
         ApiKind::ChatCompletions | ApiKind::Completions | ApiKind::Embeddings => {
-            usage_field::<OpenAiUsage>(body).map(OpenAiUsage::to_usage)
+            usage_field::<OpenAiUsage>(body).map(|usage| usage.to_usage())
         }
-        ApiKind::Responses => {
-            let response = serde_json::from_slice::<ResponseObject>(body).ok()?;
-            response.into_usage()
-        }
-        ApiKind::Messages => usage_field::<AnthropicUsage>(body).map(AnthropicUsage::to_usage),
+        ApiKind::Responses => serde_json::from_slice::<ResponseObject>(body)
+            .ok()?
+            .into_usage(),
+        ApiKind::Messages => usage_field::<AnthropicUsage>(body).map(|usage| usage.to_usage()),
     }
 }
 
@@ -81,19 +92,19 @@ fn usage_field<U: for<'de> Deserialize<'de>>(body: &[u8]) -> Option<U> {
 // OpenAI-compatible servers send, reads as absent instead of failing the parse.
 
 /// `usage` of OpenAI chat completions, legacy completions and embeddings.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 struct OpenAiUsage {
-    prompt_tokens: Option<u64>,
-    completion_tokens: Option<u64>,
+    prompt_tokens: Option<Count>,
+    completion_tokens: Option<Count>,
     prompt_tokens_details: Option<CachedTokens>,
 }
 
 /// `usage` of the OpenAI Responses API.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 struct ResponsesUsage {
-    input_tokens: Option<u64>,
+    input_tokens: Option<Count>,
     input_tokens_details: Option<CachedTokens>,
-    output_tokens: Option<u64>,
+    output_tokens: Option<Count>,
 }
 
 /// A Responses API response object: a body, or the `response` of a
@@ -106,97 +117,137 @@ struct ResponseObject {
 }
 
 impl ResponseObject {
-    fn into_usage(self) -> Option<Usage> {
+    fn into_usage(self) -> Option<Reported> {
         let mut usage = self.usage?.to_usage();
-        usage.tool_calls = self.output.map(|items| items.0).unwrap_or_default();
+        if let (Ok(usage), Some(items)) = (&mut usage, self.output) {
+            usage.tool_calls = items.0;
+        }
         Some(usage)
     }
 }
 
 /// `prompt_tokens_details` / `input_tokens_details`.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 struct CachedTokens {
-    cached_tokens: Option<u64>,
+    cached_tokens: Option<Count>,
 }
 
 /// `usage` of Anthropic Messages, in a body, `message_start` or
 /// `message_delta`.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 struct AnthropicUsage {
-    input_tokens: Option<u64>,
-    cache_read_input_tokens: Option<u64>,
-    cache_creation_input_tokens: Option<u64>,
-    output_tokens: Option<u64>,
+    input_tokens: Option<Count>,
+    cache_read_input_tokens: Option<Count>,
+    cache_creation_input_tokens: Option<Count>,
+    output_tokens: Option<Count>,
     server_tool_use: Option<ServerToolUse>,
 }
 
 /// `usage.server_tool_use`: Anthropic's count of its server tools' uses.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 struct ServerToolUse {
-    web_search_requests: Option<u64>,
-    web_fetch_requests: Option<u64>,
+    web_search_requests: Option<Count>,
+    web_fetch_requests: Option<Count>,
 }
 
 impl ServerToolUse {
     /// Writes the counts reported into `calls`, leaving the others.
-    fn write(self, calls: &mut ToolCalls) {
+    fn write(&self, calls: &mut ToolCalls) -> Result<(), AbsurdUsage> {
         let counts = [
-            (HostedTool::WebSearch, self.web_search_requests),
-            (HostedTool::WebFetch, self.web_fetch_requests),
+            (
+                HostedTool::WebSearch,
+                "server_tool_use.web_search_requests",
+                &self.web_search_requests,
+            ),
+            (
+                HostedTool::WebFetch,
+                "server_tool_use.web_fetch_requests",
+                &self.web_fetch_requests,
+            ),
         ];
-        for (tool, count) in counts {
-            if let Some(count) = count {
-                calls.set(tool, count);
+        for (tool, field, count) in counts {
+            if count.is_some() {
+                calls.set(tool, Count::read(field, count.as_ref())?);
             }
         }
+        Ok(())
     }
 }
 
 impl CachedTokens {
-    fn of(details: Option<&CachedTokens>) -> u64 {
-        details.and_then(|d| d.cached_tokens).unwrap_or(0)
+    fn of(field: &'static str, details: Option<&CachedTokens>) -> Result<u64, AbsurdUsage> {
+        Count::read(field, details.and_then(|d| d.cached_tokens.as_ref()))
     }
 }
 
 impl OpenAiUsage {
-    fn to_usage(self) -> Usage {
-        let cached = CachedTokens::of(self.prompt_tokens_details.as_ref());
-        Usage {
-            input: self.prompt_tokens.unwrap_or(0).saturating_sub(cached),
+    fn to_usage(&self) -> Reported {
+        let cached = CachedTokens::of(
+            "prompt_tokens_details.cached_tokens",
+            self.prompt_tokens_details.as_ref(),
+        )?;
+        Ok(Usage {
+            input: Count::read("prompt_tokens", self.prompt_tokens.as_ref())?
+                .saturating_sub(cached),
             cached_input: cached,
             cache_write: 0,
-            output: self.completion_tokens.unwrap_or(0),
+            output: Count::read("completion_tokens", self.completion_tokens.as_ref())?,
             tool_calls: ToolCalls::default(),
-        }
+        })
     }
 }
 
 impl ResponsesUsage {
-    fn to_usage(self) -> Usage {
-        let cached = CachedTokens::of(self.input_tokens_details.as_ref());
-        Usage {
-            input: self.input_tokens.unwrap_or(0).saturating_sub(cached),
+    fn to_usage(&self) -> Reported {
+        let cached = CachedTokens::of(
+            "input_tokens_details.cached_tokens",
+            self.input_tokens_details.as_ref(),
+        )?;
+        Ok(Usage {
+            input: Count::read("input_tokens", self.input_tokens.as_ref())?.saturating_sub(cached),
             cached_input: cached,
             cache_write: 0,
-            output: self.output_tokens.unwrap_or(0),
+            output: Count::read("output_tokens", self.output_tokens.as_ref())?,
             tool_calls: ToolCalls::default(),
-        }
+        })
     }
 }
 
 impl AnthropicUsage {
-    fn to_usage(self) -> Usage {
+    fn to_usage(&self) -> Reported {
         let mut tool_calls = ToolCalls::default();
-        if let Some(server) = self.server_tool_use {
-            server.write(&mut tool_calls);
+        if let Some(server) = &self.server_tool_use {
+            server.write(&mut tool_calls)?;
         }
-        Usage {
-            input: self.input_tokens.unwrap_or(0),
-            cached_input: self.cache_read_input_tokens.unwrap_or(0),
-            cache_write: self.cache_creation_input_tokens.unwrap_or(0),
-            output: self.output_tokens.unwrap_or(0),
+        Ok(Usage {
+            input: self.input_tokens()?,
+            cached_input: self.cache_read_input_tokens()?,
+            cache_write: self.cache_creation_input_tokens()?,
+            output: self.output_tokens()?,
             tool_calls,
-        }
+        })
+    }
+
+    fn input_tokens(&self) -> Result<u64, AbsurdUsage> {
+        Count::read("input_tokens", self.input_tokens.as_ref())
+    }
+
+    fn cache_read_input_tokens(&self) -> Result<u64, AbsurdUsage> {
+        Count::read(
+            "cache_read_input_tokens",
+            self.cache_read_input_tokens.as_ref(),
+        )
+    }
+
+    fn cache_creation_input_tokens(&self) -> Result<u64, AbsurdUsage> {
+        Count::read(
+            "cache_creation_input_tokens",
+            self.cache_creation_input_tokens.as_ref(),
+        )
+    }
+
+    fn output_tokens(&self) -> Result<u64, AbsurdUsage> {
+        Count::read("output_tokens", self.output_tokens.as_ref())
     }
 }
 
@@ -254,7 +305,7 @@ mod tests {
 }"#;
         assert_eq!(
             parse_body_usage(ApiKind::ChatCompletions, body),
-            Some(usage(93, 1024, 0, 46))
+            Some(Ok(usage(93, 1024, 0, 46)))
         );
     }
 
@@ -263,7 +314,7 @@ mod tests {
         let body = br#"{"id":"chatcmpl-AaWGMnYt3OJGUoQQUw5wHGd6hNnLP","object":"chat.completion","created":1733162510,"model":"o1-2024-12-17","choices":[{"index":0,"message":{"role":"assistant","content":"42","refusal":null},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":1271,"total_tokens":1295,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":1216,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"system_fingerprint":"fp_9e5e5b1e2f"}"#;
         assert_eq!(
             parse_body_usage(ApiKind::ChatCompletions, body),
-            Some(usage(24, 0, 0, 1271))
+            Some(Ok(usage(24, 0, 0, 1271)))
         );
     }
 
@@ -272,7 +323,7 @@ mod tests {
         let body = br#"{"id":"cmpl-uqkvlQyYK7bGYrRHQ0eXlWi7","object":"text_completion","created":1589478378,"model":"gpt-3.5-turbo-instruct","system_fingerprint":"fp_44709d6fcb","choices":[{"text":"\n\nThis is indeed a test","index":0,"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}"#;
         assert_eq!(
             parse_body_usage(ApiKind::Completions, body),
-            Some(usage(5, 0, 0, 7))
+            Some(Ok(usage(5, 0, 0, 7)))
         );
     }
 
@@ -295,7 +346,7 @@ mod tests {
 }"#;
         assert_eq!(
             parse_body_usage(ApiKind::Embeddings, body),
-            Some(usage(8, 0, 0, 0))
+            Some(Ok(usage(8, 0, 0, 0)))
         );
     }
 
@@ -348,7 +399,7 @@ mod tests {
 }"#;
         assert_eq!(
             parse_body_usage(ApiKind::Responses, body),
-            Some(usage(200, 128, 0, 52))
+            Some(Ok(usage(200, 128, 0, 52)))
         );
     }
 
@@ -357,20 +408,24 @@ mod tests {
         let body = br#"{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","model":"claude-sonnet-4-20250514","content":[{"type":"text","text":"Hello! How can I help you today?"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":21,"cache_creation_input_tokens":188086,"cache_read_input_tokens":2048,"cache_creation":{"ephemeral_5m_input_tokens":188086,"ephemeral_1h_input_tokens":0},"output_tokens":393,"service_tier":"standard"}}"#;
         assert_eq!(
             parse_body_usage(ApiKind::Messages, body),
-            Some(usage(21, 2048, 188086, 393))
+            Some(Ok(usage(21, 2048, 188086, 393)))
         );
     }
 
     #[test]
     fn hosted_tool_uses_are_read_where_reported() {
         let anthropic = br#"{"id":"msg_1","type":"message","content":[{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"query":"q"}},{"type":"text","text":"ok"}],"usage":{"input_tokens":6039,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":931,"server_tool_use":{"web_search_requests":3,"web_fetch_requests":1}}}"#;
-        let usage = parse_body_usage(ApiKind::Messages, anthropic).unwrap();
+        let usage = parse_body_usage(ApiKind::Messages, anthropic)
+            .unwrap()
+            .unwrap();
         assert_eq!(usage.input, 6039);
         assert_eq!(usage.tool_calls.get(HostedTool::WebSearch), 3);
         assert_eq!(usage.tool_calls.get(HostedTool::WebFetch), 1);
 
         let responses = br#"{"id":"resp_1","object":"response","output":[{"type":"web_search_call","id":"ws_1","status":"completed"},{"type":"code_interpreter_call","id":"ci_1","container_id":"cntr_1","code":"print(1)"},{"type":"code_interpreter_call","id":"ci_2","container_id":"cntr_1"},{"type":"image_generation_call","id":"ig_1","result":"iVBORw0K"},{"type":"mcp_call","id":"mcp_1","name":"roll","arguments":"{}"},{"type":"mcp_list_tools","id":"mcpl_1"},{"type":"reasoning","id":"rs_1","summary":[]},{"type":"message","id":"msg_1","content":[{"type":"output_text","text":"done"}]}],"usage":{"input_tokens":500,"input_tokens_details":{"cached_tokens":0},"output_tokens":20}}"#;
-        let usage = parse_body_usage(ApiKind::Responses, responses).unwrap();
+        let usage = parse_body_usage(ApiKind::Responses, responses)
+            .unwrap()
+            .unwrap();
         let calls: Vec<_> = usage.tool_calls.iter().collect();
         assert_eq!(
             calls,
@@ -385,14 +440,25 @@ mod tests {
         let plain = br#"{"usage":{"input_tokens":5,"output_tokens":1}}"#;
         assert!(parse_body_usage(ApiKind::Responses, plain)
             .unwrap()
+            .unwrap()
             .tool_calls
             .is_empty());
         // Chat completions report no tool uses at all.
         let chat = br#"{"usage":{"prompt_tokens":5,"completion_tokens":1}}"#;
         assert!(parse_body_usage(ApiKind::ChatCompletions, chat)
             .unwrap()
+            .unwrap()
             .tool_calls
             .is_empty());
+    }
+
+    #[test]
+    fn an_absurd_tool_count_is_absurd_usage() {
+        let body = br#"{"usage":{"input_tokens":5,"output_tokens":1,"server_tool_use":{"web_search_requests":-2}}}"#;
+        let absurd = parse_body_usage(ApiKind::Messages, body)
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(absurd.field, "server_tool_use.web_search_requests");
     }
 
     #[test]
@@ -400,13 +466,13 @@ mod tests {
         let body = br#"{"usage":{"input_tokens":12,"cache_creation_input_tokens":null,"output_tokens":3}}"#;
         assert_eq!(
             parse_body_usage(ApiKind::Messages, body),
-            Some(usage(12, 0, 0, 3))
+            Some(Ok(usage(12, 0, 0, 3)))
         );
         let body =
             br#"{"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":null}}"#;
         assert_eq!(
             parse_body_usage(ApiKind::ChatCompletions, body),
-            Some(usage(9, 0, 0, 2))
+            Some(Ok(usage(9, 0, 0, 2)))
         );
     }
 
@@ -415,7 +481,7 @@ mod tests {
         let body = br#"{"usage":{"prompt_tokens":10,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":20}}}"#;
         assert_eq!(
             parse_body_usage(ApiKind::ChatCompletions, body),
-            Some(usage(0, 20, 0, 1))
+            Some(Ok(usage(0, 20, 0, 1)))
         );
     }
 
@@ -432,12 +498,70 @@ mod tests {
         );
         assert_eq!(parse_body_usage(ApiKind::Embeddings, b"not json"), None);
         assert_eq!(parse_body_usage(ApiKind::Messages, b""), None);
+    }
+
+    /// A count no call can have is not read as 0 (nor does it make the
+    /// usage absent): the report is absurd, naming the count.
+    #[test]
+    fn absurd_counts_make_the_report_absurd() {
+        let absurd = |field: &'static str, value: &str| {
+            Some(Err(AbsurdUsage {
+                field,
+                value: value.to_owned(),
+            }))
+        };
+        let cases: [(ApiKind, &[u8], _); 7] = [
+            (
+                ApiKind::ChatCompletions,
+                br#"{"usage":{"prompt_tokens":-1,"completion_tokens":5}}"#,
+                absurd("prompt_tokens", "-1"),
+            ),
+            (
+                ApiKind::ChatCompletions,
+                br#"{"usage":{"prompt_tokens":10,"completion_tokens":2.5}}"#,
+                absurd("completion_tokens", "2.5"),
+            ),
+            (
+                ApiKind::Embeddings,
+                br#"{"usage":{"prompt_tokens":9007199254740992}}"#,
+                absurd("prompt_tokens", "9007199254740992"),
+            ),
+            (
+                ApiKind::ChatCompletions,
+                br#"{"usage":{"prompt_tokens":10,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":-3}}}"#,
+                absurd("prompt_tokens_details.cached_tokens", "-3"),
+            ),
+            (
+                ApiKind::Responses,
+                br#"{"usage":{"input_tokens":5,"output_tokens":"lots"}}"#,
+                absurd("output_tokens", "\"lots\""),
+            ),
+            (
+                ApiKind::Messages,
+                br#"{"usage":{"input_tokens":5,"cache_creation_input_tokens":-100,"output_tokens":3}}"#,
+                absurd("cache_creation_input_tokens", "-100"),
+            ),
+            (
+                ApiKind::Messages,
+                br#"{"usage":{"input_tokens":5,"output_tokens":1e30}}"#,
+                absurd("output_tokens", "1000000000000000000000000000000"),
+            ),
+        ];
+        for (api, body, expected) in cases {
+            assert_eq!(
+                parse_body_usage(api, body),
+                expected,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        // Whole numbers written as floats are counts.
         assert_eq!(
             parse_body_usage(
                 ApiKind::ChatCompletions,
-                br#"{"usage":{"prompt_tokens":-1}}"#
+                br#"{"usage":{"prompt_tokens":12.0,"completion_tokens":3}}"#
             ),
-            None
+            Some(Ok(usage(12, 0, 0, 3)))
         );
     }
 }

@@ -66,14 +66,27 @@ async fn a_cut_stream_is_settled_once_as_estimated() {
     assert_eq!(entry.status, LedgerStatus::Estimated);
     assert!(entry.usage.input > 0);
     assert!(entry.usage.output >= 1, "{entry:?}");
-    assert_eq!(spent(&h, ALICE).await, entry.actual);
+    assert_eq!(delta(spent(&h, ALICE).await), entry.actual);
+}
+
+/// Opens a stream, reads three events of it, and leaves.
+async fn leave_after_three_events(h: &Harness, path: &str, body: &Value) {
+    let response = h.post(path, ALICE, body).await;
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    for _ in 0..3 {
+        stream.next().await.unwrap().unwrap();
+    }
 }
 
 #[tokio::test]
-async fn client_gone_mid_stream_is_settled_once_as_estimated() {
+async fn client_gone_mid_stream_is_charged_at_least_what_the_provider_billed() {
     let mut setup = Setup::default();
     setup.mock.tokens_per_sec = Some(20);
     let h = start(setup).await;
+    // Models whose output is all streamed: the gateway reads what the
+    // provider already sent, closes the stream, and adds a margin for what
+    // was generated in flight.
     for (path, body) in [
         ("/v1/chat/completions", {
             let mut b = chat("gpt-4o-mini", "mock:tokens=200");
@@ -81,20 +94,14 @@ async fn client_gone_mid_stream_is_settled_once_as_estimated() {
             b
         }),
         ("/v1/messages", {
-            let mut b = messages("claude-haiku-4-5", "mock:tokens=200", 300);
+            let mut b = messages("claude-3-5-haiku-latest", "mock:tokens=200", 300);
             b["stream"] = json!(true);
             b
         }),
     ] {
         let before = h.ledger().len();
-        let response = h.post(path, ALICE, &body).await;
-        let mut stream = response.bytes_stream();
-        let mut seen = 0;
-        while seen < 3 {
-            stream.next().await.unwrap().unwrap();
-            seen += 1;
-        }
-        drop(stream);
+        let billed_before = cost(body["model"].as_str().unwrap(), &billed_by(&h.mock.stats));
+        leave_after_three_events(&h, path, &body).await;
         h.settled().await;
         let ledger = h.ledger();
         assert_eq!(ledger.len(), before + 1, "{ledger:?}");
@@ -102,10 +109,56 @@ async fn client_gone_mid_stream_is_settled_once_as_estimated() {
         assert_eq!(entry.status, LedgerStatus::Estimated, "{path}");
         assert!(entry.usage.input + entry.usage.cached_input > 0);
         assert!(entry.usage.output < 200, "{entry:?}");
-        assert_eq!(entry.actual, cost(&entry.model, &entry.usage));
+        assert_eq!(entry.actual, delta(cost(&entry.model, &entry.usage)));
+        // Give the provider time to notice and bill what it generated.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let billed = cost(&entry.model, &billed_by(&h.mock.stats)) - billed_before;
+        assert!(
+            entry.actual >= delta(billed),
+            "{path}: charged {} < billed {billed}",
+            entry.actual
+        );
     }
-    let total: u64 = h.ledger().iter().map(|e| e.actual).sum();
-    assert_eq!(spent(&h, ALICE).await, total);
+    let total: i64 = h.ledger().iter().map(|e| e.actual).sum();
+    assert_eq!(delta(spent(&h, ALICE).await), total);
+}
+
+#[tokio::test]
+async fn a_stream_with_hidden_output_is_read_to_its_end_when_its_client_leaves() {
+    let mut setup = Setup::default();
+    setup.mock.tokens_per_sec = Some(100);
+    let h = start(setup).await;
+    // Reasoning models bill output they never stream: what the client saw
+    // says nothing of the cost, so the gateway reads on, unrelayed, and
+    // settles the usage the provider reports.
+    for (path, body) in [
+        ("/v1/chat/completions", {
+            let mut b = chat("gpt-5-mini", "mock:tokens=60 mock:hidden=900");
+            b["stream"] = json!(true);
+            b["max_completion_tokens"] = json!(4000);
+            b
+        }),
+        ("/v1/messages", {
+            let mut b = messages("claude-haiku-4-5", "mock:tokens=60 mock:hidden=900", 4000);
+            b["stream"] = json!(true);
+            b
+        }),
+    ] {
+        let before = h.ledger().len();
+        leave_after_three_events(&h, path, &body).await;
+        h.settled().await;
+        let ledger = h.ledger();
+        assert_eq!(ledger.len(), before + 1, "{ledger:?}");
+        let entry = ledger.last().unwrap();
+        assert_eq!(entry.status, LedgerStatus::Ok, "{path}: {entry:?}");
+        assert_eq!(entry.usage.output, 960, "{path}: {entry:?}");
+        assert_eq!(entry.actual, delta(cost(&entry.model, &entry.usage)));
+    }
+    // Everything the provider billed was charged.
+    let billed: u64 = h.ledger().iter().map(|e| e.usage.output).sum();
+    assert_eq!(billed, h.mock.stats.billed().output);
+    let total: i64 = h.ledger().iter().map(|e| e.actual).sum();
+    assert_eq!(delta(spent(&h, ALICE).await), total);
 }
 
 #[tokio::test]
@@ -143,19 +196,12 @@ async fn client_gone_before_the_response_is_settled_once() {
         .await;
     assert!(result.is_err(), "the client was meant to give up");
     h.settled().await;
-    // The provider may finish a plain call whose client left: it is charged
-    // its whole upper bound.
+    // The provider finishes a plain call whose client left: the gateway
+    // reads it to its end and charges the usage it reports.
     let entry = only_entry(&h);
-    assert_eq!(entry.status, LedgerStatus::Estimated);
-    assert!(entry.usage.input > 0);
-    let limit = prices()
-        .get("gpt-4o-mini")
-        .unwrap()
-        .max_output_tokens
-        .unwrap();
-    assert_eq!(entry.usage.output, limit);
-    assert_eq!(entry.actual, entry.reserved);
-    assert_eq!(spent(&h, ALICE).await, entry.actual);
+    assert_eq!(entry.status, LedgerStatus::Ok);
+    assert_eq!(entry.usage, billed_by(&h.mock.stats));
+    assert_eq!(delta(spent(&h, ALICE).await), entry.actual);
 }
 
 #[tokio::test]
@@ -234,7 +280,7 @@ async fn provider_timeout_is_504_and_charges_the_bound_once() {
     // The provider had the call and may bill it: the whole bound, once.
     let entry = only_entry(&h);
     assert_eq!(entry.status, LedgerStatus::Estimated);
-    assert_eq!(entry.actual, entry.reserved);
-    assert_eq!(spent(&h, ALICE).await, entry.actual);
+    assert_eq!(entry.actual, delta(entry.reserved));
+    assert_eq!(delta(spent(&h, ALICE).await), entry.actual);
     assert_eq!(h.store.open_reservations(), (0, 0));
 }

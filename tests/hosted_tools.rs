@@ -46,8 +46,8 @@ async fn books_balance(h: &Harness) -> Vec<LedgerEntry> {
     let budget = h.budget(ALICE).await;
     assert_eq!(budget["key"]["reserved_usd_micros"], 0, "{budget}");
     let ledger = h.ledger();
-    let charged: u64 = ledger.iter().map(|entry| entry.actual).sum();
-    assert_eq!(spent(h, ALICE).await, charged);
+    let charged: i64 = ledger.iter().map(|entry| entry.actual).sum();
+    assert_eq!(delta(spent(h, ALICE).await), charged);
     ledger
 }
 
@@ -87,14 +87,17 @@ async fn a_responses_web_search_is_reserved_for_every_call_and_charged_its_fees(
     let billed = billed_with(&h, HostedTool::WebSearch);
     assert_eq!(billed.tool_calls.get(HostedTool::WebSearch), 2);
     assert_eq!(entry.usage, billed);
-    assert_eq!(entry.actual, cost("gpt-4o-mini", &billed));
-    assert_eq!(charged, entry.actual);
+    assert_eq!(entry.actual, delta(cost("gpt-4o-mini", &billed)));
+    assert_eq!(delta(charged), entry.actual);
     // Two searches at $0.01 on top of the tokens.
     let tokens_only = Usage {
         tool_calls: Default::default(),
         ..billed
     };
-    assert_eq!(entry.actual, cost("gpt-4o-mini", &tokens_only) + 2 * 10_000);
+    assert_eq!(
+        entry.actual,
+        delta(cost("gpt-4o-mini", &tokens_only) + 2 * 10_000)
+    );
     assert!(
         entry.reserved >= search_floor("gpt-4o-mini", DEFAULT_MAX_TOOL_CALLS),
         "{entry:?}"
@@ -120,7 +123,7 @@ async fn a_responses_stream_is_charged_the_calls_its_completion_lists() {
     let billed = billed_with(&h, HostedTool::WebSearch);
     assert_eq!(billed.tool_calls.get(HostedTool::WebSearch), 1);
     assert_eq!(entry.usage, billed);
-    assert_eq!(entry.actual, cost("gpt-4o", &billed));
+    assert_eq!(entry.actual, delta(cost("gpt-4o", &billed)));
     assert!(entry.reserved >= search_floor("gpt-4o", 1), "{entry:?}");
 }
 
@@ -140,7 +143,7 @@ async fn an_anthropic_web_search_is_reserved_for_its_max_uses_and_charged_its_fe
     let entry = only_entry(&h);
     let billed = billed_with(&h, HostedTool::WebSearch);
     assert_eq!(entry.usage, billed);
-    assert_eq!(entry.actual, cost(model, &billed));
+    assert_eq!(entry.actual, delta(cost(model, &billed)));
     assert!(entry.actual > 2 * 10_000);
     assert!(
         entry.reserved >= search_floor(model, DEFAULT_MAX_USES),
@@ -169,7 +172,7 @@ async fn an_anthropic_web_search_is_reserved_for_its_max_uses_and_charged_its_fe
     streamed.tool_calls.set(HostedTool::WebSearch, 3);
     assert_eq!(h.mock.stats.billed().tool_calls, 2 + 3);
     assert_eq!(entry.usage, streamed);
-    assert_eq!(entry.actual, cost(model, &streamed));
+    assert_eq!(entry.actual, delta(cost(model, &streamed)));
     assert!(entry.reserved >= search_floor(model, 3), "{entry:?}");
 }
 
@@ -234,8 +237,11 @@ async fn a_cut_stream_is_charged_every_use_the_bound_allowed() {
     assert_eq!(entry.usage.tool_calls.get(HostedTool::WebSearch), 2);
     let billed = billed_with(&h, HostedTool::WebSearch);
     assert!(entry.usage.input >= billed.input, "{entry:?} {billed:?}");
-    assert!(entry.actual >= cost(model, &billed), "{entry:?} {billed:?}");
-    assert!(entry.actual <= entry.reserved, "{entry:?}");
+    assert!(
+        entry.actual >= delta(cost(model, &billed)),
+        "{entry:?} {billed:?}"
+    );
+    assert!(entry.actual <= delta(entry.reserved), "{entry:?}");
 
     // Responses reports nothing before it completes: the whole bound's
     // searches are charged.
@@ -251,7 +257,7 @@ async fn a_cut_stream_is_charged_every_use_the_bound_allowed() {
         entry.usage.tool_calls.get(HostedTool::WebSearch),
         DEFAULT_MAX_TOOL_CALLS
     );
-    assert!(entry.actual <= entry.reserved, "{entry:?}");
+    assert!(entry.actual <= delta(entry.reserved), "{entry:?}");
 }
 
 #[tokio::test]
@@ -266,6 +272,6 @@ async fn a_search_model_is_charged_one_search_per_request() {
     let entry = only_entry(&h);
     let tokens = billed_by(&h.mock.stats);
     assert_eq!(entry.usage.tool_calls.get(HostedTool::WebSearchPreview), 1);
-    assert_eq!(entry.actual, cost(model, &tokens) + 25_000);
+    assert_eq!(entry.actual, delta(cost(model, &tokens) + 25_000));
     books_balance(&h).await;
 }

@@ -214,6 +214,7 @@ impl RedisGateway {
             SHARED_REDIS,
             config.store.settle_epsilon,
             config.store.ledger_retention,
+            config.store.on_expiry,
         )
         .await
         .unwrap();

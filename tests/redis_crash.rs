@@ -1,9 +1,11 @@
 //! A gateway killed with SIGKILL in the middle of a stream leaves its
 //! reservation behind. That headroom stays held until the reservation's
-//! deadline (no other gateway's caller gets it), then comes back by itself
-//! with no restart: through another gateway's periodic sweep, or through
-//! the lazy sweep of the next reserve. The books then show an `expired`
-//! entry and balance.
+//! deadline (no other gateway's caller gets it), then the reservation
+//! expires by itself with no restart: through another gateway's periodic
+//! sweep, or through the lazy sweep of the next reserve. By default it is
+//! charged its amount (the provider may have billed the call); under
+//! `on_expiry = "release"` its headroom comes back. The books then show an
+//! `expired` entry and balance.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -25,7 +27,7 @@ const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
 const CRASH_KEY_CAP: u64 = 30_000;
 const BIG_CALL_TOKENS: u64 = 2_000;
 
-fn crash_config(provider: std::net::SocketAddr) -> GatewayConfig {
+fn crash_config(provider: std::net::SocketAddr, on_expiry: &'static str) -> GatewayConfig {
     let org = OrgSpec {
         id: unique("org"),
         cap: "1.00",
@@ -35,6 +37,7 @@ fn crash_config(provider: std::net::SocketAddr) -> GatewayConfig {
     let mut config = GatewayConfig::new(SHARED_REDIS, provider);
     config.upstream_timeout_secs = UPSTREAM_TIMEOUT.as_secs();
     config.reservation_ttl_secs = TTL.as_secs();
+    config.on_expiry = on_expiry;
     config.orgs.push(org);
     config.keys.push(key);
     config
@@ -103,18 +106,35 @@ async fn assert_headroom_held(b: &str, key: &str, crash: &Crash) {
     );
 }
 
-/// A call needing the released headroom passes; the books show the
-/// expired reservation and that call, and balance.
-async fn assert_released(b: &str, config: &GatewayConfig, crash: &Crash) {
+/// The reservation expired as `config.on_expiry` says: charged its amount
+/// ("charge": a call needing that headroom is denied, a smaller one
+/// passes), or released ("release": a call needing it passes). The books
+/// show the expired reservation and that call, and balance.
+async fn assert_expired(b: &str, config: &GatewayConfig, crash: &Crash) {
     let key = &config.keys[0];
-    let body = chat("gpt-4o", "mock:tokens=5", false, BIG_CALL_TOKENS);
-    let response = post_chat(&client(), b, &key.raw, &body).await;
-    assert_eq!(response.status(), 200, "the headroom was not released");
+    let charged = match config.on_expiry {
+        "charge" => crash.held,
+        _ => 0,
+    };
+    // This reserve expires the reservation first, if no sweep has yet.
+    let big = chat("gpt-4o", "mock:tokens=5", false, BIG_CALL_TOKENS);
+    let mut response = post_chat(&client(), b, &key.raw, &big).await;
+    if charged > 0 {
+        assert_eq!(response.status(), 402, "the expired hold was not charged");
+        let state = budget(b, &key.raw).await;
+        assert_eq!(field(&state, "key", "spent_usd_micros"), charged, "{state}");
+        assert_eq!(field(&state, "key", "reserved_usd_micros"), 0, "{state}");
+        assert_eq!(field(&state, "org", "spent_usd_micros"), charged, "{state}");
+        let small = chat("gpt-4o", "mock:tokens=5", false, 100);
+        response = post_chat(&client(), b, &key.raw, &small).await;
+    }
+    assert_eq!(response.status(), 200, "no headroom for the next call");
     let answer: serde_json::Value = response.json().await.unwrap();
     let cost = prices().get("gpt-4o").unwrap().cost(&chat_usage(&answer));
     let state = budget(b, &key.raw).await;
-    assert_eq!(field(&state, "key", "spent_usd_micros"), cost);
+    assert_eq!(field(&state, "key", "spent_usd_micros"), charged + cost);
     assert_eq!(field(&state, "key", "reserved_usd_micros"), 0);
+    assert_eq!(field(&state, "org", "spent_usd_micros"), charged + cost);
 
     let store = store(SHARED_REDIS).await;
     let ledger = store.ledger(&key.tag()).await.unwrap();
@@ -122,19 +142,22 @@ async fn assert_released(b: &str, config: &GatewayConfig, crash: &Crash) {
     let expired = &ledger[0];
     assert_eq!(expired.exec_id, crash.exec_id);
     assert_eq!(expired.status, LedgerStatus::Expired);
-    assert_eq!((expired.reserved, expired.actual), (crash.held, 0));
+    assert_eq!(
+        (expired.reserved, expired.actual),
+        (crash.held, delta(charged))
+    );
     assert_eq!(
         (ledger[1].status, ledger[1].actual),
-        (LedgerStatus::Ok, cost)
+        (LedgerStatus::Ok, delta(cost))
     );
     assert_books_balance(&store, &config.tags()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_gateways_reservation_is_held_until_its_deadline_then_swept() {
+async fn a_killed_gateways_reservation_is_held_until_its_deadline_then_swept_and_charged() {
     let started = Instant::now();
     let mock = mock().await;
-    let config = crash_config(mock.addr);
+    let config = crash_config(mock.addr, "charge");
     let key = &config.keys[0].raw;
     let (mut a, b) = tokio::join!(
         GatewayProcess::start(&config),
@@ -143,8 +166,8 @@ async fn a_killed_gateways_reservation_is_held_until_its_deadline_then_swept() {
     let crash = crash_mid_stream(&mut a, &b.url, key).await;
     assert_headroom_held(&b.url, key, &crash).await;
 
-    // No call comes: B's periodic sweep releases it, once due, whole.
-    let released_after = loop {
+    // No call comes: B's periodic sweep expires it, once due, whole.
+    let expired_after = loop {
         let state = budget(&b.url, key).await;
         let reserved = field(&state, "key", "reserved_usd_micros");
         if reserved == 0 {
@@ -153,27 +176,31 @@ async fn a_killed_gateways_reservation_is_held_until_its_deadline_then_swept() {
         assert_eq!(reserved, crash.held, "{state}");
         assert!(
             crash.sent.elapsed() < TTL + Duration::from_secs(10),
-            "never released: {state}"
+            "never expired: {state}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(
-        released_after >= TTL,
-        "released after {released_after:?}, before its deadline"
+        expired_after >= TTL,
+        "expired after {expired_after:?}, before its deadline"
     );
-    assert!(b.log().contains("released reservations never settled"));
-    assert_released(&b.url, &config, &crash).await;
+    assert!(
+        b.log().contains("charging their reserved amount"),
+        "{}",
+        b.log()
+    );
+    assert_expired(&b.url, &config, &crash).await;
     eprintln!(
-        "released {released_after:?} after the call was sent; total {:?}",
+        "expired {expired_after:?} after the call was sent; total {:?}",
         started.elapsed()
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_gateways_reservation_is_released_by_the_next_reserve_after_its_deadline() {
+async fn under_release_a_killed_gateways_reservation_is_released_by_the_next_reserve() {
     let started = Instant::now();
     let mock = mock().await;
-    let config = crash_config(mock.addr);
+    let config = crash_config(mock.addr, "release");
     let key = &config.keys[0].raw;
     // B has no periodic sweep: only its reserve can release the headroom.
     let (mut a, b) = tokio::join!(
@@ -191,6 +218,6 @@ async fn a_killed_gateways_reservation_is_released_by_the_next_reserve_after_its
         crash.held,
         "nothing but a reserve should have released it: {state}"
     );
-    assert_released(&b.url, &config, &crash).await;
+    assert_expired(&b.url, &config, &crash).await;
     eprintln!("total {:?}", started.elapsed());
 }

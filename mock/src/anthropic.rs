@@ -1,9 +1,10 @@
-//! Anthropic's Messages API (`POST /v1/messages`), its model list and its
-//! error shape, as the official SDK parses them. Uses of a server tool
-//! (`web_search_*`, `web_fetch_*`; `mock:tool_calls=N`, at most the tool's
-//! `max_uses`) are `server_tool_use` and result blocks before the text,
-//! counted in `usage.server_tool_use`; a stream reports the input read
-//! before them in `message_start` and the whole input in `message_delta`.
+//! Anthropic's Messages API (`POST /v1/messages`), its token counting, its
+//! model list and its error shape, as the official SDK parses them. Uses of
+//! a server tool (`web_search_*`, `web_fetch_*`; `mock:tool_calls=N`, at
+//! most the tool's `max_uses`) are `server_tool_use` and result blocks
+//! before the text, counted in `usage.server_tool_use`; a stream reports
+//! the input read before them in `message_start` and the whole input in
+//! `message_delta`.
 
 use std::sync::Arc;
 
@@ -89,6 +90,22 @@ pub(crate) fn messages(body: &Value, opts: &MockOptions) -> Result<Answer, ApiEr
     content.push(json!({"type": "text", "text": text(reply.tokens)}));
     body["content"] = Value::Array(content);
     Ok(Answer::Json { body, tally })
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's tokens, counted as
+/// [`messages`] counts its input; billed nothing.
+pub(crate) fn count_tokens(body: &Value) -> Result<Answer, ApiError> {
+    body.get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid("model: Field required", "model"))?;
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::invalid("messages: Field required", "messages"))?;
+    Ok(Answer::Json {
+        body: json!({"input_tokens": prompt_tokens(body.get("system"), messages)}),
+        tally: Tally::default(),
+    })
 }
 
 /// `GET /v1/models` in Anthropic's shape.

@@ -39,6 +39,7 @@ enum Route {
     Responses,
     Embeddings,
     Messages,
+    CountTokens,
     Models,
 }
 
@@ -50,6 +51,7 @@ impl Route {
             "/v1/responses" => Self::Responses,
             "/v1/embeddings" => Self::Embeddings,
             "/v1/messages" => Self::Messages,
+            "/v1/messages/count_tokens" => Self::CountTokens,
             "/v1/models" => Self::Models,
             _ => return None,
         };
@@ -72,7 +74,7 @@ enum Provider {
 impl Provider {
     fn of(route: Option<Route>, headers: &HeaderMap) -> Self {
         match route {
-            Some(Route::Messages) => Self::Anthropic,
+            Some(Route::Messages | Route::CountTokens) => Self::Anthropic,
             Some(Route::Models) if headers.contains_key("anthropic-version") => Self::Anthropic,
             _ => Self::OpenAi,
         }
@@ -262,7 +264,9 @@ fn authorize(route: Route, headers: &HeaderMap, opts: &MockOptions) -> Result<()
     // Anthropic's API takes `x-api-key` or a bearer token, and its current
     // Python SDK sends the key as a bearer token.
     let (presented, missing) = match route {
-        Route::Messages => (api_key.or(bearer), "x-api-key header is required"),
+        Route::Messages | Route::CountTokens => {
+            (api_key.or(bearer), "x-api-key header is required")
+        }
         Route::Models => (bearer.or(api_key), "You didn't provide an API key."),
         _ => (
             bearer,
@@ -272,7 +276,7 @@ fn authorize(route: Route, headers: &HeaderMap, opts: &MockOptions) -> Result<()
     };
     match presented {
         Some(key) if key == expected => Ok(()),
-        Some(_) if route == Route::Messages => {
+        Some(_) if matches!(route, Route::Messages | Route::CountTokens) => {
             Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid x-api-key"))
         }
         Some(_) => Err(ApiError::new(
@@ -331,6 +335,7 @@ fn answer(
         Route::Embeddings => openai::embeddings(&parsed()?),
         Route::Responses => responses::create(&parsed()?, opts),
         Route::Messages => anthropic::messages(&parsed()?, opts),
+        Route::CountTokens => anthropic::count_tokens(&parsed()?),
     }
 }
 

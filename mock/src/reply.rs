@@ -89,6 +89,9 @@ pub(crate) struct Directives {
     pub cache_write: Option<u64>,
     /// `mock:sleep_ms=N`: pause between streamed tokens for this request.
     pub sleep_ms: Option<u64>,
+    /// `mock:hidden=N`: reasoning tokens billed as output but never
+    /// streamed, generated before the visible reply.
+    pub hidden: Option<u64>,
     /// `mock:tool_calls=N`: use the request's first hosted tool N times
     /// (at most as often as the request allows).
     pub tool_calls: Option<u64>,
@@ -119,6 +122,7 @@ impl Directives {
                 "cached" => directives.cached = Some(value),
                 "cache_write" => directives.cache_write = Some(value),
                 "sleep_ms" => directives.sleep_ms = Some(value),
+                "hidden" => directives.hidden = Some(value),
                 "tool_calls" => directives.tool_calls = Some(value),
                 _ => {}
             }
@@ -182,8 +186,11 @@ pub(crate) struct Tally {
     pub cached: u64,
     /// Input tokens written to the cache (part of `prompt`).
     pub cache_write: u64,
-    /// Output tokens, all choices together.
+    /// Output tokens, all choices together, hidden ones included.
     pub output: u64,
+    /// Hidden (reasoning) output tokens, part of `output`: billed even when
+    /// the stream stops before the visible reply.
+    pub hidden: u64,
     /// Hosted tool uses, billed per use.
     pub tool_calls: u64,
 }
@@ -194,11 +201,13 @@ impl Tally {
     pub(crate) fn new(prompt: u64, directives: &Directives, output: u64) -> Self {
         let cached = directives.cached.unwrap_or(0).min(prompt);
         let cache_write = directives.cache_write.unwrap_or(0).min(prompt - cached);
+        let hidden = directives.hidden.unwrap_or(0);
         Self {
             prompt,
             cached,
             cache_write,
-            output,
+            output: output.saturating_add(hidden),
+            hidden,
             tool_calls: 0,
         }
     }
@@ -227,9 +236,12 @@ impl Tally {
         self.prompt - self.cached - self.cache_write
     }
 
-    /// The same call with `output` tokens generated instead.
+    /// The same call with `output` visible tokens generated instead.
     pub(crate) fn with_output(self, output: u64) -> Self {
-        Self { output, ..self }
+        Self {
+            output: output.saturating_add(self.hidden),
+            ..self
+        }
     }
 
     /// The usage a provider bills for these counts.

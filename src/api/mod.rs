@@ -15,8 +15,10 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::error::{GatewayError, Shape};
+use crate::provider::OUTPUT_LIMIT_FIELDS;
 use crate::usage::{ApiKind, StreamKind};
 
+pub(crate) use json::parse_unambiguous;
 pub use rules::{check_api_matches, check_headers, check_hosted_tools};
 pub use tools::{DeclaredTool, HostedTools, DEFAULT_MAX_TOOL_CALLS, DEFAULT_MAX_USES};
 
@@ -307,6 +309,24 @@ fn positive_int(
 /// disagree are refused: a provider may read either, so the call's bound
 /// would depend on which one it reads. Anthropic requires `max_tokens`.
 fn client_output_limit(api: Api, body: &Map<String, Value>) -> Result<Option<u64>, GatewayError> {
+    // Another API's limit field: a provider might honour it, or refuse it.
+    let own = api.output_limit_fields();
+    if let Some(foreign) = OUTPUT_LIMIT_FIELDS
+        .iter()
+        .find(|field| !own.contains(field) && body.get(**field).is_some_and(|v| !v.is_null()))
+    {
+        let hint = match own.first() {
+            Some(field) => format!("limit the output with `{field}`"),
+            None => "remove it".to_owned(),
+        };
+        return Err(bad(
+            &format!(
+                "`{foreign}` is not an output limit of {}: {hint}",
+                api.path()
+            ),
+            Some(foreign),
+        ));
+    }
     let mut limit: Option<(&str, u64)> = None;
     for field in api.output_limit_fields() {
         let Some(value) = positive_int(body, field)? else {

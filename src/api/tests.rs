@@ -1,3 +1,5 @@
+//! Request checks, field by field.
+
 use super::*;
 use serde_json::json;
 
@@ -87,6 +89,38 @@ fn the_limit_goes_where_the_provider_reads_it_and_nowhere_else() {
         (&sent["max_tokens"], &sent["max_completion_tokens"]),
         (&json!(5), &json!(5))
     );
+}
+
+#[test]
+fn another_apis_limit_field_is_refused() {
+    for (api, body, field) in [
+        (
+            Api::ChatCompletions,
+            r#"{"model":"m","messages":[{}],"max_output_tokens":5}"#,
+            "max_output_tokens",
+        ),
+        (
+            Api::Responses,
+            r#"{"model":"m","input":"x","max_tokens":5}"#,
+            "max_tokens",
+        ),
+        (
+            Api::Messages,
+            r#"{"model":"m","messages":[{}],"max_tokens":5,"max_completion_tokens":9}"#,
+            "max_completion_tokens",
+        ),
+        (
+            Api::Embeddings,
+            r#"{"model":"m","input":"x","max_tokens":5}"#,
+            "max_tokens",
+        ),
+    ] {
+        assert_eq!(
+            param_of(parse(api, body).unwrap_err()),
+            Some(field),
+            "{body}"
+        );
+    }
 }
 
 #[test]

@@ -7,9 +7,13 @@
 //!
 //! Backends: the memory store, Redis on 127.0.0.1:6379 (always running
 //! where the tests run), and a 3-primary Redis Cluster the tests start.
+//! Each runs every case on a store that charges an expired reservation its
+//! amount (the default), and the cases about expiry again on one that
+//! releases it (`on_expiry = "release"`).
 
 mod cases;
 mod claims;
+mod expiry;
 mod redis_fixture;
 
 use std::collections::BTreeMap;
@@ -21,14 +25,15 @@ use uuid::Uuid;
 
 use super::memory::testing::ManualClock;
 use super::{
-    BudgetStore, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, MemoryStore, Period,
+    BudgetStore, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, MemoryStore, OnExpiry, Period,
     Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome,
     Settlement, StoreError,
 };
-use crate::money::UsdMicros;
+use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
 use cases::*;
 use claims::*;
+use expiry::*;
 use redis_fixture::{cluster_fixture, redis_fixture};
 
 /// The settle epsilon every fixture gives its store.
@@ -47,6 +52,8 @@ const TTL_SECS: u64 = 60;
 /// reconciliation are compared as a whole.
 trait Fixture {
     fn store(&self) -> BudgetStore;
+    /// What the store charges a reservation never settled by its deadline.
+    fn on_expiry(&self) -> OnExpiry;
     /// The store's clock.
     async fn now(&self) -> DateTime<Utc>;
     async fn advance(&self, by: Duration);
@@ -61,20 +68,26 @@ trait Fixture {
 struct MemoryFixture {
     store: MemoryStore,
     clock: Arc<ManualClock>,
+    on_expiry: OnExpiry,
 }
 
-fn memory_fixture() -> MemoryFixture {
+fn memory_fixture(on_expiry: OnExpiry) -> MemoryFixture {
     let start = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
     let clock = Arc::new(ManualClock::new(start));
     MemoryFixture {
-        store: MemoryStore::with_clock(EPSILON, clock.clone()),
+        store: MemoryStore::with_clock(EPSILON, on_expiry, clock.clone()),
         clock,
+        on_expiry,
     }
 }
 
 impl Fixture for MemoryFixture {
     fn store(&self) -> BudgetStore {
         BudgetStore::Memory(self.store.clone())
+    }
+
+    fn on_expiry(&self) -> OnExpiry {
+        self.on_expiry
     }
 
     async fn now(&self) -> DateTime<Utc> {
@@ -103,10 +116,14 @@ impl Fixture for MemoryFixture {
 }
 
 /// Runs every case against one backend, each on a fresh fixture, and checks
-/// the books after it.
+/// the books after it: every case on a store that charges expired
+/// reservations, and the cases about expiry again on one that releases
+/// them (in `release`). `$fixture` builds the fixture for `$on_expiry`.
 macro_rules! contract_tests {
-    ($backend:ident, $fixture:expr) => {
-        contract_tests!(@cases $backend, $fixture;
+    ($backend:ident, |$on_expiry:ident| $fixture:expr) => {
+        mod $backend {
+            use super::*;
+            contract_tests!(@cases OnExpiry::Charge, |$on_expiry| $fixture;
             reserve_up_to_the_cap_exactly,
             one_micro_over_the_remaining_is_denied,
             settle_below_at_and_above_the_reservation,
@@ -117,40 +134,52 @@ macro_rules! contract_tests {
             denied_retry_returns_the_same_denial,
             ownership_mismatch_changes_nothing,
             unknown_reservation_is_rejected,
-            expiry_releases_headroom_then_settle_is_late,
+            expiry_charges_the_hold_then_a_late_settle_corrects_it,
             settle_after_the_deadline_is_late,
             sweep_expires_only_due_reservations,
+            expired_record_outlives_every_settle_retry,
             rollover_gives_fresh_headroom_and_settles_into_the_old_period,
             tighter_of_key_and_org_denies,
             concurrent_reserves_never_exceed_the_cap,
             concurrent_reserve_and_settle_keep_the_books,
             old_ledger_entries_fold_into_their_counters,
             only_entries_past_the_retention_fold,
+            settles_past_2_to_the_53_are_refused_alike,
             claimed_request_in_flight_refuses_its_duplicate,
             claimed_reserve_retry_gets_the_first_answer,
             settled_claim_is_reserved_and_charged_again,
             expired_claim_is_reserved_again,
             denied_claim_is_evaluated_afresh,
-        );
-    };
-    (@cases $backend:ident, $fixture:expr; $($case:ident),* $(,)?) => {
-        mod $backend {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let fixture = $fixture;
-                    super::$case(&fixture).await;
-                    assert_books_balance(&fixture).await;
-                }
-            )*
+            );
+            mod release {
+                use super::*;
+                contract_tests!(@cases OnExpiry::Release, |$on_expiry| $fixture;
+                    expiry_releases_the_hold_then_a_late_settle_charges_in_full,
+                    settle_after_the_deadline_is_late_under_release,
+                    sweep_expires_only_due_reservations,
+                    expired_record_outlives_every_settle_retry,
+                    expired_claim_is_reserved_again,
+                );
+            }
         }
+    };
+    (@cases $policy:expr, |$on_expiry:ident| $fixture:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let $on_expiry = $policy;
+                let fixture = $fixture;
+                assert_eq!(fixture.on_expiry(), $policy);
+                crate::budget::contract::$case(&fixture).await;
+                assert_books_balance(&fixture).await;
+            }
+        )*
     };
 }
 
-contract_tests!(memory, memory_fixture());
-contract_tests!(redis, redis_fixture().await);
-contract_tests!(redis_cluster, cluster_fixture().await);
+contract_tests!(memory, |on_expiry| memory_fixture(on_expiry));
+contract_tests!(redis, |on_expiry| redis_fixture(on_expiry).await);
+contract_tests!(redis_cluster, |on_expiry| cluster_fixture(on_expiry).await);
 
 // === Helpers ===
 
@@ -223,7 +252,15 @@ fn applied(status: LedgerStatus, reserved: u64, actual: u64, key_remaining: u64)
     }
 }
 
-fn statuses(ledger: &[LedgerEntry]) -> Vec<(LedgerStatus, UsdMicros)> {
+/// What expiring a reservation of `amount` charges on the fixture's store.
+fn expiry_charge(f: &impl Fixture, amount: UsdMicros) -> UsdMicros {
+    match f.on_expiry() {
+        OnExpiry::Charge => amount,
+        OnExpiry::Release => 0,
+    }
+}
+
+fn statuses(ledger: &[LedgerEntry]) -> Vec<(LedgerStatus, UsdMicrosDelta)> {
     ledger.iter().map(|e| (e.status, e.actual)).collect()
 }
 
@@ -236,11 +273,11 @@ async fn assert_books_balance(fixture: &impl Fixture) {
         assert_eq!(row.drift(), 0, "books do not balance: {row:?}");
     }
 
-    let mut from_rows: BTreeMap<(ScopeKind, String), UsdMicros> = BTreeMap::new();
+    let mut from_rows: BTreeMap<(ScopeKind, String), UsdMicrosDelta> = BTreeMap::new();
     for row in &rows {
         *from_rows.entry((row.kind, row.id.clone())).or_default() += row.ledger;
     }
-    let mut from_ledger: BTreeMap<(ScopeKind, String), UsdMicros> = BTreeMap::new();
+    let mut from_ledger: BTreeMap<(ScopeKind, String), UsdMicrosDelta> = BTreeMap::new();
     for entry in fixture.ledger().await {
         *from_ledger
             .entry((ScopeKind::Key, entry.key.clone()))
@@ -249,8 +286,8 @@ async fn assert_books_balance(fixture: &impl Fixture) {
             *from_ledger.entry((ScopeKind::Org, org)).or_default() += entry.actual;
         }
     }
-    from_rows.retain(|_, sum| *sum > 0);
-    from_ledger.retain(|_, sum| *sum > 0);
+    from_rows.retain(|_, sum| *sum != 0);
+    from_ledger.retain(|_, sum| *sum != 0);
     assert_eq!(from_rows, from_ledger, "ledger sums per scope");
 
     // Every reservation holds exactly one key's headroom.

@@ -24,8 +24,8 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{
-    ClaimedReserve, LedgerEntry, Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
-    ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_LEDGER_RETENTION,
+    ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest, Scope,
+    ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_LEDGER_RETENTION,
 };
 use crate::money::UsdMicros;
 use state::{Counter, CounterKey, State};
@@ -61,10 +61,11 @@ struct Shared {
 
 impl MemoryStore {
     /// A store on the wall clock, keeping ledger entries for
-    /// [`DEFAULT_LEDGER_RETENTION`].
-    pub fn new(settle_epsilon: UsdMicros) -> Self {
+    /// [`DEFAULT_LEDGER_RETENTION`]; a reservation never settled by its
+    /// deadline is charged as `on_expiry` says.
+    pub fn new(settle_epsilon: UsdMicros, on_expiry: OnExpiry) -> Self {
         MemoryStore {
-            shared: Arc::new(Shared::new(settle_epsilon)),
+            shared: Arc::new(Shared::new(settle_epsilon, on_expiry)),
         }
     }
 
@@ -103,7 +104,7 @@ impl MemoryStore {
             state.forget_due(now, LAZY_SWEEP_LIMIT);
             (reserve(&mut state, now), expired)
         };
-        log_expired(expired);
+        self.log_expired(expired);
         outcome
     }
 
@@ -149,8 +150,15 @@ impl MemoryStore {
             state.fold_before(cutoff);
             expired
         };
-        log_expired(expired);
+        self.log_expired(expired);
         expired
+    }
+
+    fn log_expired(&self, expired: usize) {
+        if expired > 0 {
+            let on_expiry = self.shared.lock().on_expiry;
+            super::log_expired(None, expired, on_expiry);
+        }
     }
 
     /// Every ledger entry not yet folded, oldest first.
@@ -229,10 +237,11 @@ impl fmt::Debug for MemoryStore {
 }
 
 impl Shared {
-    fn new(settle_epsilon: UsdMicros) -> Self {
+    fn new(settle_epsilon: UsdMicros, on_expiry: OnExpiry) -> Self {
         Shared {
             state: Mutex::new(State {
                 ledger_retention: to_delta(DEFAULT_LEDGER_RETENTION),
+                on_expiry,
                 ..State::default()
             }),
             settle_epsilon,
@@ -257,15 +266,6 @@ impl Shared {
         // usable, and refusing all later calls would turn one bug into an
         // outage.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-fn log_expired(expired: usize) {
-    if expired > 0 {
-        tracing::warn!(
-            expired,
-            "released reservations never settled by their deadline"
-        );
     }
 }
 

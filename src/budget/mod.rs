@@ -17,8 +17,10 @@
 //! - `settle` re-checks ownership, moves the counters by `actual - amount`,
 //!   writes one ledger entry and marks the reservation settled; a retry
 //!   changes nothing and returns the first result.
-//! - A reservation past its deadline is expired: released, with an `expired`
-//!   ledger entry. A settle that arrives after that is charged as `late`.
+//! - A reservation past its deadline is expired: charged its amount (or,
+//!   under `on_expiry = "release"`, nothing), with an `expired` ledger
+//!   entry. A settle that arrives after that is `late`: it moves the
+//!   counters by its actual cost less what expiry charged.
 //! - Ledger entries older than the ledger retention are folded into their
 //!   counters' folded sums, so `counter == folded + Σ ledger + Σ open`.
 //!
@@ -38,11 +40,12 @@ use chrono::{DateTime, Utc};
 use tokio::task::AbortHandle;
 
 pub use self::redis::{RedisStore, RedisUrlError};
+pub use crate::config::OnExpiry;
 pub use crate::period::Period;
 pub use memory::MemoryStore;
 pub use open::{open, tags, OpenError};
 
-use crate::money::UsdMicros;
+use crate::money::{UsdMicros, UsdMicrosDelta};
 use crate::usage::Usage;
 
 /// How long a ledger entry is kept before it is folded into its counters'
@@ -169,6 +172,23 @@ pub fn tag_for(org: Option<&str>, key: &str) -> String {
     }
 }
 
+/// Logs the reservations a sweep expired (under `tag`, on Redis), and what
+/// they were charged.
+fn log_expired(tag: Option<&str>, expired: usize, on_expiry: OnExpiry) {
+    match on_expiry {
+        OnExpiry::Charge => tracing::warn!(
+            tag,
+            expired,
+            "expired reservations never settled by their deadline, charging their reserved amount"
+        ),
+        OnExpiry::Release => tracing::warn!(
+            tag,
+            expired,
+            "released reservations never settled by their deadline"
+        ),
+    }
+}
+
 /// Stops a periodic sweep task when dropped.
 pub struct SweeperGuard {
     task: AbortHandle,
@@ -197,9 +217,11 @@ pub struct Reconciliation {
     pub counter: UsdMicros,
     /// Σ `actual` of the ledger entries charged to this period that have
     /// since been trimmed from the ledger (older than its retention).
-    pub folded: UsdMicros,
-    /// Σ `actual` of the ledger entries charged to this period.
-    pub ledger: UsdMicros,
+    pub folded: UsdMicrosDelta,
+    /// Σ `actual` of the ledger entries charged to this period. Entries
+    /// may be negative (a late settle giving back part of an expiry's
+    /// charge), so a part of the ledger may sum below zero.
+    pub ledger: UsdMicrosDelta,
     /// Σ amounts of the reservations still open in this period.
     pub open: UsdMicros,
 }
@@ -316,9 +338,11 @@ pub enum LedgerStatus {
     Overrun,
     /// Usage counted by the gateway because the provider's never came.
     Estimated,
-    /// Arrived after the reservation expired: charged in full.
+    /// Arrived after the reservation expired: the actual cost replaces
+    /// what expiry charged.
     Late,
-    /// Never settled by its deadline: the reservation was released.
+    /// Never settled by its deadline: charged the reserved amount, or
+    /// nothing under `on_expiry = "release"`.
     Expired,
 }
 
@@ -359,7 +383,11 @@ pub struct LedgerEntry {
     pub model: String,
     pub usage: Usage,
     pub reserved: UsdMicros,
-    pub actual: UsdMicros,
+    /// What this entry moved its counters by: the call's cost for a
+    /// settle on time, what expiry charged for an `expired` entry, and for
+    /// a `late` one the call's cost less what its expiry charged (negative
+    /// when the call cost less than that).
+    pub actual: UsdMicrosDelta,
     pub status: LedgerStatus,
     pub at: DateTime<Utc>,
 }
@@ -373,6 +401,9 @@ pub struct ScopeState {
     pub resets_at: Option<DateTime<Utc>>,
 }
 
+/// Why a store call failed. Only `Unavailable` and `Timeout` are worth a
+/// retry: the others are the store's answer to the call itself, the same
+/// every time it is asked.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("budget store unavailable: {0}")]
@@ -383,4 +414,13 @@ pub enum StoreError {
     UnknownReservation(String),
     #[error("reservation {exec_id} belongs to another key or org")]
     OwnershipMismatch { exec_id: String },
+    /// The settle's amount, or a counter it would move, reaches 2^53 µUSD,
+    /// past which Redis's Lua numbers (doubles) are no longer exact. Every
+    /// store refuses it the same way, before changing anything.
+    #[error("settling {exec_id} would take an amount or a counter to 2^53 µUSD or more")]
+    OutOfRange { exec_id: String },
+    /// The store refused the call's arguments (a Lua script's own check):
+    /// the gateway and the scripts disagree, which no retry mends.
+    #[error("budget store refused the call: {0}")]
+    Refused(String),
 }

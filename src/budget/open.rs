@@ -17,12 +17,17 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
     let store = &config.store;
     Ok(match &store.backend {
         StoreBackend::Memory => BudgetStore::Memory(
-            MemoryStore::new(store.settle_epsilon).with_ledger_retention(store.ledger_retention),
+            MemoryStore::new(store.settle_epsilon, store.on_expiry)
+                .with_ledger_retention(store.ledger_retention),
         ),
         StoreBackend::Redis { url } => {
-            let redis =
-                RedisStore::connect(url.expose(), store.settle_epsilon, store.ledger_retention)
-                    .await?;
+            let redis = RedisStore::connect(
+                url.expose(),
+                store.settle_epsilon,
+                store.ledger_retention,
+                store.on_expiry,
+            )
+            .await?;
             for key in &config.keys {
                 redis.track_key(&key.id, key.org.as_deref());
             }

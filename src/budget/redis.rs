@@ -57,10 +57,10 @@ use chrono::{DateTime, Utc};
 pub use connection::RedisUrlError;
 
 use super::{
-    tag_for, ClaimedReserve, LedgerEntry, Reconciliation, ReserveOutcome, ReserveRequest, Scope,
-    ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError,
+    tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest,
+    Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError,
 };
-use crate::money::UsdMicros;
+use crate::money::{UsdMicros, MAX_USD_MICROS};
 use books::Record;
 use connection::{redacted, CallPolicy, Connection, Request};
 use scripts::{ReserveReply, Scripts, SettleReply, TagKeys};
@@ -87,6 +87,9 @@ struct Inner {
     policy: CallPolicy,
     settle_epsilon: UsdMicros,
     ledger_retention: Duration,
+    /// What a reservation never settled by its deadline is charged; every
+    /// script that can expire one is told.
+    on_expiry: OnExpiry,
     /// Added to Redis's clock by every script that reads it; see
     /// `test_clock`.
     #[cfg(test)]
@@ -113,19 +116,28 @@ impl RedisStore {
     /// It does not connect here: the first call does, and every later call
     /// reconnects if needed, so this never fails on an unreachable server,
     /// only on a malformed URL (or `rediss://`: TLS is not compiled in).
-    /// Must be called from within a Tokio runtime.
+    /// A reservation never settled by its deadline is charged as
+    /// `on_expiry` says. Must be called from within a Tokio runtime.
     pub async fn connect(
         url: &str,
         settle_epsilon: UsdMicros,
         ledger_retention: Duration,
+        on_expiry: OnExpiry,
     ) -> Result<RedisStore, RedisUrlError> {
-        RedisStore::with_policy(url, settle_epsilon, ledger_retention, CallPolicy::default())
+        RedisStore::with_policy(
+            url,
+            settle_epsilon,
+            ledger_retention,
+            on_expiry,
+            CallPolicy::default(),
+        )
     }
 
     fn with_policy(
         url: &str,
         settle_epsilon: UsdMicros,
         ledger_retention: Duration,
+        on_expiry: OnExpiry,
         policy: CallPolicy,
     ) -> Result<RedisStore, RedisUrlError> {
         Ok(RedisStore {
@@ -136,6 +148,7 @@ impl RedisStore {
                 policy,
                 settle_epsilon,
                 ledger_retention,
+                on_expiry,
                 #[cfg(test)]
                 clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
                 tags: Mutex::new(Tags::default()),
@@ -197,7 +210,7 @@ impl RedisStore {
         let tag = tag_for(req.org.as_ref().map(|org| org.id.as_str()), &req.key.id);
         self.remember(&req.key.id, &tag);
         let keys = TagKeys::new(&tag);
-        let args = scripts::reserve_args(req, claim, LAZY_SWEEP_LIMIT);
+        let args = scripts::reserve_args(req, claim, LAZY_SWEEP_LIMIT, self.inner.on_expiry);
         let reply = self
             .run(&self.inner.scripts.reserve, "reserve", &keys, &args)
             .await?;
@@ -210,7 +223,7 @@ impl RedisStore {
             }
             ReserveReply::Duplicate { expired } => (expired, ClaimedReserve::Duplicate),
         };
-        log_expired(&tag, expired);
+        self.log_expired(&tag, expired);
         Ok(answer)
     }
 
@@ -236,12 +249,24 @@ impl RedisStore {
         settlement: &Settlement,
         look_elsewhere: bool,
     ) -> Result<SettleOutcome, StoreError> {
+        // The script would refuse it as an argument; refused here as an
+        // answer, the same one the memory store gives.
+        if settlement.actual > MAX_USD_MICROS {
+            return Err(StoreError::OutOfRange {
+                exec_id: settlement.exec_id.clone(),
+            });
+        }
         let tag = tag_for(settlement.org.as_deref(), &settlement.key);
         let keys = TagKeys::new(&tag);
         // Tells this call's own earlier attempt (timed out after it
         // applied) from an earlier settle of the same exec id.
         let call_id = uuid::Uuid::now_v7().simple().to_string();
-        let args = scripts::settle_args(settlement, self.inner.settle_epsilon, &call_id);
+        let args = scripts::settle_args(
+            settlement,
+            self.inner.settle_epsilon,
+            &call_id,
+            self.inner.on_expiry,
+        );
         let reply = self
             .run(&self.inner.scripts.settle, "settle", &keys, &args)
             .await?;
@@ -251,7 +276,7 @@ impl RedisStore {
                 outcome,
                 expired_now,
             } => {
-                log_expired(&tag, usize::from(expired_now));
+                self.log_expired(&tag, usize::from(expired_now));
                 // An overrun or a late settle is logged by the caller, which
                 // knows the call's model (`settle::log_outcome`), not here
                 // as well.
@@ -260,6 +285,12 @@ impl RedisStore {
             SettleReply::Mismatch => Err(StoreError::OwnershipMismatch {
                 exec_id: exec_id.clone(),
             }),
+            SettleReply::OutOfRange(field) => {
+                tracing::debug!(%exec_id, field, "settle refused: the counter would reach 2^53");
+                Err(StoreError::OutOfRange {
+                    exec_id: exec_id.clone(),
+                })
+            }
             SettleReply::Denied => Err(StoreError::UnknownReservation(exec_id.clone())),
             SettleReply::Absent if look_elsewhere => Err(self.absent(exec_id, &tag).await?),
             SettleReply::Absent => Err(StoreError::UnknownReservation(exec_id.clone())),
@@ -368,12 +399,16 @@ impl RedisStore {
         for tag in tags {
             let keys = TagKeys::new(tag);
             for _ in 0..SWEEP_CALLS_PER_TAG {
-                let args = scripts::sweep_args(SWEEP_BATCH, self.inner.ledger_retention);
+                let args = scripts::sweep_args(
+                    SWEEP_BATCH,
+                    self.inner.ledger_retention,
+                    self.inner.on_expiry,
+                );
                 let reply = self
                     .run(&self.inner.scripts.sweep, "sweep", &keys, &args)
                     .await?;
                 let swept = scripts::sweep_reply(&reply)?;
-                log_expired(tag, swept.expired);
+                self.log_expired(tag, swept.expired);
                 expired += swept.expired;
                 if !swept.more {
                     break;
@@ -454,6 +489,12 @@ impl RedisStore {
             .await
     }
 
+    fn log_expired(&self, tag: &str, expired: usize) {
+        if expired > 0 {
+            super::log_expired(Some(tag), expired, self.inner.on_expiry);
+        }
+    }
+
     fn remember(&self, key: &str, tag: &str) {
         let mut tags = self.inner.tags();
         if tags.of_key.get(key).map(String::as_str) != Some(tag) {
@@ -479,15 +520,5 @@ impl fmt::Debug for RedisStore {
             .field("endpoint", &self.inner.endpoint)
             .field("settle_epsilon", &self.inner.settle_epsilon)
             .finish_non_exhaustive()
-    }
-}
-
-fn log_expired(tag: &str, expired: usize) {
-    if expired > 0 {
-        tracing::warn!(
-            tag,
-            expired,
-            "released reservations never settled by their deadline"
-        );
     }
 }

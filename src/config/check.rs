@@ -9,20 +9,26 @@ use glob::Pattern;
 
 use super::raw::{RawConfig, RawKey, RawOrg, RawProvider, RawServer, RawStore};
 use super::{
-    hash_key, Config, ConfigError, KeyConfig, OnStoreError, OrgConfig, Provider, Secret,
+    hash_key, Config, ConfigError, KeyConfig, OnExpiry, OnStoreError, OrgConfig, Provider, Secret,
     ServerConfig, StoreBackend, StoreConfig,
 };
 use crate::money::{parse_usd, UsdMicros};
 use crate::period::Period;
 use crate::prices::PriceTable;
-use crate::provider::ProviderKind;
-
-/// The body fields through which the provider APIs limit output tokens.
-const OUTPUT_LIMIT_FIELDS: [&str; 3] = ["max_tokens", "max_completion_tokens", "max_output_tokens"];
+use crate::provider::{ProviderKind, OUTPUT_LIMIT_FIELDS};
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 const DEFAULT_MAX_REQUEST_BYTES: u64 = 10 * 1024 * 1024;
 const DEFAULT_UPSTREAM_TIMEOUT_SECS: u64 = 600;
+/// Long enough for a slow mobile link, short enough that trickled headers
+/// free their connection quickly.
+const DEFAULT_HEADER_READ_TIMEOUT_SECS: u64 = 10;
+/// Above the 60 s idle timeout of common load balancers, so that they,
+/// not the gateway, close a pooled connection.
+const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 75;
+/// Well under the file descriptors a raised RLIMIT_NOFILE gives, leaving
+/// room for provider and store connections.
+const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
 const DEFAULT_ADMIN_KEY_ENV: &str = "TOLLGATE_ADMIN_KEY";
 /// Overrides `store.redis_url`, so the URL and its password can stay out of
 /// the file.
@@ -87,12 +93,40 @@ impl Checker<'_> {
             .admin_key_env
             .as_deref()
             .unwrap_or(DEFAULT_ADMIN_KEY_ENV);
+        let header_read_timeout = self.positive(
+            "server.header_read_timeout_secs",
+            raw.header_read_timeout_secs,
+            DEFAULT_HEADER_READ_TIMEOUT_SECS,
+        )?;
+        let idle_timeout = self.positive(
+            "server.idle_timeout_secs",
+            raw.idle_timeout_secs,
+            DEFAULT_IDLE_TIMEOUT_SECS,
+        )?;
+        let max_connections = self.positive(
+            "server.max_connections",
+            raw.max_connections,
+            DEFAULT_MAX_CONNECTIONS,
+        )?;
+        let max_connections = usize::try_from(max_connections)
+            .map_err(|_| self.invalid("server.max_connections", "is too large"))?;
         Ok(ServerConfig {
             listen,
             max_request_bytes,
             upstream_timeout: Duration::from_secs(timeout_secs),
             admin_key: self.secret_var(admin_key_env),
+            header_read_timeout: Duration::from_secs(header_read_timeout),
+            idle_timeout: Duration::from_secs(idle_timeout),
+            max_connections,
         })
+    }
+
+    /// `value`, or `default` when unset; 0 is refused.
+    fn positive(&self, field: &str, value: Option<u64>, default: u64) -> Result<u64, ConfigError> {
+        match value.unwrap_or(default) {
+            0 => Err(self.invalid(field, "must be above 0")),
+            value => Ok(value),
+        }
     }
 
     fn store(&self, raw: &RawStore, server: &ServerConfig) -> Result<StoreConfig, ConfigError> {
@@ -164,12 +198,23 @@ impl Checker<'_> {
                 format!("{retention_days} must be between 1 and {MAX_LEDGER_RETENTION_DAYS}"),
             ));
         }
+        let on_expiry = match raw.on_expiry.as_deref() {
+            None | Some("charge") => OnExpiry::Charge,
+            Some("release") => OnExpiry::Release,
+            Some(other) => {
+                return Err(self.invalid(
+                    "store.on_expiry",
+                    format!("{other:?} is not \"charge\" or \"release\""),
+                ))
+            }
+        };
         Ok(StoreConfig {
             backend,
             reservation_ttl: Duration::from_secs(ttl_secs),
             settle_epsilon: self.usd("store.settle_epsilon_usd", epsilon)?,
             on_store_error,
             ledger_retention: Duration::from_secs(retention_days * 24 * 3600),
+            on_expiry,
         })
     }
 

@@ -49,6 +49,15 @@ pub struct ServerConfig {
     pub upstream_timeout: Duration,
     /// The admin API is off when this is `None`.
     pub admin_key: Option<Secret>,
+    /// How long a client may take to send a request's head: a client
+    /// trickling its headers would otherwise hold a connection for ever.
+    pub header_read_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// Open client connections beyond this are closed as soon as they are
+    /// accepted, so that a flood of them cannot exhaust file descriptors
+    /// and starve the calls (and `/healthz`) already being served.
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -64,6 +73,7 @@ pub struct StoreConfig {
     /// How long ledger entries are kept one by one; older ones are folded
     /// into per-scope sums, so reconciliation stays exact.
     pub ledger_retention: Duration,
+    pub on_expiry: OnExpiry,
 }
 
 #[derive(Clone, Debug)]
@@ -82,6 +92,29 @@ pub enum OnStoreError {
     Reject,
     /// Forward unmetered; an explicit opt-in.
     Allow,
+}
+
+/// What a reservation costs when it is never settled by its deadline (its
+/// gateway died mid-call, so nobody knows what the provider billed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnExpiry {
+    /// Charged its reserved amount: the provider may have billed the whole
+    /// call, and the cap is a promise (DESIGN.md, "Never under-charge").
+    #[default]
+    Charge,
+    /// Released, charged nothing: the old rule, for those who prefer to
+    /// err the other way.
+    Release,
+}
+
+impl OnExpiry {
+    /// The config value, and what the Lua scripts receive.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnExpiry::Charge => "charge",
+            OnExpiry::Release => "release",
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -32,6 +32,9 @@ pub(super) struct RawServer {
     pub max_request_bytes: Option<u64>,
     pub upstream_timeout_secs: Option<u64>,
     pub admin_key_env: Option<String>,
+    pub header_read_timeout_secs: Option<u64>,
+    pub idle_timeout_secs: Option<u64>,
+    pub max_connections: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -43,6 +46,7 @@ pub(super) struct RawStore {
     pub settle_epsilon_usd: Option<toml::Value>,
     pub on_store_error: Option<String>,
     pub ledger_retention_days: Option<u64>,
+    pub on_expiry: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -103,12 +103,16 @@ fn shipped_config_loads() {
         "127.0.0.1:8080".parse::<SocketAddr>().unwrap()
     );
     assert_eq!(config.server.max_request_bytes, 10_485_760);
+    assert_eq!(config.server.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(config.server.idle_timeout, Duration::from_secs(75));
+    assert_eq!(config.server.max_connections, 10_000);
     assert_eq!(config.server.upstream_timeout, Duration::from_secs(600));
     assert!(config.server.admin_key.is_none());
     assert!(matches!(config.store.backend, StoreBackend::Memory));
     assert_eq!(config.store.reservation_ttl, Duration::from_secs(900));
     assert_eq!(config.store.settle_epsilon, 100);
     assert_eq!(config.store.on_store_error, OnStoreError::Reject);
+    assert_eq!(config.store.on_expiry, OnExpiry::Charge);
     assert!(config.prices.get("gpt-4o-mini").is_some());
 
     let openai = config.provider_for("gpt-4o-mini").unwrap();
@@ -145,6 +149,9 @@ fn shipped_config_loads() {
 fn base_config_loads_with_defaults() {
     let config = load(&base()).unwrap();
     assert_eq!(config.server.max_request_bytes, 10_485_760);
+    assert_eq!(config.server.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(config.server.idle_timeout, Duration::from_secs(75));
+    assert_eq!(config.server.max_connections, 10_000);
     assert_eq!(config.store.settle_epsilon, 100);
     let alice = &config.keys[0];
     assert_eq!(alice.cap, 25_000_000);
@@ -169,6 +176,21 @@ fn validation_errors_name_file_and_field() {
             "upstream_timeout_secs = 0",
             "server.upstream_timeout_secs",
         ),
+        (
+            "upstream_timeout_secs = 60",
+            "upstream_timeout_secs = 60\nheader_read_timeout_secs = 0",
+            "server.header_read_timeout_secs",
+        ),
+        (
+            "upstream_timeout_secs = 60",
+            "upstream_timeout_secs = 60\nidle_timeout_secs = 0",
+            "server.idle_timeout_secs",
+        ),
+        (
+            "upstream_timeout_secs = 60",
+            "upstream_timeout_secs = 60\nmax_connections = 0",
+            "server.max_connections",
+        ),
         ("[store]", "[store]\nbackend = \"disk\"", "store.backend"),
         ("[store]", "[store]\nbackend = \"redis\"", "store.redis_url"),
         (
@@ -180,6 +202,11 @@ fn validation_errors_name_file_and_field() {
             "[store]",
             "[store]\nsettle_epsilon_usd = 0.0001",
             "store.settle_epsilon_usd",
+        ),
+        (
+            "[store]",
+            "[store]\non_expiry = \"refund\"",
+            "store.on_expiry",
         ),
         (
             "[store]",
@@ -554,4 +581,16 @@ fn ledger_retention_defaults_to_30_days_and_is_bounded() {
         message.starts_with("test.toml: store.ledger_retention_days: 0 must be between"),
         "{message}"
     );
+}
+
+#[test]
+fn on_expiry_defaults_to_charge_and_takes_release() {
+    assert_eq!(load(&base()).unwrap().store.on_expiry, OnExpiry::Charge);
+    for (text, expected) in [("charge", OnExpiry::Charge), ("release", OnExpiry::Release)] {
+        let config = base().replacen("[store]", &format!("[store]\non_expiry = \"{text}\""), 1);
+        assert_eq!(load(&config).unwrap().store.on_expiry, expected, "{text}");
+    }
+    let error = error_after("[store]", "[store]\non_expiry = \"Release\"");
+    assert!(error.contains("store.on_expiry"), "{error}");
+    assert!(error.contains("\"charge\" or \"release\""), "{error}");
 }

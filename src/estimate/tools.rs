@@ -63,6 +63,14 @@ pub struct ToolBound {
 }
 
 impl ToolBound {
+    /// No hosted tools: nothing to add.
+    pub const NONE: ToolBound = ToolBound {
+        calls: ToolCalls::NONE,
+        result_tokens: 0,
+        per_request: ToolCalls::NONE,
+        web_search_as: None,
+    };
+
     /// The bound of the hosted tools `tools` declares, for a prompt of
     /// `prompt_tokens` and at most `output_tokens` of output.
     pub fn of(

@@ -51,7 +51,7 @@ pub async fn admit<'g>(
     gateway: &'g Gateway,
     api: Api,
     headers: &HeaderMap,
-    body: Incoming,
+    body: &mut Incoming,
 ) -> Result<Admitted<'g>, GatewayError> {
     let key = gateway.keys.authenticate(headers)?;
     let claim = idempotency_claim(headers, &key.id)?;
@@ -123,9 +123,9 @@ pub async fn admit<'g>(
 
 /// Reads the request body, refusing one over `limit` before reading it when
 /// its length is declared.
-async fn read_body(
+pub(super) async fn read_body(
     headers: &HeaderMap,
-    body: Incoming,
+    body: &mut Incoming,
     limit: usize,
 ) -> Result<Bytes, GatewayError> {
     let declared = headers

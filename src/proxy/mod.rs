@@ -12,24 +12,28 @@
 //! 4. settle the actual cost — before the body of a plain response, before
 //!    the terminal event of a stream (see [`crate::metered`]).
 //!
+//! [`count_tokens`] is the uncharged sibling: checked, forwarded, never
+//! reserved.
+//!
 //! Every error in step 1 costs nothing and forwards nothing. From step 2
 //! on, a [`SettleTicket`](crate::settle::SettleTicket) guarantees exactly
 //! one settlement on every path. With the store down and
 //! `on_store_error = "allow"`, the call goes the same way unmetered.
 
 mod admit;
+pub mod count_tokens;
 mod forward;
 mod reserve;
 
 use std::sync::Arc;
 
-use http::header::HeaderValue;
+use http::header::{HeaderMap, HeaderValue};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use uuid::Uuid;
 
 use crate::api::Api;
-use crate::body::Body;
+use crate::body::{close_connection, drain, Body};
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use admit::admit;
@@ -42,11 +46,18 @@ pub async fn handle(
     request: Request<Incoming>,
 ) -> Response<Body> {
     let exec_id = Uuid::now_v7().to_string();
-    let mut response = match proxy(gateway, api, request, &exec_id).await {
+    let (parts, mut body) = request.into_parts();
+    let mut response = match proxy(gateway, api, &parts.headers, &mut body, &exec_id).await {
         Ok(response) => response,
         Err(error) => {
             tracing::info!(%exec_id, status = error.status().as_u16(), %error, "refused");
-            return error.into_response(api.shape(), &exec_id);
+            let mut response = error.into_response(api.shape(), &exec_id);
+            // Refused before or while reading the body: read the rest, or
+            // the next request on the connection would be read from it.
+            if !drain(&mut body).await {
+                close_connection(&mut response);
+            }
+            return response;
         }
     };
     if let Ok(id) = HeaderValue::from_str(&exec_id) {
@@ -58,11 +69,11 @@ pub async fn handle(
 async fn proxy(
     gateway: &Gateway,
     api: Api,
-    request: Request<Incoming>,
+    headers: &HeaderMap,
+    body: &mut Incoming,
     exec_id: &str,
 ) -> Result<Response<Body>, GatewayError> {
-    let (parts, body) = request.into_parts();
-    let admitted = admit(gateway, api, &parts.headers, body).await?;
+    let admitted = admit(gateway, api, headers, body).await?;
     let mut ticket = gateway.settler.ticket(
         exec_id,
         admitted.key,
@@ -71,6 +82,6 @@ async fn proxy(
         admitted.estimate,
     );
     reserve(gateway, &admitted, exec_id, &mut ticket).await?;
-    ticket.sent(admitted.call.stream);
+    ticket.sent(admitted.call.stream, admitted.price.reasoning);
     forward(gateway, admitted, ticket, exec_id).await
 }

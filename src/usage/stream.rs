@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::{AnthropicUsage, OpenAiUsage, ResponseObject, Usage};
+use super::{AbsurdUsage, AnthropicUsage, OpenAiUsage, Reported, ResponseObject, Usage};
 use crate::sse;
 
 /// The event format of a streamed response.
@@ -57,7 +57,7 @@ pub fn count_output_tokens(text_bytes: u64) -> u64 {
 }
 
 /// Watches the events of one streamed response.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct StreamMeter {
     kind: StreamKind,
     /// Latest counts the provider reported; fields not yet reported are 0.
@@ -70,6 +70,9 @@ pub struct StreamMeter {
     /// Decoded UTF-8 bytes of generated text seen, reasoning and tool-call
     /// arguments included.
     text_bytes: u64,
+    /// The first count the provider reported that no call can have: its
+    /// report is then not believed at all, however the stream ends.
+    absurd: Option<AbsurdUsage>,
 }
 
 impl StreamMeter {
@@ -80,6 +83,7 @@ impl StreamMeter {
             input_reported: false,
             output_reported: false,
             text_bytes: 0,
+            absurd: None,
         }
     }
 
@@ -98,9 +102,19 @@ impl StreamMeter {
     }
 
     /// Provider-reported usage if the stream carried it in full, else
-    /// `None`.
-    pub fn reported_usage(&self) -> Option<Usage> {
-        (self.input_reported && self.output_reported).then_some(self.usage)
+    /// `None`; an absurd count anywhere in the stream's reports makes it
+    /// that, complete or not.
+    pub fn reported_usage(&self) -> Option<Reported> {
+        if let Some(absurd) = &self.absurd {
+            return Some(Err(absurd.clone()));
+        }
+        (self.input_reported && self.output_reported).then_some(Ok(self.usage))
+    }
+
+    /// The first absurd count the provider reported, if any: a stream cut
+    /// after one is charged its bound, not what was seen.
+    pub fn absurd_usage(&self) -> Option<&AbsurdUsage> {
+        self.absurd.as_ref()
     }
 
     /// Whether the provider reported the input counts, which
@@ -130,10 +144,19 @@ impl StreamMeter {
         self.text_bytes = self.text_bytes.saturating_add(bytes);
     }
 
-    fn report(&mut self, usage: Usage) {
-        self.usage = usage;
-        self.input_reported = true;
-        self.output_reported = true;
+    fn report(&mut self, usage: Reported) {
+        match usage {
+            Ok(usage) => {
+                self.usage = usage;
+                self.input_reported = true;
+                self.output_reported = true;
+            }
+            Err(absurd) => self.note_absurd(absurd),
+        }
+    }
+
+    fn note_absurd(&mut self, absurd: AbsurdUsage) {
+        self.absurd.get_or_insert(absurd);
     }
 
     // === OpenAI chat and legacy completions ===
@@ -208,13 +231,20 @@ impl StreamMeter {
         match name.or(event.kind.as_deref()) {
             Some("message_start") => {
                 if let Some(usage) = event.message.and_then(|m| m.usage) {
-                    self.usage = usage.to_usage();
-                    self.input_reported = true;
+                    match usage.to_usage() {
+                        Ok(usage) => {
+                            self.usage = usage;
+                            self.input_reported = true;
+                        }
+                        Err(absurd) => self.note_absurd(absurd),
+                    }
                 }
             }
             Some("message_delta") => {
                 if let Some(usage) = event.usage {
-                    self.merge_anthropic_delta(usage);
+                    if let Err(absurd) = self.merge_anthropic_delta(&usage) {
+                        self.note_absurd(absurd);
+                    }
                 }
             }
             Some("content_block_delta") => {
@@ -230,23 +260,24 @@ impl StreamMeter {
 
     /// `message_delta` counts are cumulative: each replaces the last, never
     /// adds to it. Newer API versions repeat the input counts here too.
-    fn merge_anthropic_delta(&mut self, delta: AnthropicUsage) {
-        if let Some(output) = delta.output_tokens {
-            self.usage.output = output;
+    fn merge_anthropic_delta(&mut self, delta: &AnthropicUsage) -> Result<(), AbsurdUsage> {
+        if delta.output_tokens.is_some() {
+            self.usage.output = delta.output_tokens()?;
             self.output_reported = true;
         }
-        if let Some(input) = delta.input_tokens {
-            self.usage.input = input;
+        if delta.input_tokens.is_some() {
+            self.usage.input = delta.input_tokens()?;
         }
-        if let Some(cached) = delta.cache_read_input_tokens {
-            self.usage.cached_input = cached;
+        if delta.cache_read_input_tokens.is_some() {
+            self.usage.cached_input = delta.cache_read_input_tokens()?;
         }
-        if let Some(written) = delta.cache_creation_input_tokens {
-            self.usage.cache_write = written;
+        if let Some(server) = &delta.server_tool_use {
+            server.write(&mut self.usage.tool_calls)?;
         }
-        if let Some(server) = delta.server_tool_use {
-            server.write(&mut self.usage.tool_calls);
+        if delta.cache_creation_input_tokens.is_some() {
+            self.usage.cache_write = delta.cache_creation_input_tokens()?;
         }
+        Ok(())
     }
 }
 

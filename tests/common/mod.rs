@@ -14,7 +14,10 @@ use tokio::task::JoinHandle;
 
 use tollgate::budget::{BudgetStore, LedgerEntry, MemoryStore};
 use tollgate::config::Config;
+// Ledger amounts are signed; tests compare them with unsigned costs.
 use tollgate::gateway::Gateway;
+#[allow(unused_imports)]
+pub use tollgate::money::delta;
 use tollgate::server;
 use tollgate::usage::Usage;
 use tollgate_mock::{MockOptions, MockServer, MockStats};
@@ -42,6 +45,8 @@ pub struct Setup {
     pub openai_base_url: Option<String>,
     /// More TOML lines for the OpenAI provider's table.
     pub openai_provider_extra: &'static str,
+    /// More TOML lines for the `[server]` table.
+    pub server_extra: &'static str,
 }
 
 impl Default for Setup {
@@ -60,6 +65,7 @@ impl Default for Setup {
             upstream_timeout_secs: 30,
             openai_base_url: None,
             openai_provider_extra: "",
+            server_extra: "",
         }
     }
 }
@@ -87,6 +93,7 @@ pub async fn start(setup: Setup) -> Harness {
 listen = "127.0.0.1:0"
 max_request_bytes = {max}
 upstream_timeout_secs = {timeout}
+{server_extra}
 
 [store]
 backend = "memory"
@@ -144,6 +151,7 @@ models = ["gpt-4o-mini"]
             .unwrap_or_else(|| format!("http://{}", mock.addr)),
         prices = prices.display(),
         openai_extra = setup.openai_provider_extra,
+        server_extra = setup.server_extra,
         mock = mock.addr,
         org_cap = setup.org_cap,
         alice = sha(ALICE),
@@ -160,7 +168,7 @@ models = ["gpt-4o-mini"]
     };
     let config =
         Config::from_toml_str_with_env(&config_text, Path::new("test.toml"), &env).unwrap();
-    let store = MemoryStore::new(config.store.settle_epsilon);
+    let store = MemoryStore::new(config.store.settle_epsilon, config.store.on_expiry);
     let gateway = Gateway::new(config, BudgetStore::Memory(store.clone())).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -290,8 +298,8 @@ pub fn only_entry(h: &Harness) -> tollgate::budget::LedgerEntry {
     let ledger = h.ledger();
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     let entry = ledger.into_iter().next().unwrap();
-    assert_eq!(entry.actual, cost(&entry.model, &entry.usage));
-    assert!(entry.actual <= entry.reserved, "{entry:?}");
+    assert_eq!(entry.actual, delta(cost(&entry.model, &entry.usage)));
+    assert!(entry.actual <= delta(entry.reserved), "{entry:?}");
     entry
 }
 

@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use tollgate::budget::{Reconciliation, RedisStore, DEFAULT_LEDGER_RETENTION};
+use tollgate::budget::{OnExpiry, Reconciliation, RedisStore, DEFAULT_LEDGER_RETENTION};
+// Ledger amounts are signed; tests compare them with unsigned costs.
+#[allow(unused_imports)]
+pub use tollgate::money::delta;
 use tollgate::usage::Usage;
 use tollgate_mock::{MockOptions, MockServer, MockStats};
 
@@ -93,6 +96,8 @@ pub struct GatewayConfig {
     pub upstream_timeout_secs: u64,
     pub reservation_ttl_secs: u64,
     pub on_store_error: &'static str,
+    /// `store.on_expiry`: "charge" or "release".
+    pub on_expiry: &'static str,
     pub orgs: Vec<OrgSpec>,
     pub keys: Vec<KeySpec>,
 }
@@ -105,6 +110,7 @@ impl GatewayConfig {
             upstream_timeout_secs: 30,
             reservation_ttl_secs: 60,
             on_store_error: "reject",
+            on_expiry: "charge",
             orgs: Vec::new(),
             keys: Vec::new(),
         }
@@ -123,6 +129,7 @@ backend = "redis"
 redis_url = "{url}"
 reservation_ttl_secs = {ttl}
 on_store_error = "{on_error}"
+on_expiry = "{on_expiry}"
 
 [prices]
 file = "{prices}"
@@ -145,6 +152,7 @@ models = ["claude-*"]
             url = self.redis_url,
             ttl = self.reservation_ttl_secs,
             on_error = self.on_store_error,
+            on_expiry = self.on_expiry,
             prices = prices.display(),
             provider = self.provider,
         );
@@ -292,7 +300,14 @@ impl UnsweptGateway {
         let tollgate::config::StoreBackend::Redis { url } = &config.store.backend else {
             panic!("a Redis config");
         };
-        let store = store(url.expose()).await;
+        let store = RedisStore::connect(
+            url.expose(),
+            config.store.settle_epsilon,
+            config.store.ledger_retention,
+            config.store.on_expiry,
+        )
+        .await
+        .unwrap();
         for key in &config.keys {
             store.track_key(&key.id, key.org.as_deref());
         }
@@ -458,7 +473,7 @@ where
 
 /// A store handle on `url`, to read the books the gateways wrote.
 pub async fn store(url: &str) -> RedisStore {
-    RedisStore::connect(url, 100, DEFAULT_LEDGER_RETENTION)
+    RedisStore::connect(url, 100, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
         .await
         .unwrap()
 }

@@ -91,8 +91,8 @@ pub(super) async fn settle_below_at_and_above_the_reservation(f: &impl Fixture) 
         [
             (LedgerStatus::Ok, 400),
             (LedgerStatus::Ok, 1_000),
-            (LedgerStatus::Ok, 1_000 + EPSILON),
-            (LedgerStatus::Overrun, 1_000 + EPSILON + 1),
+            (LedgerStatus::Ok, 1_000 + delta(EPSILON)),
+            (LedgerStatus::Overrun, 1_000 + delta(EPSILON) + 1),
         ]
     );
 }
@@ -255,84 +255,6 @@ pub(super) async fn unknown_reservation_is_rejected(f: &impl Fixture) {
         "{result:?}"
     );
     assert_eq!(counters(&store, &key).await, (0, 0));
-}
-
-pub(super) async fn expiry_releases_headroom_then_settle_is_late(f: &impl Fixture) {
-    let store = f.store();
-    let key = scope(ScopeKind::Key, 1_000, Period::Day);
-    let crashed = request(&key, None, 1_000, 2);
-    assert_eq!(reserve(&store, &crashed).await, ReserveOutcome::Reserved);
-    f.advance(Duration::from_secs(3)).await;
-
-    // The next reserve expires the crashed call's reservation first.
-    let next = request(&key, None, 1_000, TTL_SECS);
-    assert_eq!(reserve(&store, &next).await, ReserveOutcome::Reserved);
-    let ledger = f.ledger().await;
-    assert_eq!(ledger.len(), 1);
-    let expired = &ledger[0];
-    assert_eq!(expired.exec_id, crashed.exec_id);
-    assert_eq!(expired.key, key.id);
-    assert_eq!(expired.status, LedgerStatus::Expired);
-    assert_eq!((expired.reserved, expired.actual), (1_000, 0));
-    assert_eq!(expired.usage, Usage::default());
-    assert_eq!(expired.model, "");
-    assert_eq!(counters(&store, &key).await, (0, 1_000));
-
-    // The call did cost money after all: charged in full, as late.
-    let late = settle(&store, &crashed, 700).await;
-    assert_eq!(late, applied(LedgerStatus::Late, 1_000, 700, 0));
-    assert_eq!(
-        settle(&store, &crashed, 700).await,
-        SettleOutcome {
-            applied: false,
-            ..late
-        }
-    );
-    assert_eq!(counters(&store, &key).await, (700, 1_000));
-    assert_eq!(
-        statuses(&f.ledger().await),
-        [(LedgerStatus::Expired, 0), (LedgerStatus::Late, 700)]
-    );
-}
-
-pub(super) async fn settle_after_the_deadline_is_late(f: &impl Fixture) {
-    let store = f.store();
-    let key = scope(ScopeKind::Key, 1_000, Period::Day);
-    let req = request(&key, None, 400, 2);
-    reserve(&store, &req).await;
-    f.advance(Duration::from_secs(3)).await;
-
-    // No sweep ran: the settle itself finds the reservation expired.
-    assert_eq!(
-        settle(&store, &req, 400).await,
-        applied(LedgerStatus::Late, 400, 400, 600)
-    );
-    assert_eq!(counters(&store, &key).await, (400, 0));
-    assert_eq!(
-        statuses(&f.ledger().await),
-        [(LedgerStatus::Expired, 0), (LedgerStatus::Late, 400)]
-    );
-}
-
-pub(super) async fn sweep_expires_only_due_reservations(f: &impl Fixture) {
-    let store = f.store();
-    let key = scope(ScopeKind::Key, 1_000, Period::Day);
-    for _ in 0..3 {
-        reserve(&store, &request(&key, None, 100, 2)).await;
-    }
-    let lasting = request(&key, None, 100, TTL_SECS);
-    reserve(&store, &lasting).await;
-    assert_eq!(f.open_reservations().await, (4, 400));
-
-    f.advance(Duration::from_secs(3)).await;
-    assert_eq!(f.sweep_expired().await, 3);
-    assert_eq!(f.sweep_expired().await, 0);
-    assert_eq!(f.open_reservations().await, (1, 100));
-    assert_eq!(counters(&store, &key).await, (0, 100));
-    let ledger = f.ledger().await;
-    assert_eq!(ledger.len(), 3);
-    assert!(ledger.iter().all(|e| e.status == LedgerStatus::Expired));
-    assert_eq!(settle(&store, &lasting, 100).await.status, LedgerStatus::Ok);
 }
 
 pub(super) async fn rollover_gives_fresh_headroom_and_settles_into_the_old_period(
@@ -547,4 +469,57 @@ pub(super) async fn old_ledger_entries_fold_into_their_counters(f: &impl Fixture
     );
     assert_eq!(counters(&store, &key).await, (1_050, 0));
     assert_eq!(statuses(&f.ledger().await), [(LedgerStatus::Ok, 450)]);
+}
+
+/// A settle whose actual, or the counter it moves, would reach 2^53 µUSD is
+/// refused by every store with the same answer, at once and before
+/// anything changes; one that lands exactly on 2^53 - 1 goes through.
+pub(super) async fn settles_past_2_to_the_53_are_refused_alike(f: &impl Fixture) {
+    let store = f.store();
+    let org = scope(ScopeKind::Org, MAX_USD_MICROS, Period::Total);
+    let key = scope(ScopeKind::Key, MAX_USD_MICROS, Period::Total);
+    let big = request(&key, Some(&org), 1_000, TTL_SECS);
+    assert_eq!(reserve(&store, &big).await, ReserveOutcome::Reserved);
+    let out_of_range = |req: &ReserveRequest, result: Result<SettleOutcome, StoreError>| {
+        assert!(
+            matches!(&result, Err(StoreError::OutOfRange { exec_id }) if *exec_id == req.exec_id),
+            "{result:?}"
+        );
+    };
+    for actual in [MAX_USD_MICROS + 1, u64::MAX] {
+        let started = std::time::Instant::now();
+        out_of_range(&big, store.settle(&settlement(&big, actual)).await);
+        assert!(started.elapsed() < Duration::from_secs(1), "retried?");
+    }
+    assert_eq!(counters(&store, &key).await, (0, 1_000));
+
+    // An overrun that takes the counter close to 2^53 is still exact.
+    assert_eq!(
+        settle(&store, &big, MAX_USD_MICROS - 10).await,
+        applied(LedgerStatus::Overrun, 1_000, MAX_USD_MICROS - 10, 10)
+    );
+    let next = request(&key, Some(&org), 5, TTL_SECS);
+    assert_eq!(reserve(&store, &next).await, ReserveOutcome::Reserved);
+    // 11 would take both counters to 2^53: refused, nothing written.
+    out_of_range(&next, store.settle(&settlement(&next, 11)).await);
+    assert_eq!(counters(&store, &key).await, (MAX_USD_MICROS - 10, 5));
+    assert_eq!(counters(&store, &org).await, (MAX_USD_MICROS - 10, 5));
+    assert_eq!(f.ledger().await.len(), 1);
+    assert_eq!(
+        settle(&store, &next, 10).await,
+        applied(LedgerStatus::Ok, 5, 10, 0)
+    );
+    assert_eq!(counters(&store, &key).await, (MAX_USD_MICROS, 0));
+    assert_eq!(counters(&store, &org).await, (MAX_USD_MICROS, 0));
+
+    // Late, the same: the check counts what expiry charged.
+    let late = request(&key, Some(&org), 0, 2);
+    assert_eq!(reserve(&store, &late).await, ReserveOutcome::Reserved);
+    f.advance(Duration::from_secs(3)).await;
+    out_of_range(&late, store.settle(&settlement(&late, 1)).await);
+    assert_eq!(
+        settle(&store, &late, 0).await,
+        applied(LedgerStatus::Late, 0, 0, 0)
+    );
+    assert_eq!(counters(&store, &key).await, (MAX_USD_MICROS, 0));
 }

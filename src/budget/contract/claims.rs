@@ -125,7 +125,8 @@ pub(super) async fn expired_claim_is_reserved_again(f: &impl Fixture) {
         reserve_claimed(&store, &third, &claim).await,
         ClaimedReserve::Duplicate
     );
-    assert_eq!(counters(&store, &key).await, (0, 1_000));
+    let charged = expiry_charge(f, 1_000);
+    assert_eq!(counters(&store, &key).await, (charged, 1_000));
 
     // The expired one's late settle neither frees nor takes the claim.
     let late = settle(&store, &crashed, 300).await;

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use super::{Fixture, EPSILON};
 use crate::budget::redis::testing::{cluster, SHARED_URL};
 use crate::budget::{
-    BudgetStore, LedgerEntry, Reconciliation, RedisStore, DEFAULT_LEDGER_RETENTION,
+    BudgetStore, LedgerEntry, OnExpiry, Reconciliation, RedisStore, DEFAULT_LEDGER_RETENTION,
 };
 use crate::money::UsdMicros;
 
@@ -23,32 +23,37 @@ const LONGEST_SLEEP: Duration = Duration::from_secs(5);
 
 pub(super) struct RedisFixture {
     store: RedisStore,
+    on_expiry: OnExpiry,
 }
 
-pub(super) async fn redis_fixture() -> RedisFixture {
-    fixture_on(SHARED_URL).await
+pub(super) async fn redis_fixture(on_expiry: OnExpiry) -> RedisFixture {
+    fixture_on(SHARED_URL, on_expiry).await
 }
 
-pub(super) async fn cluster_fixture() -> RedisFixture {
+pub(super) async fn cluster_fixture(on_expiry: OnExpiry) -> RedisFixture {
     let url = tokio::task::spawn_blocking(|| cluster().url())
         .await
         .unwrap();
-    fixture_on(&url).await
+    fixture_on(&url, on_expiry).await
 }
 
-async fn fixture_on(url: &str) -> RedisFixture {
-    let store = RedisStore::connect(url, EPSILON, DEFAULT_LEDGER_RETENTION)
+async fn fixture_on(url: &str, on_expiry: OnExpiry) -> RedisFixture {
+    let store = RedisStore::connect(url, EPSILON, DEFAULT_LEDGER_RETENTION, on_expiry)
         .await
         .unwrap();
     let now = store.now().await.unwrap();
     let noon = now.date_naive().and_hms_opt(12, 0, 0).unwrap().and_utc();
     store.shift_clock((noon - now).num_milliseconds());
-    RedisFixture { store }
+    RedisFixture { store, on_expiry }
 }
 
 impl Fixture for RedisFixture {
     fn store(&self) -> BudgetStore {
         BudgetStore::Redis(self.store.clone())
+    }
+
+    fn on_expiry(&self) -> OnExpiry {
+        self.on_expiry
     }
 
     async fn now(&self) -> DateTime<Utc> {

@@ -8,10 +8,10 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{later, to_delta};
 use crate::budget::{
-    Denial, LedgerEntry, LedgerStatus, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
+    Denial, LedgerEntry, LedgerStatus, OnExpiry, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
     SettleOutcome, Settlement, StoreError,
 };
-use crate::money::UsdMicros;
+use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
 
 #[derive(Default)]
@@ -26,12 +26,14 @@ pub(super) struct State {
     pub(super) ledger: VecDeque<LedgerLine>,
     /// Σ actual of the ledger entries trimmed from `ledger`, per counter, so
     /// `counter == folded + Σ ledger + Σ open` still holds after a trim.
-    pub(super) folded: HashMap<CounterKey, UsdMicros>,
+    pub(super) folded: HashMap<CounterKey, UsdMicrosDelta>,
     /// How long an entry stays in `ledger` before it is folded.
     pub(super) ledger_retention: TimeDelta,
     /// Idempotency claim → the exec id of the reservation made under it,
     /// until that reservation closes.
     pub(super) claims: HashMap<String, String>,
+    /// What a reservation never settled by its deadline is charged.
+    pub(super) on_expiry: OnExpiry,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -75,7 +77,10 @@ pub(super) enum RecordState {
     /// Remembered so a retried reserve gets the same denial.
     Denied(Denial),
     Open(Reservation),
-    Expired(Reservation),
+    /// Past its deadline unsettled, with what its expiry charged (its
+    /// amount, or 0 under `on_expiry = "release"`), which a late settle
+    /// corrects to the actual cost.
+    Expired(Reservation, UsdMicros),
     Settled(Reservation, SettleOutcome),
 }
 
@@ -118,7 +123,8 @@ impl Reservation {
         std::iter::once(key).chain(org)
     }
 
-    /// The ledger entry of a call that cost nothing.
+    /// The ledger entry of a call that cost nothing, for the caller to
+    /// fill in.
     fn ledger_entry(&self, exec_id: &str, status: LedgerStatus, at: DateTime<Utc>) -> LedgerEntry {
         LedgerEntry {
             exec_id: exec_id.to_owned(),
@@ -143,7 +149,9 @@ impl RecordState {
     fn reservation(&self) -> Option<&Reservation> {
         match self {
             RecordState::Denied(_) => None,
-            RecordState::Open(r) | RecordState::Expired(r) | RecordState::Settled(r, _) => Some(r),
+            RecordState::Open(r) | RecordState::Expired(r, _) | RecordState::Settled(r, _) => {
+                Some(r)
+            }
         }
     }
 }
@@ -245,11 +253,19 @@ impl State {
         epsilon: UsdMicros,
     ) -> Result<SettleOutcome, StoreError> {
         let exec_id = &settlement.exec_id;
+        let out_of_range = || StoreError::OutOfRange {
+            exec_id: exec_id.clone(),
+        };
+        // Refused before anything else, as the Redis store refuses it
+        // before its script runs.
+        if settlement.actual > MAX_USD_MICROS {
+            return Err(out_of_range());
+        }
         let unknown = || StoreError::UnknownReservation(exec_id.clone());
         let record = self.records.get(exec_id).ok_or_else(unknown)?;
         let reservation = match &record.state {
             RecordState::Denied(_) => return Err(unknown()),
-            RecordState::Open(r) | RecordState::Expired(r) | RecordState::Settled(r, _) => r,
+            RecordState::Open(r) | RecordState::Expired(r, _) | RecordState::Settled(r, _) => r,
         };
         if !reservation.is_owned_by(settlement) {
             return Err(StoreError::OwnershipMismatch {
@@ -262,12 +278,28 @@ impl State {
                 ..first.clone()
             });
         }
+        let already_expired = match &record.state {
+            RecordState::Expired(_, charged) => Some(*charged),
+            _ => None,
+        };
         let reservation = reservation.clone();
-        let mut late = matches!(record.state, RecordState::Expired(_));
-        if !late && reservation.deadline <= now {
-            self.expire(exec_id, &reservation, now);
-            late = true;
+        // What the counters hold of this call: its amount while open (also
+        // when it expires now: expiry's own move nets out), what expiry
+        // charged once expired. The settle replaces that with the actual
+        // cost, unless a counter would then reach 2^53, checked before
+        // anything changes, as `settle.lua` does.
+        let held = already_expired.unwrap_or(reservation.amount);
+        if !self.fits(&reservation, held, settlement.actual) {
+            return Err(out_of_range());
         }
+        // What expiry charged, when the settle comes after it (or finds the
+        // deadline passed and expires the reservation first, as the sweep
+        // would have).
+        let expiry_charge = match already_expired {
+            None if reservation.deadline <= now => Some(self.expire(exec_id, &reservation, now)),
+            charged => charged,
+        };
+        let late = expiry_charge.is_some();
 
         let status = if late {
             LedgerStatus::Late
@@ -278,12 +310,14 @@ impl State {
         } else {
             LedgerStatus::Ok
         };
-        // On time, the reservation becomes the actual cost; late, its amount
-        // was already released at expiry and the cost is charged in full.
+        // On time, the reservation becomes the actual cost. Late, expiry
+        // already moved its amount out of `reserved` and charged what it
+        // charged: the actual cost replaces that charge.
         for key in reservation.counter_keys() {
             let counter = self.counters.entry(key).or_default();
-            if !late {
-                counter.reserved = counter.reserved.saturating_sub(reservation.amount);
+            match expiry_charge {
+                None => counter.reserved = counter.reserved.saturating_sub(reservation.amount),
+                Some(charged) => counter.spent = counter.spent.saturating_sub(charged),
             }
             counter.spent = counter.spent.saturating_add(settlement.actual);
         }
@@ -296,7 +330,7 @@ impl State {
             LedgerEntry {
                 model: settlement.model.clone(),
                 usage: settlement.usage,
-                actual: settlement.actual,
+                actual: delta(settlement.actual) - delta(expiry_charge.unwrap_or(0)),
                 ..reservation.ledger_entry(exec_id, status, now)
             },
         );
@@ -322,6 +356,16 @@ impl State {
         Ok(outcome)
     }
 
+    /// Whether every counter `reservation` charged stays below 2^53 when
+    /// the `held` part of it is replaced by `actual`.
+    fn fits(&self, reservation: &Reservation, held: UsdMicros, actual: UsdMicros) -> bool {
+        reservation.counter_keys().all(|key| {
+            let committed = self.counters.get(&key).map_or(0, Counter::committed);
+            let after = i128::from(committed) - i128::from(held) + i128::from(actual);
+            after <= i128::from(MAX_USD_MICROS)
+        })
+    }
+
     /// Expires up to `limit` open reservations whose deadline has come,
     /// oldest first; returns how many.
     pub(super) fn expire_due(&mut self, now: DateTime<Utc>, limit: usize) -> usize {
@@ -344,24 +388,44 @@ impl State {
         expired
     }
 
-    /// Releases an open reservation's amount and books it as expired.
-    fn expire(&mut self, exec_id: &str, reservation: &Reservation, now: DateTime<Utc>) {
+    /// Closes an open reservation as expired: its amount leaves `reserved`
+    /// and what `on_expiry` charges (all of it, or nothing) goes to
+    /// `spent`, booked as an `expired` entry. Returns what it charged.
+    ///
+    /// The record is kept one more TTL: the gateway retries a settle for
+    /// two TTLs from before its reserve, so every settle that can still
+    /// come finds the record and corrects the charge (`late`).
+    fn expire(
+        &mut self,
+        exec_id: &str,
+        reservation: &Reservation,
+        now: DateTime<Utc>,
+    ) -> UsdMicros {
+        let charged = match self.on_expiry {
+            OnExpiry::Charge => reservation.amount,
+            OnExpiry::Release => 0,
+        };
         for key in reservation.counter_keys() {
             let counter = self.counters.entry(key).or_default();
             counter.reserved = counter.reserved.saturating_sub(reservation.amount);
+            counter.spent = counter.spent.saturating_add(charged);
         }
         self.deadlines
             .remove(&(reservation.deadline, exec_id.to_owned()));
         self.book(
             reservation,
-            reservation.ledger_entry(exec_id, LedgerStatus::Expired, now),
+            LedgerEntry {
+                actual: delta(charged),
+                ..reservation.ledger_entry(exec_id, LedgerStatus::Expired, now)
+            },
         );
         self.close(
             exec_id,
-            RecordState::Expired(reservation.clone()),
+            RecordState::Expired(reservation.clone(), charged),
             reservation.ttl,
             now,
         );
+        charged
     }
 
     /// Drops up to `limit` closed records whose retention has passed.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{later, to_delta, MemoryStore, Shared};
+use super::{later, to_delta, MemoryStore, OnExpiry, Shared};
 use crate::money::UsdMicros;
 
 /// A clock that moves only when told to, so expiry and period rollover can
@@ -36,11 +36,15 @@ impl ManualClock {
 
 impl MemoryStore {
     /// A store whose every deadline and period id comes from `clock`.
-    pub(crate) fn with_clock(settle_epsilon: UsdMicros, clock: Arc<ManualClock>) -> Self {
+    pub(crate) fn with_clock(
+        settle_epsilon: UsdMicros,
+        on_expiry: OnExpiry,
+        clock: Arc<ManualClock>,
+    ) -> Self {
         MemoryStore {
             shared: Arc::new(Shared {
                 clock: Some(clock),
-                ..Shared::new(settle_epsilon)
+                ..Shared::new(settle_epsilon, on_expiry)
             }),
         }
     }

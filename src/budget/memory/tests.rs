@@ -7,7 +7,7 @@ use chrono::TimeZone;
 
 use super::testing::ManualClock;
 use super::*;
-use crate::budget::{BudgetStore, LedgerStatus, Period};
+use crate::budget::{BudgetStore, LedgerStatus, OnExpiry, Period};
 use crate::usage::Usage;
 
 fn start() -> DateTime<Utc> {
@@ -16,7 +16,10 @@ fn start() -> DateTime<Utc> {
 
 fn manual_store() -> (MemoryStore, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(start()));
-    (MemoryStore::with_clock(0, clock.clone()), clock)
+    (
+        MemoryStore::with_clock(0, OnExpiry::Charge, clock.clone()),
+        clock,
+    )
 }
 
 fn key(cap: UsdMicros) -> Scope {
@@ -65,7 +68,8 @@ fn lazy_sweep_in_reserve_is_bounded() {
     assert_eq!(store.open_reservations(), (100 - LAZY_SWEEP_LIMIT + 1, 37));
     assert_eq!(store.sweep_expired(), 100 - LAZY_SWEEP_LIMIT);
     assert_eq!(store.open_reservations(), (1, 1));
-    assert_eq!(store.counter(ScopeKind::Key, "alice", "2026-11-29"), 1);
+    // Each expired reservation stays charged its amount.
+    assert_eq!(store.counter(ScopeKind::Key, "alice", "2026-11-29"), 101);
 }
 
 #[test]
@@ -97,9 +101,10 @@ fn closed_records_are_forgotten_after_their_ttl() {
         store.settle(&settlement("expired", 80)),
         Err(StoreError::UnknownReservation(_))
     ));
-    // The ledger and counters outlive the records.
+    // The ledger and counters outlive the records: the expired call stays
+    // charged its amount.
     assert_eq!(store.ledger().len(), 2);
-    assert_eq!(store.counter(ScopeKind::Key, "alice", "2026-11-29"), 80);
+    assert_eq!(store.counter(ScopeKind::Key, "alice", "2026-11-29"), 180);
 }
 
 #[test]
@@ -161,7 +166,7 @@ fn late_settle_restarts_the_retention() {
 
 #[test]
 fn os_threads_never_reserve_past_the_cap() {
-    let store = MemoryStore::new(0);
+    let store = MemoryStore::new(0, OnExpiry::Charge);
     let scope = Scope {
         period: Period::Total,
         ..key(1_000)
@@ -206,23 +211,23 @@ fn extreme_amounts_never_panic() {
         ReserveOutcome::Denied(denial) => assert_eq!(denial.remaining, 0),
         other => panic!("expected a denial, got {other:?}"),
     }
-    let outcome = store.settle(&settlement("huge", u64::MAX)).unwrap();
-    assert_eq!(
-        (outcome.status, outcome.key_remaining),
-        (LedgerStatus::Ok, 0)
-    );
+    assert!(matches!(
+        store.settle(&settlement("huge", u64::MAX)),
+        Err(StoreError::OutOfRange { exec_id }) if exec_id == "huge"
+    ));
     assert_eq!(store.sweep_expired(), 0);
 }
 
 #[tokio::test]
-async fn the_gateway_sweep_releases_headroom_without_a_reserve() {
+async fn the_gateway_sweep_expires_without_a_reserve() {
     let (store, clock) = manual_store();
     store.reserve(&request("crashed", 100, 1));
     clock.advance(Duration::from_secs(2));
     let budget = BudgetStore::Memory(store.clone());
     assert_eq!(budget.sweep(&[]).await.unwrap(), 1);
     assert_eq!(store.open_reservations(), (0, 0));
-    assert_eq!(store.scope_state(&key(1_000_000)).reserved, 0);
+    let state = store.scope_state(&key(1_000_000));
+    assert_eq!((state.spent, state.reserved), (100, 0));
     let ledger = store.ledger();
     assert_eq!(ledger.len(), 1);
     assert_eq!(ledger[0].status, LedgerStatus::Expired);

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use super::connection::{CallPolicy, Connection, Request};
 use super::scripts::{ledger_status, store_time, Scripts, TagKeys};
 use crate::budget::{LedgerEntry, Reconciliation, ScopeKind, StoreError};
-use crate::money::UsdMicros;
+use crate::money::{UsdMicros, UsdMicrosDelta};
 use crate::usage::Usage;
 
 /// Ledger entries read per round trip.
@@ -97,7 +97,7 @@ fn parse_entry(id: &str, fields: Vec<String>) -> Result<LedgerLine, StoreError> 
             ..Usage::default()
         },
         reserved: number("res")?,
-        actual: number("act")?,
+        actual: text("act")?.parse().map_err(|_| unreadable_entry(id))?,
         status: ledger_status(&text("st")?).ok_or_else(|| unreadable_entry(id))?,
         at: store_time(at_ms).unwrap_or(DateTime::UNIX_EPOCH),
     };
@@ -261,13 +261,16 @@ fn row<'a>(
         })
 }
 
-fn parse_amount(name: &str, value: &str) -> Result<UsdMicros, StoreError> {
+fn parse_delta(name: &str, value: &str) -> Result<UsdMicrosDelta, StoreError> {
+    value
+        .parse()
+        .map_err(|_| StoreError::Unavailable(format!("unreadable counter {name} = {value:?}")))
+}
+
+fn parse_counter(name: &str, value: &str) -> Result<UsdMicros, StoreError> {
     // A counter may be negative only if the books are already broken;
     // reading it as zero keeps that visible as drift.
-    let amount: i64 = value
-        .parse()
-        .map_err(|_| StoreError::Unavailable(format!("unreadable counter {name} = {value:?}")))?;
-    Ok(UsdMicros::try_from(amount).unwrap_or(0))
+    Ok(UsdMicros::try_from(parse_delta(name, value)?).unwrap_or(0))
 }
 
 fn rows(
@@ -280,11 +283,10 @@ fn rows(
         let Some((kind, id, period_id, part)) = parse_field(name) else {
             continue;
         };
-        let amount = parse_amount(name, value)?;
         let row = row(&mut rows, kind, id, period_id);
         match part {
-            Part::Committed => row.counter = amount,
-            Part::Folded => row.folded = amount,
+            Part::Committed => row.counter = parse_counter(name, value)?,
+            Part::Folded => row.folded = parse_delta(name, value)?,
             // The reserved part is already inside the counter.
             Part::Reserved => {}
         }

@@ -37,6 +37,9 @@ const CALL_ATTEMPTS: u32 = 3;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// A connection attempt to a dead address fails within this.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The error code of a script's refusal of its arguments (`fail` in
+/// `lua/common.lua`).
+const SCRIPT_REFUSAL: &str = "TOLLGATE";
 /// Redirect retries inside one cluster attempt, and their waits (ms).
 const CLUSTER_RETRIES: u32 = 4;
 const CLUSTER_MIN_RETRY_WAIT_MS: u64 = 10;
@@ -132,7 +135,8 @@ impl Connection {
 
     /// Sends `request` under the policy: each try is cut off after
     /// `policy.timeout`; timeouts and connection errors are retried with a
-    /// doubling backoff; anything else (a script's own error) is not.
+    /// doubling backoff; anything else is not, and a script's refusal of
+    /// its arguments (`lua/common.lua`'s `fail`) is `Refused`.
     pub async fn call<T: FromRedisValue>(
         &self,
         policy: CallPolicy,
@@ -152,6 +156,10 @@ impl Connection {
             };
             let error = match tokio::time::timeout(policy.timeout, attempt).await {
                 Ok(Ok(value)) => return Ok(value),
+                Ok(Err(error)) if error.code() == Some(SCRIPT_REFUSAL) => {
+                    let detail = error.detail().unwrap_or_default();
+                    return Err(StoreError::Refused(format!("{what}: {detail}")));
+                }
                 Ok(Err(error)) if !is_transient(&error) => {
                     return Err(StoreError::Unavailable(format!("{what}: {error}")));
                 }

@@ -18,8 +18,8 @@ use ::redis::Script;
 use chrono::{DateTime, Utc};
 
 use crate::budget::{
-    Denial, LedgerStatus, Period, ReserveRequest, Scope, ScopeKind, SettleOutcome, Settlement,
-    StoreError,
+    Denial, LedgerStatus, OnExpiry, Period, ReserveRequest, Scope, ScopeKind, SettleOutcome,
+    Settlement, StoreError,
 };
 use crate::money::UsdMicros;
 
@@ -139,6 +139,7 @@ pub(super) fn reserve_args(
     req: &ReserveRequest,
     claim: Option<&str>,
     lazy_limit: usize,
+    on_expiry: OnExpiry,
 ) -> Vec<String> {
     let ttl_ms = u64::try_from(req.ttl.as_millis()).map_or(MAX_TTL_MS, |ms| ms.min(MAX_TTL_MS));
     let (has_org, org_id, org_period, org_cap) = match &req.org {
@@ -158,6 +159,7 @@ pub(super) fn reserve_args(
         org_cap.to_string(),
         lazy_limit.to_string(),
         claim.unwrap_or_default().to_owned(),
+        on_expiry.as_str().to_owned(),
     ]
 }
 
@@ -167,6 +169,7 @@ pub(super) fn settle_args(
     settlement: &Settlement,
     epsilon: UsdMicros,
     call_id: &str,
+    on_expiry: OnExpiry,
 ) -> Vec<String> {
     let usage = &settlement.usage;
     vec![
@@ -183,16 +186,18 @@ pub(super) fn settle_args(
         flag(settlement.estimated).to_owned(),
         epsilon.to_string(),
         call_id.to_owned(),
+        on_expiry.as_str().to_owned(),
     ]
 }
 
 /// ARGV of `sweep.lua`.
-pub(super) fn sweep_args(limit: usize, retention: Duration) -> Vec<String> {
+pub(super) fn sweep_args(limit: usize, retention: Duration, on_expiry: OnExpiry) -> Vec<String> {
     let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
     vec![
         limit.to_string(),
         // No retention needs that long.
         retention_ms.min(MAX_SCRIPT_INTEGER).to_string(),
+        on_expiry.as_str().to_owned(),
     ]
 }
 
@@ -229,6 +234,9 @@ pub(super) enum SettleReply {
     /// The exec id was denied: nothing to settle.
     Denied,
     Mismatch,
+    /// The settle would take this counter field to 2^53 or more; nothing
+    /// was written.
+    OutOfRange(String),
     Settled {
         outcome: SettleOutcome,
         /// This settle found the reservation past its deadline and expired
@@ -308,6 +316,7 @@ pub(super) fn settle_reply(reply: &[String]) -> Result<SettleReply, StoreError> 
         "absent" => Ok(SettleReply::Absent),
         "denied" => Ok(SettleReply::Denied),
         "mismatch" => Ok(SettleReply::Mismatch),
+        "out_of_range" => Ok(SettleReply::OutOfRange(field(reply, 1, SCRIPT)?.to_owned())),
         "settled" => {
             let status =
                 ledger_status(field(reply, 1, SCRIPT)?).ok_or_else(|| bad_reply(SCRIPT, reply))?;

@@ -11,7 +11,7 @@ use super::testing::{
     cluster, cluster_url, free_port, redis_cli, Cluster, RedisServer, SHARED_URL,
 };
 use super::*;
-use crate::budget::{LedgerStatus, Period, DEFAULT_LEDGER_RETENTION};
+use crate::budget::{LedgerStatus, OnExpiry, Period, DEFAULT_LEDGER_RETENTION};
 use crate::usage::Usage;
 
 const PERIODS: [Period; 5] = [
@@ -174,7 +174,7 @@ async fn the_test_clock_shifts_the_time_and_leaves_the_argv_as_stated() {
 #[tokio::test]
 async fn scripts_are_loaded_again_after_script_flush() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url(), 0, DEFAULT_LEDGER_RETENTION)
+    let store = RedisStore::connect(&server.url(), 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
         .await
         .unwrap();
     let key = key_scope(1_000);
@@ -252,7 +252,7 @@ async fn command_calls(url: &str, command: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserve_of_unknown_outcome_is_settled_without_a_search() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url(), 0, DEFAULT_LEDGER_RETENTION)
+    let store = RedisStore::connect(&server.url(), 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
         .await
         .unwrap();
     for i in 0..50 {
@@ -299,8 +299,14 @@ async fn a_call_that_timed_out_is_retried_and_applies_once() {
         attempts: 20,
         first_backoff: Duration::from_millis(20),
     };
-    let store =
-        RedisStore::with_policy(&server.url(), 0, DEFAULT_LEDGER_RETENTION, policy).unwrap();
+    let store = RedisStore::with_policy(
+        &server.url(),
+        0,
+        DEFAULT_LEDGER_RETENTION,
+        OnExpiry::Charge,
+        policy,
+    )
+    .unwrap();
     let key = key_scope(1_000);
     // Load the scripts first, so the stalled attempts are the real calls.
     store.reserve(&request(&key, 1)).await.unwrap();
@@ -348,8 +354,14 @@ async fn a_claimed_reserve_retried_after_a_timeout_is_no_duplicate() {
         attempts: 20,
         first_backoff: Duration::from_millis(20),
     };
-    let store =
-        RedisStore::with_policy(&server.url(), 0, DEFAULT_LEDGER_RETENTION, policy).unwrap();
+    let store = RedisStore::with_policy(
+        &server.url(),
+        0,
+        DEFAULT_LEDGER_RETENTION,
+        OnExpiry::Charge,
+        policy,
+    )
+    .unwrap();
     let key = key_scope(1_000);
     store.reserve(&request(&key, 1)).await.unwrap();
 
@@ -382,7 +394,7 @@ async fn a_claimed_reserve_retried_after_a_timeout_is_no_duplicate() {
 async fn starts_while_redis_is_down_and_recovers_when_it_returns() {
     let port = free_port(false);
     let url = format!("redis://127.0.0.1:{port}");
-    let store = RedisStore::connect(&url, 0, DEFAULT_LEDGER_RETENTION)
+    let store = RedisStore::connect(&url, 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
         .await
         .unwrap();
     let key = key_scope(1_000);
@@ -420,15 +432,17 @@ async fn await_ping(store: &RedisStore) {
 
 #[tokio::test]
 async fn amounts_of_2_to_the_53_are_refused_before_anything_is_written() {
-    let store = RedisStore::connect(SHARED_URL, 0, DEFAULT_LEDGER_RETENTION)
+    let store = RedisStore::connect(SHARED_URL, 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
         .await
         .unwrap();
     let key = key_scope(1_000);
     let too_big = request(&key, 1 << 53);
-    assert!(matches!(
-        store.reserve(&too_big).await,
-        Err(StoreError::Unavailable(message)) if message.contains("2^53")
-    ));
+    // The script's own refusal: an answer, not an outage, never retried.
+    let refused = store.reserve(&too_big).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Refused(message)) if message.contains("2^53")),
+        "{refused:?}"
+    );
     let state = store.scope_state(&key).await.unwrap();
     assert_eq!((state.spent, state.reserved), (0, 0));
     assert!(store
@@ -440,24 +454,34 @@ async fn amounts_of_2_to_the_53_are_refused_before_anything_is_written() {
 
 #[tokio::test]
 async fn a_malformed_url_is_the_only_connect_error() {
+    assert!(RedisStore::connect(
+        "redis+cluster://",
+        0,
+        DEFAULT_LEDGER_RETENTION,
+        OnExpiry::Charge
+    )
+    .await
+    .is_err());
     assert!(
-        RedisStore::connect("redis+cluster://", 0, DEFAULT_LEDGER_RETENTION)
-            .await
-            .is_err()
-    );
-    assert!(
-        RedisStore::connect("no scheme", 0, DEFAULT_LEDGER_RETENTION)
+        RedisStore::connect("no scheme", 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
             .await
             .is_err()
     );
     assert!(matches!(
-        RedisStore::connect("rediss://127.0.0.1:6379", 0, DEFAULT_LEDGER_RETENTION).await,
+        RedisStore::connect(
+            "rediss://127.0.0.1:6379",
+            0,
+            DEFAULT_LEDGER_RETENTION,
+            OnExpiry::Charge
+        )
+        .await,
         Err(RedisUrlError::TlsUnsupported)
     ));
     let store = RedisStore::connect(
         "redis://user:secret@127.0.0.1:1",
         0,
         DEFAULT_LEDGER_RETENTION,
+        OnExpiry::Charge,
     )
     .await
     .unwrap();
@@ -468,9 +492,14 @@ async fn a_malformed_url_is_the_only_connect_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_store_starts_while_the_cluster_is_down() {
     let ports: Vec<u16> = (0..3).map(|_| free_port(true)).collect();
-    let store = RedisStore::connect(&cluster_url(ports.clone()), 0, DEFAULT_LEDGER_RETENTION)
-        .await
-        .unwrap();
+    let store = RedisStore::connect(
+        &cluster_url(ports.clone()),
+        0,
+        DEFAULT_LEDGER_RETENTION,
+        OnExpiry::Charge,
+    )
+    .await
+    .unwrap();
     assert!(store.ping().await.is_err());
 
     let _cluster = tokio::task::spawn_blocking(move || Cluster::start_on(&ports))
@@ -487,9 +516,14 @@ async fn a_cluster_store_starts_while_the_cluster_is_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_scripts_are_loaded_again_after_script_flush() {
     let cluster = tokio::task::spawn_blocking(cluster).await.unwrap();
-    let store = RedisStore::connect(&cluster.url(), 0, DEFAULT_LEDGER_RETENTION)
-        .await
-        .unwrap();
+    let store = RedisStore::connect(
+        &cluster.url(),
+        0,
+        DEFAULT_LEDGER_RETENTION,
+        OnExpiry::Charge,
+    )
+    .await
+    .unwrap();
     // Keys spread over the slots, so every primary needs the scripts.
     let keys: Vec<Scope> = (0..12).map(|_| key_scope(1_000)).collect();
     for key in &keys {

@@ -18,7 +18,7 @@ const CHAT_HIDING_USAGE: StreamKind = StreamKind::OpenAiChat {
 #[derive(Debug, PartialEq)]
 struct Metered {
     actions: Vec<EventAction>,
-    reported: Option<Usage>,
+    reported: Option<Reported>,
     partial: Usage,
     text_bytes: u64,
 }
@@ -101,7 +101,7 @@ fn chat_stream_with_include_usage() {
         metered.actions,
         forwards(26, &[(25, EventAction::Terminal)])
     );
-    assert_eq!(metered.reported, Some(usage(109, 1024, 0, 24)));
+    assert_eq!(metered.reported, Some(Ok(usage(109, 1024, 0, 24))));
     // The text, with its `\n`, `"` and `\u2014` escapes decoded.
     assert_eq!(metered.text_bytes, 94);
 }
@@ -113,7 +113,7 @@ fn injected_usage_chunk_is_dropped() {
         metered.actions,
         forwards(26, &[(24, EventAction::Drop), (25, EventAction::Terminal)])
     );
-    assert_eq!(metered.reported, Some(usage(109, 1024, 0, 24)));
+    assert_eq!(metered.reported, Some(Ok(usage(109, 1024, 0, 24))));
 }
 
 #[test]
@@ -123,7 +123,7 @@ fn chat_tool_call_arguments_are_counted() {
         metered.actions,
         forwards(11, &[(9, EventAction::Drop), (10, EventAction::Terminal)])
     );
-    assert_eq!(metered.reported, Some(usage(68, 0, 0, 17)));
+    assert_eq!(metered.reported, Some(Ok(usage(68, 0, 0, 17))));
     assert_eq!(
         metered.text_bytes,
         br#"{"location":"Paris, France"}"#.len() as u64
@@ -137,7 +137,7 @@ fn legacy_completions_stream() {
         metered.actions,
         forwards(9, &[(7, EventAction::Drop), (8, EventAction::Terminal)])
     );
-    assert_eq!(metered.reported, Some(usage(5, 0, 0, 7)));
+    assert_eq!(metered.reported, Some(Ok(usage(5, 0, 0, 7))));
     assert_eq!(metered.text_bytes, b"\n\nThis is a test.".len() as u64);
 }
 
@@ -148,7 +148,7 @@ fn usage_on_a_chunk_with_choices_is_never_dropped() {
 
 "#;
     assert_eq!(meter.observe(chunk), EventAction::Forward);
-    assert_eq!(meter.reported_usage(), Some(usage(3, 0, 0, 1)));
+    assert_eq!(meter.reported_usage(), Some(Ok(usage(3, 0, 0, 1))));
     assert_eq!(meter.output_text_bytes(), 2);
 }
 
@@ -201,7 +201,7 @@ fn unusual_content_shapes_do_not_cost_the_usage() {
 
 "#;
     assert_eq!(meter.observe(chunk), EventAction::Forward);
-    assert_eq!(meter.reported_usage(), Some(usage(7, 0, 0, 2)));
+    assert_eq!(meter.reported_usage(), Some(Ok(usage(7, 0, 0, 2))));
 }
 
 #[test]
@@ -209,7 +209,7 @@ fn malformed_chat_events_are_forwarded() {
     let mut meter = StreamMeter::new(CHAT_HIDING_USAGE);
     let events: [&[u8]; 7] = [
         b"data: {\"choices\":[{\"delta\":{\"content\":\"trunc\n\n",
-        b"data: {\"usage\":{\"prompt_tokens\":\"many\"},\"choices\":[]}\n\n",
+        b"data: {\"usage\":[],\"choices\":[]}\n\n",
         b"data: not json\n\n",
         b": keep-alive\n\n",
         b"\n",
@@ -235,7 +235,7 @@ fn responses_stream() {
         metered.actions,
         forwards(20, &[(19, EventAction::Terminal)])
     );
-    assert_eq!(metered.reported, Some(usage(270, 2048, 0, 19)));
+    assert_eq!(metered.reported, Some(Ok(usage(270, 2048, 0, 19))));
     assert_eq!(metered.text_bytes, 47);
 }
 
@@ -264,7 +264,7 @@ data: {"type":"response.incomplete","sequence_number":57,"response":{"id":"resp_
 
 "#;
     assert_eq!(meter.observe(incomplete), EventAction::Terminal);
-    assert_eq!(meter.reported_usage(), Some(usage(40, 0, 0, 256)));
+    assert_eq!(meter.reported_usage(), Some(Ok(usage(40, 0, 0, 256))));
 
     let mut meter = StreamMeter::new(StreamKind::OpenAiResponses);
     let failed = br#"event: response.failed
@@ -300,7 +300,7 @@ fn anthropic_stream() {
         metered.actions,
         forwards(19, &[(18, EventAction::Terminal)])
     );
-    assert_eq!(metered.reported, Some(usage(472, 8192, 1536, 89)));
+    assert_eq!(metered.reported, Some(Ok(usage(472, 8192, 1536, 89))));
     // Thinking, text and tool input; the signature is not counted.
     assert_eq!(metered.text_bytes, 147);
 }
@@ -325,9 +325,9 @@ fn anthropic_output_is_cumulative_not_summed() {
     let first = b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":null,\"stop_sequence\":null},\"usage\":{\"output_tokens\":10}}\n\n";
     let second = b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":25}}\n\n";
     assert_eq!(meter.observe(first), EventAction::Forward);
-    assert_eq!(meter.reported_usage(), Some(usage(25, 0, 0, 10)));
+    assert_eq!(meter.reported_usage(), Some(Ok(usage(25, 0, 0, 10))));
     assert_eq!(meter.observe(second), EventAction::Forward);
-    assert_eq!(meter.reported_usage(), Some(usage(25, 0, 0, 25)));
+    assert_eq!(meter.reported_usage(), Some(Ok(usage(25, 0, 0, 25))));
     let stop = b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
     assert_eq!(meter.observe(stop), EventAction::Terminal);
 }
@@ -341,7 +341,7 @@ data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":
 
 "#;
     meter.observe(delta);
-    assert_eq!(meter.reported_usage(), Some(usage(27, 4096, 0, 48)));
+    assert_eq!(meter.reported_usage(), Some(Ok(usage(27, 4096, 0, 48))));
 }
 
 #[test]
@@ -386,6 +386,74 @@ fn output_tokens_round_up_at_three_bytes() {
     assert_eq!(count_output_tokens(u64::MAX - 1), u64::MAX / 3);
 }
 
+// === Absurd usage ===
+
+/// A count no call can have makes the stream's report absurd, whatever
+/// else it reported, and even if the stream is cut before its end; the
+/// event carrying it is handled as any usage event, its text counted.
+#[test]
+fn absurd_counts_make_the_stream_report_absurd() {
+    let chat = b"data: {\"choices\":[{\"delta\":{\"content\":\"abcdef\"}}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":-4}}\n\n";
+    let mut meter = StreamMeter::new(CHAT_HIDING_USAGE);
+    assert_eq!(meter.observe(chat), EventAction::Forward);
+    assert_eq!(meter.output_text_bytes(), 6);
+    let absurd = AbsurdUsage {
+        field: "completion_tokens",
+        value: "-4".to_owned(),
+    };
+    assert_eq!(meter.reported_usage(), Some(Err(absurd.clone())));
+    assert_eq!(meter.absurd_usage(), Some(&absurd));
+
+    // A usage-only chunk the gateway asked for is still hidden.
+    let hidden = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1.5}}\n\n";
+    let mut meter = StreamMeter::new(CHAT_HIDING_USAGE);
+    assert_eq!(meter.observe(hidden), EventAction::Drop);
+    assert_eq!(meter.absurd_usage().map(|a| a.field), Some("prompt_tokens"));
+
+    let completed = br#"event: response.completed
+data: {"type":"response.completed","response":{"usage":{"input_tokens":5,"output_tokens":9007199254740993}}}
+
+"#;
+    let mut meter = StreamMeter::new(StreamKind::OpenAiResponses);
+    assert_eq!(meter.observe(completed), EventAction::Terminal);
+    assert_eq!(
+        meter.reported_usage().map(|r| r.map_err(|a| a.field)),
+        Some(Err("output_tokens"))
+    );
+}
+
+#[test]
+fn anthropic_absurd_counts_in_start_or_delta_are_kept() {
+    let start = br#"event: message_start
+data: {"type":"message_start","message":{"usage":{"input_tokens":-20,"output_tokens":1}}}
+
+"#;
+    let delta = br#"event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":12}}
+
+"#;
+    let mut meter = StreamMeter::new(StreamKind::AnthropicMessages);
+    meter.observe(start);
+    meter.observe(delta);
+    // The later, sane delta does not make the report believable again.
+    assert_eq!(
+        meter.reported_usage().map(|r| r.map_err(|a| a.to_string())),
+        Some(Err("input_tokens = -20".to_owned()))
+    );
+
+    let fractional = br#"event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2.5}}
+
+"#;
+    let mut meter = StreamMeter::new(StreamKind::AnthropicMessages);
+    meter.observe(MESSAGE_START);
+    meter.observe(fractional);
+    assert_eq!(
+        meter.absurd_usage().map(ToString::to_string).as_deref(),
+        Some("output_tokens = 2.5")
+    );
+}
+
 // === Hosted tool uses ===
 
 fn web_searches(searches: u64, fetches: u64) -> crate::hosted::ToolCalls {
@@ -410,7 +478,7 @@ data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":
 
 "#;
     meter.observe(delta);
-    let reported = meter.reported_usage().unwrap();
+    let reported = meter.reported_usage().unwrap().unwrap();
     assert_eq!(reported.input, 10682);
     assert_eq!(reported.tool_calls, web_searches(2, 1));
     // A later delta naming one count keeps the other.
@@ -420,7 +488,7 @@ data: {"type":"message_delta","delta":{},"usage":{"output_tokens":511,"server_to
 "#;
     meter.observe(later);
     assert_eq!(
-        meter.reported_usage().unwrap().tool_calls,
+        meter.reported_usage().unwrap().unwrap().tool_calls,
         web_searches(3, 1)
     );
 }
@@ -434,7 +502,7 @@ data: {"type":"response.completed","sequence_number":9,"response":{"id":"resp_1"
 "#;
     let mut meter = StreamMeter::new(StreamKind::OpenAiResponses);
     assert_eq!(meter.observe(completed), EventAction::Terminal);
-    let reported = meter.reported_usage().unwrap();
+    let reported = meter.reported_usage().unwrap().unwrap();
     assert_eq!((reported.input, reported.output), (9000, 40));
     let calls: Vec<_> = reported.tool_calls.iter().collect();
     assert_eq!(

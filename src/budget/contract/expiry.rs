@@ -1,0 +1,213 @@
+//! The contract's cases about reservations never settled by their deadline
+//! (a crashed gateway): what expiry charges under each `on_expiry` policy,
+//! and how a settle that arrives afterwards (`late`) replaces that charge
+//! with the call's actual cost.
+
+use std::time::Duration;
+
+use super::*;
+
+/// The default policy: an expired reservation keeps its amount charged
+/// (the provider may have billed the call); a late settle moves the
+/// counters by what the call cost less that, down as well as up.
+pub(super) async fn expiry_charges_the_hold_then_a_late_settle_corrects_it(f: &impl Fixture) {
+    let store = f.store();
+    let org = scope(ScopeKind::Org, 100_000, Period::Month);
+    let key = scope(ScopeKind::Key, 2_000, Period::Day);
+    let crashed = request(&key, Some(&org), 1_000, 2);
+    assert_eq!(reserve(&store, &crashed).await, ReserveOutcome::Reserved);
+    f.advance(Duration::from_secs(3)).await;
+
+    // The next reserve expires the crashed call's reservation first: its
+    // amount moves from reserved to spent, and stays out of reach.
+    let next = request(&key, Some(&org), 500, TTL_SECS);
+    assert_eq!(reserve(&store, &next).await, ReserveOutcome::Reserved);
+    let ledger = f.ledger().await;
+    assert_eq!(ledger.len(), 1);
+    let expired = &ledger[0];
+    assert_eq!(expired.exec_id, crashed.exec_id);
+    assert_eq!(
+        (expired.key.as_str(), expired.org.as_deref()),
+        (key.id.as_str(), Some(org.id.as_str()))
+    );
+    assert_eq!(expired.status, LedgerStatus::Expired);
+    assert_eq!((expired.reserved, expired.actual), (1_000, 1_000));
+    assert_eq!(expired.usage, Usage::default());
+    assert_eq!(expired.model, "");
+    assert_eq!(counters(&store, &key).await, (1_000, 500));
+    assert_eq!(counters(&store, &org).await, (1_000, 500));
+    assert!(matches!(
+        reserve(&store, &request(&key, Some(&org), 501, TTL_SECS)).await,
+        ReserveOutcome::Denied(denial) if denial.remaining == 500
+    ));
+
+    // The call cost 700 after all: 300 of the charge comes back, once.
+    let late = settle(&store, &crashed, 700).await;
+    assert_eq!(late, applied(LedgerStatus::Late, 1_000, 700, 800));
+    assert_eq!(
+        settle(&store, &crashed, 700).await,
+        SettleOutcome {
+            applied: false,
+            ..late
+        }
+    );
+    assert_eq!(counters(&store, &key).await, (700, 500));
+    assert_eq!(counters(&store, &org).await, (700, 500));
+
+    // Another crashed call cost more than it held: the rest is charged.
+    let dearer = request(&key, Some(&org), 300, 2);
+    assert_eq!(reserve(&store, &dearer).await, ReserveOutcome::Reserved);
+    f.advance(Duration::from_secs(3)).await;
+    assert_eq!(f.sweep_expired().await, 1);
+    assert_eq!(counters(&store, &key).await, (1_000, 500));
+    assert_eq!(
+        settle(&store, &dearer, 450).await,
+        applied(LedgerStatus::Late, 300, 450, 350)
+    );
+    assert_eq!(counters(&store, &key).await, (1_150, 500));
+    assert_eq!(counters(&store, &org).await, (1_150, 500));
+    assert_eq!(
+        statuses(&f.ledger().await),
+        [
+            (LedgerStatus::Expired, 1_000),
+            (LedgerStatus::Late, -300),
+            (LedgerStatus::Expired, 300),
+            (LedgerStatus::Late, 150),
+        ]
+    );
+}
+
+/// `on_expiry = "release"`: an expired reservation is charged nothing, its
+/// headroom comes back, and a late settle charges the call in full.
+pub(super) async fn expiry_releases_the_hold_then_a_late_settle_charges_in_full(f: &impl Fixture) {
+    let store = f.store();
+    let key = scope(ScopeKind::Key, 1_000, Period::Day);
+    let crashed = request(&key, None, 1_000, 2);
+    assert_eq!(reserve(&store, &crashed).await, ReserveOutcome::Reserved);
+    f.advance(Duration::from_secs(3)).await;
+
+    // The next reserve expires the crashed call's reservation first.
+    let next = request(&key, None, 1_000, TTL_SECS);
+    assert_eq!(reserve(&store, &next).await, ReserveOutcome::Reserved);
+    let ledger = f.ledger().await;
+    assert_eq!(ledger.len(), 1);
+    let expired = &ledger[0];
+    assert_eq!(expired.exec_id, crashed.exec_id);
+    assert_eq!(expired.key, key.id);
+    assert_eq!(expired.status, LedgerStatus::Expired);
+    assert_eq!((expired.reserved, expired.actual), (1_000, 0));
+    assert_eq!(expired.usage, Usage::default());
+    assert_eq!(expired.model, "");
+    assert_eq!(counters(&store, &key).await, (0, 1_000));
+
+    // The call did cost money after all: charged in full, as late.
+    let late = settle(&store, &crashed, 700).await;
+    assert_eq!(late, applied(LedgerStatus::Late, 1_000, 700, 0));
+    assert_eq!(
+        settle(&store, &crashed, 700).await,
+        SettleOutcome {
+            applied: false,
+            ..late
+        }
+    );
+    assert_eq!(counters(&store, &key).await, (700, 1_000));
+    assert_eq!(
+        statuses(&f.ledger().await),
+        [(LedgerStatus::Expired, 0), (LedgerStatus::Late, 700)]
+    );
+}
+
+/// No sweep ran: the settle itself finds the reservation past its
+/// deadline, expires it (charging its amount) and corrects that charge.
+pub(super) async fn settle_after_the_deadline_is_late(f: &impl Fixture) {
+    let store = f.store();
+    let key = scope(ScopeKind::Key, 1_000, Period::Day);
+    let req = request(&key, None, 400, 2);
+    reserve(&store, &req).await;
+    f.advance(Duration::from_secs(3)).await;
+
+    assert_eq!(
+        settle(&store, &req, 300).await,
+        applied(LedgerStatus::Late, 400, 300, 700)
+    );
+    assert_eq!(counters(&store, &key).await, (300, 0));
+    assert_eq!(
+        statuses(&f.ledger().await),
+        [(LedgerStatus::Expired, 400), (LedgerStatus::Late, -100)]
+    );
+}
+
+/// The same under `on_expiry = "release"`: the expiry charges nothing and
+/// the late settle all of the call.
+pub(super) async fn settle_after_the_deadline_is_late_under_release(f: &impl Fixture) {
+    let store = f.store();
+    let key = scope(ScopeKind::Key, 1_000, Period::Day);
+    let req = request(&key, None, 400, 2);
+    reserve(&store, &req).await;
+    f.advance(Duration::from_secs(3)).await;
+
+    assert_eq!(
+        settle(&store, &req, 300).await,
+        applied(LedgerStatus::Late, 400, 300, 700)
+    );
+    assert_eq!(counters(&store, &key).await, (300, 0));
+    assert_eq!(
+        statuses(&f.ledger().await),
+        [(LedgerStatus::Expired, 0), (LedgerStatus::Late, 300)]
+    );
+}
+
+/// Under either policy.
+pub(super) async fn sweep_expires_only_due_reservations(f: &impl Fixture) {
+    let store = f.store();
+    let key = scope(ScopeKind::Key, 1_000, Period::Day);
+    for _ in 0..3 {
+        reserve(&store, &request(&key, None, 100, 2)).await;
+    }
+    let lasting = request(&key, None, 100, TTL_SECS);
+    reserve(&store, &lasting).await;
+    assert_eq!(f.open_reservations().await, (4, 400));
+
+    f.advance(Duration::from_secs(3)).await;
+    assert_eq!(f.sweep_expired().await, 3);
+    assert_eq!(f.sweep_expired().await, 0);
+    assert_eq!(f.open_reservations().await, (1, 100));
+    let charged = expiry_charge(f, 100);
+    assert_eq!(counters(&store, &key).await, (3 * charged, 100));
+    let ledger = f.ledger().await;
+    assert_eq!(ledger.len(), 3);
+    for entry in &ledger {
+        assert_eq!(
+            (entry.status, entry.actual),
+            (LedgerStatus::Expired, delta(charged))
+        );
+    }
+    assert_eq!(settle(&store, &lasting, 100).await.status, LedgerStatus::Ok);
+}
+
+/// Under either policy: an expired record is kept one TTL after its
+/// expiry, so a settle the gateway still retries (for two TTLs from
+/// before its reserve) finds it and corrects the charge.
+pub(super) async fn expired_record_outlives_every_settle_retry(f: &impl Fixture) {
+    let store = f.store();
+    let key = scope(ScopeKind::Key, 10_000, Period::Total);
+    let req = request(&key, None, 1_000, TTL_SECS);
+    reserve(&store, &req).await;
+    f.advance(Duration::from_secs(TTL_SECS + 1)).await;
+    assert_eq!(f.sweep_expired().await, 1);
+
+    // Two TTLs after the reserve, less a little: the record is still there.
+    f.advance(Duration::from_secs(TTL_SECS - 3)).await;
+    assert_eq!(f.sweep_expired().await, 0);
+    let late = settle(&store, &req, 600).await;
+    assert_eq!(late, applied(LedgerStatus::Late, 1_000, 600, 9_400));
+    assert_eq!(counters(&store, &key).await, (600, 0));
+    let charged = delta(expiry_charge(f, 1_000));
+    assert_eq!(
+        statuses(&f.ledger().await),
+        [
+            (LedgerStatus::Expired, charged),
+            (LedgerStatus::Late, 600 - charged)
+        ]
+    );
+}
