@@ -275,3 +275,29 @@ async fn a_search_model_is_charged_one_search_per_request() {
     assert_eq!(entry.actual, delta(cost(model, &tokens) + 25_000));
     books_balance(&h).await;
 }
+
+#[tokio::test]
+async fn a_stream_read_on_after_its_client_left_bills_the_declared_tool() {
+    let mut setup = Setup::default();
+    setup.mock.tokens_per_sec = Some(100);
+    let h = start(setup).await;
+    // A reasoning model's stream is read to its end when its client
+    // leaves; its web_search_call items are billed as the preview tool
+    // the request declared.
+    let body = json!({"model": "gpt-5-mini", "max_output_tokens": 100, "stream": true,
+        "input": "mock:tool_calls=2 mock:tokens=40", "tools": [{"type": "web_search_preview"}]});
+    let response = h.post("/v1/responses", ALICE, &body).await;
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    for _ in 0..3 {
+        stream.next().await.unwrap().unwrap();
+    }
+    drop(stream);
+    let ledger = books_balance(&h).await;
+    let entry = &ledger[0];
+    assert_eq!(entry.status, LedgerStatus::Ok, "{entry:?}");
+    let billed = billed_with(&h, HostedTool::WebSearchPreview);
+    assert_eq!(entry.usage, billed);
+    assert_eq!(entry.usage.tool_calls.get(HostedTool::WebSearch), 0);
+    assert_eq!(entry.actual, delta(cost("gpt-5-mini", &billed)));
+}
