@@ -88,6 +88,14 @@ impl Call {
     /// Sets the limit the provider honours wherever the request declares
     /// hosted tools without one, so the call's bound holds upstream.
     pub(super) fn bound_tool_uses(&mut self) {
+        if self.api == Api::Responses && stored_prompt(&self.body) {
+            // Its hosted tools, unseen, are allowed no call.
+            if self.body.get("max_tool_calls") != Some(&Value::from(0)) {
+                self.body.insert("max_tool_calls".to_owned(), 0.into());
+                self.changed = true;
+            }
+            return;
+        }
         if self.tools.is_empty() {
             return;
         }
@@ -285,7 +293,27 @@ fn responses(body: &Map<String, Value>) -> Result<HostedTools, GatewayError> {
             Kind::Unknown => return Err(unknown(kind)),
         }
     }
+    if stored_prompt(body) {
+        // A stored prompt may declare hosted tools the gateway cannot see,
+        // so cannot bound or price: they are allowed no call at all.
+        if !tools.declared.is_empty() || tools.max_calls.is_some_and(|calls| calls > 0) {
+            return Err(GatewayError::BadRequest {
+                message: "a stored `prompt` may declare hosted tools this gateway cannot see \
+                          or price: with a stored prompt, declare no hosted tools and leave \
+                          `max_tool_calls` unset or 0 (function tools still work)"
+                    .to_owned(),
+                param: Some("prompt"),
+                code: Some(NOT_SUPPORTED),
+            });
+        }
+        tools.max_calls = Some(0);
+    }
     Ok(tools)
+}
+
+/// Whether a Responses request names a prompt stored at the provider.
+fn stored_prompt(body: &Map<String, Value>) -> bool {
+    body.get("prompt").is_some_and(|prompt| !prompt.is_null())
 }
 
 /// The memory of the container a code interpreter opens, in GB: OpenAI

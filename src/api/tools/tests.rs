@@ -232,3 +232,34 @@ fn limits_must_be_counts() {
         assert_eq!(param, Some(field), "{body}: {message}");
     }
 }
+
+#[test]
+fn a_stored_prompt_is_allowed_no_hosted_tool_call() {
+    let call = parse(
+        Api::Responses,
+        json!({"model": "gpt-5", "prompt": {"id": "pmpt_1", "version": "2"}, "input": "hi"}),
+    )
+    .unwrap();
+    assert_eq!(sent(&call)["max_tool_calls"], 0);
+    assert_eq!(call.tools.max_calls, Some(0));
+    // Function tools are not hosted: they still go through.
+    let call = parse(
+        Api::Responses,
+        json!({"model": "gpt-5", "prompt": {"id": "pmpt_1"}, "max_tool_calls": 0,
+               "tools": [{"type": "function", "name": "f", "parameters": {}}]}),
+    )
+    .unwrap();
+    assert_eq!(sent(&call)["max_tool_calls"], 0);
+
+    for body in [
+        json!({"model": "gpt-5", "prompt": {"id": "pmpt_1"}, "max_tool_calls": 3}),
+        json!({"model": "gpt-5", "prompt": {"id": "pmpt_1"}, "tools": [{"type": "web_search"}]}),
+    ] {
+        let (message, param, code) = refusal(parse(Api::Responses, body).unwrap_err());
+        assert_eq!(
+            (param, code),
+            (Some("prompt"), Some("tool_not_supported")),
+            "{message}"
+        );
+    }
+}
