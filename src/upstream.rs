@@ -93,7 +93,10 @@ pub fn request_to(
     let headers = request.headers_mut();
     let hop_by_hop = connection_options(client_headers);
     for (name, value) in client_headers {
-        if !DROPPED_REQUEST_HEADERS.contains(&name.as_str()) && !hop_by_hop.contains(name) {
+        if !DROPPED_REQUEST_HEADERS.contains(&name.as_str())
+            && !hop_by_hop.contains(name)
+            && !is_gateway_header(name)
+        {
             headers.append(name.clone(), value.clone());
         }
     }
@@ -121,6 +124,12 @@ pub fn request_to(
         }
     }
     Ok(request)
+}
+
+/// The gateway's own request headers (`x-tollgate-…`, such as an agent
+/// run's id and cap) speak to the gateway alone: none reaches the provider.
+fn is_gateway_header(name: &HeaderName) -> bool {
+    name.as_str().starts_with("x-tollgate-")
 }
 
 /// The headers a message's `Connection` header names: hop-by-hop, meant
@@ -179,6 +188,30 @@ mod tests {
         )
         .unwrap();
         assert_eq!(uri, "http://127.0.0.1:9/openai/v1/embeddings");
+    }
+
+    #[test]
+    fn the_gateways_own_headers_stay_at_the_gateway() {
+        let provider = Provider {
+            name: "p".to_owned(),
+            kind: ProviderKind::OpenAi,
+            base_url: "http://127.0.0.1:9".parse().unwrap(),
+            api_key_env: "K".to_owned(),
+            api_key: None,
+            models: Vec::new(),
+            output_limit_fields: Vec::new(),
+        };
+        let mut client = HeaderMap::new();
+        client.insert("x-tollgate-run", HeaderValue::from_static("run-1"));
+        client.insert("x-tollgate-run-cap-usd", HeaderValue::from_static("2.00"));
+        client.insert("x-request-tag", HeaderValue::from_static("kept"));
+        let key = Secret::new("sk".to_owned());
+        let sent = request(&provider, &key, Api::ChatCompletions, &client, Bytes::new()).unwrap();
+        assert!(!sent
+            .headers()
+            .keys()
+            .any(|n| n.as_str().starts_with("x-tollgate-")));
+        assert_eq!(sent.headers()["x-request-tag"], "kept");
     }
 
     #[test]
