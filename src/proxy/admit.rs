@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
 use crate::api::{check_api_matches, check_headers, check_hosted_tools, Api, Call};
-use crate::config::{KeyConfig, Provider};
+use crate::config::{KeyConfig, Provider, Secret};
 use crate::error::GatewayError;
 use crate::estimate::{estimate, Estimate, TokenCounter};
 use crate::gateway::Gateway;
@@ -80,14 +80,7 @@ pub async fn admit<'g>(
         price.max_output_tokens.unwrap_or(DEFAULT_OUTPUT_LIMIT),
         &provider.output_limit_fields,
     );
-    let provider_key =
-        provider
-            .api_key
-            .as_ref()
-            .ok_or_else(|| GatewayError::ProviderKeyMissing {
-                provider: provider.name.clone(),
-                env: provider.api_key_env.clone(),
-            })?;
+    let provider_key = provider_key(provider)?;
 
     let counter = TokenCounter::for_model(provider.kind, &call.model);
     let (call, estimate) = if body_len > BLOCKING_ESTIMATE_BYTES {
@@ -119,6 +112,18 @@ pub async fn admit<'g>(
         estimate,
         upstream,
     })
+}
+
+/// The provider's credential, or a 503 naming the variable that holds it
+/// when the operator has not set it.
+pub(super) fn provider_key(provider: &Provider) -> Result<&Secret, GatewayError> {
+    provider
+        .api_key
+        .as_ref()
+        .ok_or_else(|| GatewayError::ProviderKeyMissing {
+            provider: provider.name.clone(),
+            env: provider.api_key_env.clone(),
+        })
 }
 
 /// Reads the request body, refusing one over `limit` before reading it when

@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use serde_json::Value;
 use tokio::time::timeout;
 
-use super::admit::read_body;
+use super::admit::{provider_key, read_body};
 use crate::api::{check_api_matches, parse_unambiguous, Api};
 use crate::body::{close_connection, drain, full, Body};
 use crate::error::{GatewayError, Shape};
@@ -63,14 +63,7 @@ async fn count(
                 model: model.clone(),
             })?;
     check_api_matches(Api::Messages, provider.kind, &model)?;
-    let provider_key =
-        provider
-            .api_key
-            .as_ref()
-            .ok_or_else(|| GatewayError::ProviderKeyMissing {
-                provider: provider.name.clone(),
-                env: provider.api_key_env.clone(),
-            })?;
+    let provider_key = provider_key(provider)?;
     let unreachable = || GatewayError::UpstreamUnreachable {
         provider: provider.name.clone(),
     };
