@@ -43,7 +43,7 @@ enum Command {
         config: PathBuf,
     },
     /// Check that every scope's counter equals its ledger plus its open
-    /// reservations, per period, on the Redis store; exit 1 on any drift,
+    /// reservations, per period, on the SQLite or Redis store; exit 1 on any drift,
     /// 2 if the store cannot be read.
     Reconcile {
         #[arg(long, env = "TOLLGATE_CONFIG", default_value = "config/tollgate.toml")]

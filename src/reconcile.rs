@@ -2,20 +2,27 @@
 //! beside what its folded sums, ledger and open reservations say it should
 //! hold, as a table for people or JSON for machines.
 
-use crate::budget::{self, BudgetStore, Reconciliation};
+use crate::budget::{self, BudgetStore, Reconciliation, SqliteStore};
 use crate::config::{Config, StoreBackend};
 
 /// Every configured scope's rows, read from the shared store the config
 /// names.
 pub async fn read_books(config: &Config) -> Result<Vec<Reconciliation>, String> {
-    if matches!(config.store.backend, StoreBackend::Memory) {
-        return Err("the memory store lives inside the gateway process; \
-                    reconcile needs store.backend = \"redis\""
-            .to_owned());
-    }
-    let store = budget::open(config).await.map_err(|e| e.to_string())?;
+    let store = match &config.store.backend {
+        StoreBackend::Memory => {
+            return Err("the memory store lives inside the gateway process; \
+                        reconcile needs store.backend = \"sqlite\" or \"redis\""
+                .to_owned())
+        }
+        // Beside the gateway that owns the file: read, never lock or write.
+        StoreBackend::Sqlite { path } => {
+            BudgetStore::Sqlite(SqliteStore::open_reader(path).map_err(|e| e.to_string())?)
+        }
+        StoreBackend::Redis { .. } => budget::open(config).await.map_err(|e| e.to_string())?,
+    };
     let endpoint = match &store {
         BudgetStore::Redis(redis) => redis.endpoint().to_owned(),
+        BudgetStore::Sqlite(sqlite) => sqlite.path().display().to_string(),
         BudgetStore::Memory(_) => "memory".to_owned(),
     };
     store

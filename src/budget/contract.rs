@@ -5,8 +5,9 @@
 //! After every case the books must balance: per scope and period,
 //! `counter == folded + Σ ledger actual + Σ open reservations`.
 //!
-//! Backends: the memory store, Redis on 127.0.0.1:6379 (always running
-//! where the tests run), and a 3-primary Redis Cluster the tests start.
+//! Backends: the memory store, the SQLite store on a file of its own,
+//! Redis on 127.0.0.1:6379 (always running where the tests run), and a
+//! 3-primary Redis Cluster the tests start.
 //! Each runs every case on a store that charges an expired reservation its
 //! amount (the default), and the cases about expiry again on one that
 //! releases it (`on_expiry = "release"`).
@@ -27,7 +28,7 @@ use super::memory::testing::ManualClock;
 use super::{
     BudgetStore, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, MemoryStore, OnExpiry, Period,
     Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome,
-    Settlement, StoreError,
+    Settlement, SqliteStore, StoreError,
 };
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
@@ -115,6 +116,63 @@ impl Fixture for MemoryFixture {
     }
 }
 
+// === The SQLite fixture ===
+
+struct SqliteFixture {
+    store: SqliteStore,
+    clock: Arc<ManualClock>,
+    on_expiry: OnExpiry,
+    /// Holds the store's file; removed when the case ends.
+    _dir: tempfile::TempDir,
+}
+
+fn sqlite_fixture(on_expiry: OnExpiry) -> SqliteFixture {
+    let start = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(start));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tollgate.db");
+    SqliteFixture {
+        store: SqliteStore::with_clock(&path, EPSILON, on_expiry, clock.clone()),
+        clock,
+        on_expiry,
+        _dir: dir,
+    }
+}
+
+impl Fixture for SqliteFixture {
+    fn store(&self) -> BudgetStore {
+        BudgetStore::Sqlite(self.store.clone())
+    }
+
+    fn on_expiry(&self) -> OnExpiry {
+        self.on_expiry
+    }
+
+    async fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    async fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+
+    async fn sweep_expired(&self) -> usize {
+        self.store.sweep().await.unwrap()
+    }
+
+    async fn ledger(&self) -> Vec<LedgerEntry> {
+        self.store.ledger().await
+    }
+
+    async fn open_reservations(&self) -> (usize, UsdMicros) {
+        self.store.open_reservations().await.unwrap()
+    }
+
+    async fn reconcile(&self) -> Vec<Reconciliation> {
+        self.store.reconcile().await.unwrap()
+    }
+}
+
 /// Runs every case against one backend, each on a fresh fixture, and checks
 /// the books after it: every case on a store that charges expired
 /// reservations, and the cases about expiry again on one that releases
@@ -178,6 +236,7 @@ macro_rules! contract_tests {
 }
 
 contract_tests!(memory, |on_expiry| memory_fixture(on_expiry));
+contract_tests!(sqlite, |on_expiry| sqlite_fixture(on_expiry));
 contract_tests!(redis, |on_expiry| redis_fixture(on_expiry).await);
 contract_tests!(redis_cluster, |on_expiry| cluster_fixture(on_expiry).await);
 

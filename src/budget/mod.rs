@@ -32,6 +32,7 @@ mod contract;
 pub mod memory;
 mod open;
 pub mod redis;
+pub mod sqlite;
 
 use std::fmt;
 use std::time::Duration;
@@ -44,6 +45,7 @@ pub use crate::config::OnExpiry;
 pub use crate::period::Period;
 pub use memory::MemoryStore;
 pub use open::{open, tags, OpenError};
+pub use sqlite::{SqliteOpenError, SqliteStore};
 
 use crate::money::{UsdMicros, UsdMicrosDelta};
 use crate::usage::Usage;
@@ -56,6 +58,7 @@ pub const DEFAULT_LEDGER_RETENTION: Duration = Duration::from_secs(30 * 24 * 360
 #[derive(Clone)]
 pub enum BudgetStore {
     Memory(MemoryStore),
+    Sqlite(SqliteStore),
     Redis(RedisStore),
 }
 
@@ -65,6 +68,7 @@ impl BudgetStore {
     pub async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
         match self {
             BudgetStore::Memory(store) => Ok(store.reserve(request)),
+            BudgetStore::Sqlite(store) => store.reserve(request).await,
             BudgetStore::Redis(store) => store.reserve(request).await,
         }
     }
@@ -80,6 +84,7 @@ impl BudgetStore {
     ) -> Result<ClaimedReserve, StoreError> {
         match self {
             BudgetStore::Memory(store) => Ok(store.reserve_claimed(request, claim)),
+            BudgetStore::Sqlite(store) => store.reserve_claimed(request, claim).await,
             BudgetStore::Redis(store) => store.reserve_claimed(request, claim).await,
         }
     }
@@ -88,6 +93,7 @@ impl BudgetStore {
     pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
         match self {
             BudgetStore::Memory(store) => store.settle(settlement),
+            BudgetStore::Sqlite(store) => store.settle(settlement).await,
             BudgetStore::Redis(store) => store.settle(settlement).await,
         }
     }
@@ -101,6 +107,7 @@ impl BudgetStore {
     ) -> Result<SettleOutcome, StoreError> {
         match self {
             BudgetStore::Memory(store) => store.settle(settlement),
+            BudgetStore::Sqlite(store) => store.settle(settlement).await,
             BudgetStore::Redis(store) => store.settle_if_reserved(settlement).await,
         }
     }
@@ -109,6 +116,7 @@ impl BudgetStore {
     pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
         match self {
             BudgetStore::Memory(store) => Ok(store.scope_state(scope)),
+            BudgetStore::Sqlite(store) => store.scope_state(scope).await,
             BudgetStore::Redis(store) => store.scope_state(scope).await,
         }
     }
@@ -117,6 +125,7 @@ impl BudgetStore {
     pub async fn ping(&self) -> Result<(), StoreError> {
         match self {
             BudgetStore::Memory(_) => Ok(()),
+            BudgetStore::Sqlite(store) => store.ping().await,
             BudgetStore::Redis(store) => store.ping().await,
         }
     }
@@ -124,39 +133,43 @@ impl BudgetStore {
     pub fn backend_name(&self) -> &'static str {
         match self {
             BudgetStore::Memory(_) => "memory",
+            BudgetStore::Sqlite(_) => "sqlite",
             BudgetStore::Redis(_) => "redis",
         }
     }
 
     /// Expires due reservations, forgets old closed records and folds old
-    /// ledger entries under the given tags (see [`tag_for`]; the memory
-    /// store has no tags and sweeps everything); returns how many
+    /// ledger entries under the given tags (see [`tag_for`]; the memory and
+    /// SQLite stores have no tags and sweep everything); returns how many
     /// reservations expired.
     pub async fn sweep(&self, tags: &[String]) -> Result<usize, StoreError> {
         match self {
             BudgetStore::Memory(store) => Ok(store.sweep_expired()),
+            BudgetStore::Sqlite(store) => store.sweep().await,
             BudgetStore::Redis(store) => store.sweep_tags(tags).await,
         }
     }
 
     /// How many reservations are open under `tags` and the sum of their
-    /// amounts (the memory store ignores `tags` and counts all).
+    /// amounts (the memory and SQLite stores ignore `tags` and count all).
     pub async fn open_reservations(
         &self,
         tags: &[String],
     ) -> Result<(usize, UsdMicros), StoreError> {
         match self {
             BudgetStore::Memory(store) => Ok(store.open_reservations()),
+            BudgetStore::Sqlite(store) => store.open_reservations().await,
             BudgetStore::Redis(store) => store.open_reservations(tags).await,
         }
     }
 
     /// Every scope and period under `tags` with its counter beside its
     /// folded, ledger and open sums, sorted by scope and period (the memory
-    /// store ignores `tags` and reports all).
+    /// and SQLite stores ignore `tags` and report all).
     pub async fn reconcile(&self, tags: &[String]) -> Result<Vec<Reconciliation>, StoreError> {
         match self {
             BudgetStore::Memory(store) => Ok(store.reconcile()),
+            BudgetStore::Sqlite(store) => store.reconcile().await,
             BudgetStore::Redis(store) => store.reconcile(tags).await,
         }
     }

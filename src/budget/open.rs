@@ -1,25 +1,46 @@
 //! The store a config names, opened, and the hash tags its scopes' budget
 //! data lives under.
 
-use super::{tag_for, BudgetStore, MemoryStore, RedisStore, RedisUrlError};
+use super::{
+    tag_for, BudgetStore, MemoryStore, RedisStore, RedisUrlError, SqliteOpenError, SqliteStore,
+};
 use crate::config::{Config, StoreBackend};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     #[error("store.redis_url: {0}")]
     RedisUrl(#[from] RedisUrlError),
+    #[error("store.sqlite_path: {0}")]
+    Sqlite(#[from] SqliteOpenError),
 }
 
-/// Opens the budget store `config` names. The Redis store connects in the
+/// Opens the budget store `config` names. The SQLite store opens its file
+/// (or refuses to start, saying why); the Redis store connects in the
 /// background: the gateway starts while Redis is down, and its `/readyz`
 /// answers 503 until Redis does.
 pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
     let store = &config.store;
     Ok(match &store.backend {
-        StoreBackend::Memory => BudgetStore::Memory(
-            MemoryStore::new(store.settle_epsilon, store.on_expiry)
-                .with_ledger_retention(store.ledger_retention),
-        ),
+        StoreBackend::Memory => {
+            tracing::warn!(
+                "budget store: memory; every counter, hold and ledger entry is lost when \
+                 this process stops (for tests and benchmarks; use sqlite or redis to keep the books)"
+            );
+            BudgetStore::Memory(
+                MemoryStore::new(store.settle_epsilon, store.on_expiry)
+                    .with_ledger_retention(store.ledger_retention),
+            )
+        }
+        StoreBackend::Sqlite { path } => {
+            let sqlite = SqliteStore::open(
+                path,
+                store.settle_epsilon,
+                store.ledger_retention,
+                store.on_expiry,
+            )?;
+            tracing::info!(file = %path.display(), "budget store: sqlite");
+            BudgetStore::Sqlite(sqlite)
+        }
         StoreBackend::Redis { url } => {
             let redis = RedisStore::connect(
                 url.expose(),

@@ -37,6 +37,7 @@ const DEFAULT_RESERVATION_TTL_SECS: u64 = 900;
 const DEFAULT_SETTLE_EPSILON_USD: &str = "0.0001";
 const DEFAULT_PRICES_FILE: &str = "config/prices.toml";
 const DEFAULT_LEDGER_RETENTION_DAYS: u64 = 30;
+const DEFAULT_SQLITE_PATH: &str = "tollgate.db";
 /// Ten years: beyond that a retention is a typo.
 const MAX_LEDGER_RETENTION_DAYS: u64 = 3650;
 
@@ -130,8 +131,17 @@ impl Checker<'_> {
     }
 
     fn store(&self, raw: &RawStore, server: &ServerConfig) -> Result<StoreConfig, ConfigError> {
-        let backend = match raw.backend.as_deref().unwrap_or("memory") {
+        let backend = match raw.backend.as_deref().unwrap_or("sqlite") {
             "memory" => StoreBackend::Memory,
+            "sqlite" => {
+                let file = raw.sqlite_path.as_deref().unwrap_or(DEFAULT_SQLITE_PATH);
+                if file.trim().is_empty() {
+                    return Err(self.invalid("store.sqlite_path", "must not be empty"));
+                }
+                StoreBackend::Sqlite {
+                    path: self.beside_config(file),
+                }
+            }
             "redis" => {
                 let url = self
                     .secret_var(REDIS_URL_ENV)
@@ -160,7 +170,7 @@ impl Checker<'_> {
             other => {
                 return Err(self.invalid(
                     "store.backend",
-                    format!("{other:?} is not \"memory\" or \"redis\""),
+                    format!("{other:?} is not \"sqlite\", \"redis\" or \"memory\""),
                 ))
             }
         };
@@ -216,6 +226,15 @@ impl Checker<'_> {
             ledger_retention: Duration::from_secs(retention_days * 24 * 3600),
             on_expiry,
         })
+    }
+
+    /// A relative path, resolved against the config file's directory.
+    fn beside_config(&self, file: &str) -> PathBuf {
+        let path = Path::new(file);
+        match self.origin.parent() {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path.to_path_buf(),
+        }
     }
 
     fn prices(&self, file: Option<&str>) -> Result<PriceTable, ConfigError> {

@@ -17,7 +17,7 @@ mod tests;
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use glob::Pattern;
@@ -79,6 +79,11 @@ pub struct StoreConfig {
 #[derive(Clone, Debug)]
 pub enum StoreBackend {
     Memory,
+    /// The file, its relative path resolved against the config file's
+    /// directory.
+    Sqlite {
+        path: PathBuf,
+    },
     /// The URL may carry a password, hence a [`Secret`].
     Redis {
         url: Secret,

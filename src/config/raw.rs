@@ -41,6 +41,7 @@ pub(super) struct RawServer {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStore {
     pub backend: Option<String>,
+    pub sqlite_path: Option<String>,
     pub redis_url: Option<String>,
     pub reservation_ttl_secs: Option<u64>,
     pub settle_epsilon_usd: Option<toml::Value>,

@@ -108,7 +108,10 @@ fn shipped_config_loads() {
     assert_eq!(config.server.max_connections, 10_000);
     assert_eq!(config.server.upstream_timeout, Duration::from_secs(600));
     assert!(config.server.admin_key.is_none());
-    assert!(matches!(config.store.backend, StoreBackend::Memory));
+    match &config.store.backend {
+        StoreBackend::Sqlite { path } => assert_eq!(path, Path::new("config/tollgate.db")),
+        other => panic!("the shipped store is {other:?}"),
+    }
     assert_eq!(config.store.reservation_ttl, Duration::from_secs(900));
     assert_eq!(config.store.settle_epsilon, 100);
     assert_eq!(config.store.on_store_error, OnStoreError::Reject);
@@ -394,7 +397,7 @@ fn key_env_is_hashed_at_load_and_must_be_set() {
 fn redis_url(config: &Config) -> Option<&str> {
     match &config.store.backend {
         StoreBackend::Redis { url } => Some(url.expose()),
-        StoreBackend::Memory => None,
+        StoreBackend::Memory | StoreBackend::Sqlite { .. } => None,
     }
 }
 
@@ -593,4 +596,39 @@ fn on_expiry_defaults_to_charge_and_takes_release() {
     let error = error_after("[store]", "[store]\non_expiry = \"Release\"");
     assert!(error.contains("store.on_expiry"), "{error}");
     assert!(error.contains("\"charge\" or \"release\""), "{error}");
+}
+
+#[test]
+fn the_sqlite_store_is_the_default_and_its_path_is_relative_to_the_config() {
+    let text = base();
+    let env = fake_env(&[("BOB_KEY", "b")]);
+    let in_dir = Config::from_toml_str_with_env(&text, Path::new("/etc/tollgate/gw.toml"), &env);
+    match in_dir.unwrap().store.backend {
+        StoreBackend::Sqlite { path } => assert_eq!(path, Path::new("/etc/tollgate/tollgate.db")),
+        other => panic!("default store: {other:?}"),
+    }
+
+    let named = text.replacen("[store]", "[store]\nsqlite_path = \"data/books.db\"", 1);
+    let config = Config::from_toml_str_with_env(&named, Path::new("/srv/gw.toml"), &env).unwrap();
+    match config.store.backend {
+        StoreBackend::Sqlite { path } => assert_eq!(path, Path::new("/srv/data/books.db")),
+        other => panic!("{other:?}"),
+    }
+
+    let absolute = text.replacen("[store]", "[store]\nsqlite_path = \"/var/lib/tg.db\"", 1);
+    let config =
+        Config::from_toml_str_with_env(&absolute, Path::new("/srv/gw.toml"), &env).unwrap();
+    match config.store.backend {
+        StoreBackend::Sqlite { path } => assert_eq!(path, Path::new("/var/lib/tg.db")),
+        other => panic!("{other:?}"),
+    }
+
+    let empty = text.replacen("[store]", "[store]\nsqlite_path = \"\"", 1);
+    let message = load_with(&empty, &[("BOB_KEY", "b")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("store.sqlite_path: must not be empty"),
+        "{message}"
+    );
 }

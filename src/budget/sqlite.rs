@@ -1,0 +1,293 @@
+//! The embedded store, the default for a single gateway: the books in one
+//! SQLite file that survives a restart and a `kill -9` at any instant
+//! (DESIGN.md, "Stores").
+//!
+//! One thread owns the file (`writer`): every call is a job on its queue,
+//! and concurrent calls share one transaction and one commit. A call is
+//! answered only once its change is committed, so an answered reserve or
+//! settle is never lost by a crash. Time is the gateway's clock, read on
+//! that thread: with one process per file, it is the store's clock.
+//!
+//! `schema` opens the file (and locks it to one gateway), `books` holds the
+//! protocol's rules as statements.
+
+mod books;
+mod schema;
+#[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
+mod tests;
+mod writer;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use rusqlite::{Connection, TransactionBehavior};
+
+pub use schema::SqliteOpenError;
+
+use super::{
+    ClaimedReserve, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeState,
+    SettleOutcome, Settlement, StoreError, DEFAULT_LEDGER_RETENTION,
+};
+use crate::money::UsdMicros;
+use books::Rules;
+use writer::Job;
+
+/// How many due reservations one `reserve` expires (and closed records it
+/// forgets) before its own work; the periodic sweep takes the rest.
+const LAZY_SWEEP_LIMIT: usize = 64;
+
+/// A handle to the store; clones share the same file and writer.
+#[derive(Clone)]
+pub struct SqliteStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    queue: mpsc::Sender<Box<dyn Job>>,
+    path: PathBuf,
+    rules: Rules,
+    ledger_retention: TimeDelta,
+}
+
+/// What a store is opened with besides its file.
+struct Settings {
+    rules: Rules,
+    ledger_retention: Duration,
+}
+
+/// Where the store's time comes from: the wall clock, or in tests a clock
+/// moved by hand.
+#[derive(Clone)]
+pub(crate) enum Clock {
+    Wall,
+    #[cfg(test)]
+    Manual(Arc<super::memory::testing::ManualClock>),
+}
+
+impl Clock {
+    fn now(&self) -> DateTime<Utc> {
+        match self {
+            Clock::Wall => Utc::now(),
+            #[cfg(test)]
+            Clock::Manual(clock) => clock.now(),
+        }
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating or upgrading) the file at `path` as its one gateway.
+    /// A second process on the same file is refused, naming the holder.
+    pub fn open(
+        path: &Path,
+        settle_epsilon: UsdMicros,
+        ledger_retention: Duration,
+        on_expiry: OnExpiry,
+    ) -> Result<Self, SqliteOpenError> {
+        let (conn, lock) = schema::open_owner(path)?;
+        let rules = Rules {
+            epsilon: settle_epsilon,
+            on_expiry,
+        };
+        Ok(Self::start(
+            conn,
+            Clock::Wall,
+            TransactionBehavior::Immediate,
+            path,
+            Settings {
+                rules,
+                ledger_retention,
+            },
+            lock,
+        ))
+    }
+
+    /// Opens the file at `path` to read it beside the gateway that owns it
+    /// (`tollgate reconcile`): nothing is created, locked or written.
+    pub fn open_reader(path: &Path) -> Result<Self, SqliteOpenError> {
+        let conn = schema::open_reader(path)?;
+        let rules = Rules {
+            epsilon: 0,
+            on_expiry: OnExpiry::Charge,
+        };
+        Ok(Self::start(
+            conn,
+            Clock::Wall,
+            TransactionBehavior::Deferred,
+            path,
+            Settings {
+                rules,
+                ledger_retention: DEFAULT_LEDGER_RETENTION,
+            },
+            None,
+        ))
+    }
+
+    fn start(
+        conn: Connection,
+        clock: Clock,
+        behavior: TransactionBehavior,
+        path: &Path,
+        settings: Settings,
+        lock: impl Into<Option<schema::OwnerLock>>,
+    ) -> Self {
+        let (queue, jobs) = mpsc::channel();
+        let label = path.display().to_string();
+        let lock = lock.into();
+        // The thread owns the lock: it is released only once the last
+        // transaction is done, not when the last handle drops.
+        let spawned = std::thread::Builder::new()
+            .name("tollgate-sqlite".to_owned())
+            .spawn(move || {
+                let _lock = lock;
+                writer::run(conn, clock, behavior, jobs, label);
+            });
+        if let Err(error) = spawned {
+            // Every call then finds the queue closed and fails closed.
+            tracing::error!(%error, "could not start the store's writer thread");
+        }
+        SqliteStore {
+            shared: Arc::new(Shared {
+                queue,
+                path: path.to_owned(),
+                rules: settings.rules,
+                ledger_retention: to_delta(settings.ledger_retention),
+            }),
+        }
+    }
+
+    /// The file the store keeps its books in.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Runs `op` on the writer thread, in its next transaction.
+    async fn call<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&Connection, &Clock) -> rusqlite::Result<Result<T, StoreError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let answer = writer::call(&self.shared.queue, op)?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("the store's writer has stopped".to_owned()))?
+    }
+
+    /// Reserves `req.amount` against the key and its org, all or nothing;
+    /// a retry with the same `exec_id` gets the first answer.
+    pub async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
+        match self.reserve_under(req, None).await? {
+            ClaimedReserve::Ran(outcome) => Ok(outcome),
+            // Only a claim can make a duplicate.
+            ClaimedReserve::Duplicate => Err(StoreError::Refused(
+                "a reserve without a claim was called a duplicate".to_owned(),
+            )),
+        }
+    }
+
+    /// Reserves like [`SqliteStore::reserve`], unless an open reservation
+    /// under another exec id holds `claim`.
+    pub async fn reserve_claimed(
+        &self,
+        req: &ReserveRequest,
+        claim: &str,
+    ) -> Result<ClaimedReserve, StoreError> {
+        self.reserve_under(req, Some(claim.to_owned())).await
+    }
+
+    async fn reserve_under(
+        &self,
+        req: &ReserveRequest,
+        claim: Option<String>,
+    ) -> Result<ClaimedReserve, StoreError> {
+        let rules = self.shared.rules;
+        let req = req.clone();
+        let (outcome, expired) = self
+            .call(move |conn, clock| {
+                let now = clock.now();
+                let expired = books::expire_due(conn, rules, now, LAZY_SWEEP_LIMIT)?;
+                books::forget_due(conn, now, LAZY_SWEEP_LIMIT)?;
+                let outcome = books::reserve(conn, &req, claim.as_deref(), now)?;
+                Ok(Ok((outcome, expired)))
+            })
+            .await?;
+        self.log_expired(expired);
+        Ok(outcome)
+    }
+
+    /// Settles a reservation with its actual cost, exactly once.
+    pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
+        let rules = self.shared.rules;
+        let settlement = settlement.clone();
+        self.call(move |conn, clock| books::settle(conn, rules, &settlement, clock.now()))
+            .await
+    }
+
+    /// The scope's counters in the period current on the store's clock.
+    pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
+        let scope = scope.clone();
+        self.call(move |conn, clock| books::scope_state(conn, &scope, clock.now()).map(Ok))
+            .await
+    }
+
+    /// Whether the writer answers and the file can be read.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.call(|conn, _| {
+            conn.query_row("SELECT 1", [], |_| Ok(()))?;
+            Ok(Ok(()))
+        })
+        .await
+    }
+
+    /// Expires every reservation past its deadline, forgets closed records
+    /// past their retention and folds ledger entries older than the ledger
+    /// retention; returns how many expired.
+    pub async fn sweep(&self) -> Result<usize, StoreError> {
+        let rules = self.shared.rules;
+        let retention = self.shared.ledger_retention;
+        let expired = self
+            .call(move |conn, clock| {
+                let now = clock.now();
+                let expired = books::expire_due(conn, rules, now, usize::MAX)?;
+                books::forget_due(conn, now, usize::MAX)?;
+                books::fold_before(conn, books::before(now, retention))?;
+                Ok(Ok(expired))
+            })
+            .await?;
+        self.log_expired(expired);
+        Ok(expired)
+    }
+
+    /// How many reservations are open and the sum of their amounts.
+    pub async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
+        self.call(|conn, _| books::open_reservations(conn).map(Ok))
+            .await
+    }
+
+    /// Every scope and period in the file with its counter, folded sum,
+    /// ledger sum and open sum, sorted by scope and period.
+    pub async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
+        self.call(|conn, _| books::reconcile(conn).map(Ok)).await
+    }
+
+    fn log_expired(&self, expired: usize) {
+        if expired > 0 {
+            super::log_expired(None, expired, self.shared.rules.on_expiry);
+        }
+    }
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.shared.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn to_delta(duration: Duration) -> TimeDelta {
+    TimeDelta::from_std(duration).unwrap_or(TimeDelta::MAX)
+}

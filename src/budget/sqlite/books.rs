@@ -1,0 +1,758 @@
+//! The budget protocol over the SQLite tables: the same rules as the memory
+//! store's (`memory/state.rs`), as statements. Every function runs inside
+//! the writer's open transaction, with the store's time passed in, and
+//! checks everything it may refuse before it writes anything, so a refused
+//! call changes nothing even though it shares its transaction with others.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, SecondsFormat, TimeDelta, TimeZone, Utc};
+use rusqlite::{Connection, OptionalExtension, Row};
+
+use crate::budget::{
+    ClaimedReserve, Denial, LedgerEntry, LedgerStatus, OnExpiry, Reconciliation, ReserveOutcome,
+    ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError,
+};
+use crate::hosted::ToolCalls;
+use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
+use crate::period::Period;
+use crate::usage::Usage;
+
+type Sql<T> = rusqlite::Result<T>;
+
+/// The store's settings the rules read.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Rules {
+    /// How far above its reservation a settle may land before it counts as
+    /// an overrun.
+    pub epsilon: UsdMicros,
+    pub on_expiry: OnExpiry,
+}
+
+/// One reservation row, as the rules need it.
+struct Record {
+    state: RecordState,
+    amount: UsdMicros,
+    key: Charge,
+    org: Option<Charge>,
+    deadline: i64,
+    ttl_ms: i64,
+    claim: Option<String>,
+}
+
+enum RecordState {
+    Denied(Denial),
+    Open,
+    /// With what its expiry charged.
+    Expired(UsdMicros),
+    Settled(SettleOutcome),
+}
+
+/// A scope charged by a reservation, in the period current at reserve time.
+struct Charge {
+    kind: ScopeKind,
+    id: String,
+    period_id: String,
+    cap: UsdMicros,
+}
+
+const RECORD_COLUMNS: &str =
+    "state, amount_usd_micros, key_id, key_period_id, key_cap_usd_micros, \
+     org_id, org_period_id, org_cap_usd_micros, deadline, ttl_ms, claim, \
+     expiry_charged_usd_micros, settled_status, settled_actual_usd_micros, \
+     settled_key_remaining_usd_micros, denied_scope_kind, denied_scope_id, denied_period, \
+     denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at";
+
+impl Record {
+    fn load(conn: &Connection, exec_id: &str) -> Sql<Option<Record>> {
+        conn.prepare_cached(&format!(
+            "SELECT {RECORD_COLUMNS} FROM reservations WHERE exec_id = ?1"
+        ))?
+        .query_row([exec_id], Record::from_row)
+        .optional()
+    }
+
+    fn from_row(row: &Row<'_>) -> Sql<Record> {
+        let state: String = row.get(0)?;
+        let state = match state.as_str() {
+            "open" => RecordState::Open,
+            "expired" => RecordState::Expired(row.get(11)?),
+            "settled" => RecordState::Settled(SettleOutcome {
+                status: status_from(&row.get::<_, String>(12)?)?,
+                reserved: row.get(1)?,
+                actual: row.get(13)?,
+                applied: true,
+                key_remaining: row.get(14)?,
+            }),
+            "denied" => RecordState::Denied(Denial {
+                kind: kind_from(&row.get::<_, String>(15)?)?,
+                id: row.get(16)?,
+                period: row
+                    .get::<_, String>(17)?
+                    .parse::<Period>()
+                    .map_err(|e| invalid(e.to_string()))?,
+                cap: row.get(18)?,
+                remaining: row.get(19)?,
+                resets_at: row.get::<_, Option<i64>>(20)?.map(from_millis),
+            }),
+            other => return Err(invalid(format!("reservation state {other:?}"))),
+        };
+        let org = match row.get::<_, Option<String>>(5)? {
+            Some(id) => Some(Charge {
+                kind: ScopeKind::Org,
+                id,
+                period_id: row.get(6)?,
+                cap: row.get(7)?,
+            }),
+            None => None,
+        };
+        Ok(Record {
+            state,
+            amount: row.get(1)?,
+            key: Charge {
+                kind: ScopeKind::Key,
+                id: row.get(2)?,
+                period_id: row.get(3)?,
+                cap: row.get(4)?,
+            },
+            org,
+            deadline: row.get(8)?,
+            ttl_ms: row.get(9)?,
+            claim: row.get(10)?,
+        })
+    }
+
+    fn charges(&self) -> impl Iterator<Item = &Charge> {
+        std::iter::once(&self.key).chain(self.org.as_ref())
+    }
+
+    fn is_owned_by(&self, settlement: &Settlement) -> bool {
+        self.key.id == settlement.key
+            && self.org.as_ref().map(|org| org.id.as_str()) == settlement.org.as_deref()
+    }
+}
+
+/// Whether a reserve of `exec_id` under `claim` repeats a request still in
+/// flight: the claim is held by another exec id whose reservation is open
+/// and not past its deadline. The gateway's own retry (a known exec id) is
+/// never a duplicate.
+fn is_duplicate(conn: &Connection, exec_id: &str, claim: &str, now: i64) -> Sql<bool> {
+    if known(conn, exec_id)? {
+        return Ok(false);
+    }
+    conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM claims AS c JOIN reservations AS r ON r.exec_id = c.exec_id
+          WHERE c.claim = ?1 AND r.state = 'open' AND r.deadline > ?2)",
+    )?
+    .query_row((claim, now), |row| row.get(0))
+}
+
+fn known(conn: &Connection, exec_id: &str) -> Sql<bool> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM reservations WHERE exec_id = ?1)")?
+        .query_row([exec_id], |row| row.get(0))
+}
+
+/// Reserves `req.amount` against the key and its org, all or nothing (the
+/// first answer for a known exec id); under a `claim`, a duplicate of a
+/// request in flight is refused and a new reservation takes the claim.
+pub(super) fn reserve(
+    conn: &Connection,
+    req: &ReserveRequest,
+    claim: Option<&str>,
+    now: DateTime<Utc>,
+) -> Sql<ClaimedReserve> {
+    let now_ms = millis(now);
+    if let Some(claim) = claim {
+        if is_duplicate(conn, &req.exec_id, claim, now_ms)? {
+            return Ok(ClaimedReserve::Duplicate);
+        }
+    }
+    if let Some(record) = Record::load(conn, &req.exec_id)? {
+        return Ok(ClaimedReserve::Ran(match record.state {
+            RecordState::Denied(denial) => ReserveOutcome::Denied(denial),
+            _ => ReserveOutcome::Reserved,
+        }));
+    }
+    let ttl_ms = i64::try_from(req.ttl.as_millis()).unwrap_or(i64::MAX);
+    let key_period = req.key.period.id_at(now);
+    let org_period = req.org.as_ref().map(|org| org.period.id_at(now));
+    // The key is checked first, so when both would deny, the key is named.
+    let mut denial = check(conn, &req.key, &key_period, req.amount, now)?;
+    if let (None, Some(org), Some(period)) = (&denial, &req.org, &org_period) {
+        denial = check(conn, org, period, req.amount, now)?;
+    }
+    let org = req.org.as_ref();
+    conn.prepare_cached(
+        "INSERT INTO reservations (exec_id, state, key_id, key_period_id, key_cap_usd_micros,
+             org_id, org_period_id, org_cap_usd_micros, amount_usd_micros, claim, started_at,
+             deadline, ttl_ms, forget_at, denied_scope_kind, denied_scope_id, denied_period,
+             denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+             ?18, ?19, ?20)",
+    )?
+    .execute(rusqlite::params![
+        req.exec_id,
+        if denial.is_some() { "denied" } else { "open" },
+        req.key.id,
+        key_period,
+        req.key.cap,
+        org.map(|org| &org.id),
+        org_period,
+        org.map(|org| org.cap),
+        req.amount,
+        if denial.is_some() { None } else { claim },
+        now_ms,
+        now_ms.saturating_add(ttl_ms),
+        ttl_ms,
+        // A denial is closed at once, remembered one TTL for retries.
+        denial.as_ref().map(|_| now_ms.saturating_add(ttl_ms)),
+        denial.as_ref().map(|d| d.kind.as_str()),
+        denial.as_ref().map(|d| &d.id),
+        denial.as_ref().map(|d| d.period.as_str()),
+        denial.as_ref().map(|d| d.cap),
+        denial.as_ref().map(|d| d.remaining),
+        denial.as_ref().and_then(|d| d.resets_at).map(millis),
+    ])?;
+    if let Some(denial) = denial {
+        return Ok(ClaimedReserve::Ran(ReserveOutcome::Denied(denial)));
+    }
+    let amount = delta(req.amount);
+    move_counter(conn, ScopeKind::Key, &req.key.id, &key_period, 0, amount)?;
+    if let (Some(org), Some(period)) = (org, &org_period) {
+        move_counter(conn, ScopeKind::Org, &org.id, period, 0, amount)?;
+    }
+    if let Some(claim) = claim {
+        conn.prepare_cached("INSERT OR REPLACE INTO claims (claim, exec_id) VALUES (?1, ?2)")?
+            .execute((claim, &req.exec_id))?;
+    }
+    Ok(ClaimedReserve::Ran(ReserveOutcome::Reserved))
+}
+
+/// The denial if `amount` does not fit under the scope's cap in `period_id`.
+fn check(
+    conn: &Connection,
+    scope: &Scope,
+    period_id: &str,
+    amount: UsdMicros,
+    now: DateTime<Utc>,
+) -> Sql<Option<Denial>> {
+    let committed = committed(conn, scope.kind, &scope.id, period_id)?;
+    let fits = committed
+        .checked_add(amount)
+        .is_some_and(|total| total <= scope.cap);
+    Ok((!fits).then(|| Denial {
+        kind: scope.kind,
+        id: scope.id.clone(),
+        period: scope.period,
+        cap: scope.cap,
+        remaining: scope.cap.saturating_sub(committed),
+        resets_at: scope.period.resets_at(now),
+    }))
+}
+
+/// `spent + reserved` of one scope and period.
+fn committed(conn: &Connection, kind: ScopeKind, id: &str, period_id: &str) -> Sql<UsdMicros> {
+    let (spent, reserved) = counter(conn, kind, id, period_id)?;
+    Ok(spent.saturating_add(reserved))
+}
+
+/// `(spent, reserved)` of one scope and period.
+fn counter(
+    conn: &Connection,
+    kind: ScopeKind,
+    id: &str,
+    period_id: &str,
+) -> Sql<(UsdMicros, UsdMicros)> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT spent_usd_micros, reserved_usd_micros FROM counters
+              WHERE scope_kind = ?1 AND scope_id = ?2 AND period_id = ?3",
+        )?
+        .query_row((kind.as_str(), id, period_id), |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()?
+        .unwrap_or_default())
+}
+
+/// Moves one counter by signed amounts, never below zero (as the memory
+/// store's saturating arithmetic does).
+fn move_counter(
+    conn: &Connection,
+    kind: ScopeKind,
+    id: &str,
+    period_id: &str,
+    spent: UsdMicrosDelta,
+    reserved: UsdMicrosDelta,
+) -> Sql<()> {
+    conn.prepare_cached(
+        "INSERT INTO counters (scope_kind, scope_id, period_id, spent_usd_micros, reserved_usd_micros)
+         VALUES (?1, ?2, ?3, MAX(?4, 0), MAX(?5, 0))
+         ON CONFLICT (scope_kind, scope_id, period_id) DO UPDATE SET
+             spent_usd_micros = MAX(spent_usd_micros + ?4, 0),
+             reserved_usd_micros = MAX(reserved_usd_micros + ?5, 0)",
+    )?
+    .execute((kind.as_str(), id, period_id, spent, reserved))?;
+    Ok(())
+}
+
+/// Settles a reservation with its actual cost, exactly once.
+pub(super) fn settle(
+    conn: &Connection,
+    rules: Rules,
+    settlement: &Settlement,
+    now: DateTime<Utc>,
+) -> Sql<Result<SettleOutcome, StoreError>> {
+    let exec_id = &settlement.exec_id;
+    let out_of_range = || StoreError::OutOfRange {
+        exec_id: exec_id.clone(),
+    };
+    if settlement.actual > MAX_USD_MICROS {
+        return Ok(Err(out_of_range()));
+    }
+    let unknown = || StoreError::UnknownReservation(exec_id.clone());
+    let Some(record) = Record::load(conn, exec_id)? else {
+        return Ok(Err(unknown()));
+    };
+    let already_expired = match &record.state {
+        RecordState::Denied(_) => return Ok(Err(unknown())),
+        _ if !record.is_owned_by(settlement) => {
+            return Ok(Err(StoreError::OwnershipMismatch {
+                exec_id: exec_id.clone(),
+            }))
+        }
+        RecordState::Settled(first) => {
+            return Ok(Ok(SettleOutcome {
+                applied: false,
+                ..first.clone()
+            }))
+        }
+        RecordState::Expired(charged) => Some(*charged),
+        RecordState::Open => None,
+    };
+    // What the counters hold of this call (its amount while open, what
+    // expiry charged once expired) is replaced by the actual cost, unless a
+    // counter would then reach 2^53: checked before anything changes.
+    let held = already_expired.unwrap_or(record.amount);
+    for charge in record.charges() {
+        let committed = committed(conn, charge.kind, &charge.id, &charge.period_id)?;
+        let after = i128::from(committed) - i128::from(held) + i128::from(settlement.actual);
+        if after > i128::from(MAX_USD_MICROS) {
+            return Ok(Err(out_of_range()));
+        }
+    }
+    let now_ms = millis(now);
+    let expiry_charge = match already_expired {
+        None if record.deadline <= now_ms => Some(expire(conn, rules, exec_id, &record, now)?),
+        charged => charged,
+    };
+    let status = if expiry_charge.is_some() {
+        LedgerStatus::Late
+    } else if settlement.estimated {
+        LedgerStatus::Estimated
+    } else if settlement.actual > record.amount.saturating_add(rules.epsilon) {
+        LedgerStatus::Overrun
+    } else {
+        LedgerStatus::Ok
+    };
+    // On time, the reservation becomes the actual cost. Late, expiry already
+    // moved its amount out of `reserved` and charged what it charged: the
+    // actual cost replaces that charge.
+    let actual = delta(settlement.actual);
+    let (spent, reserved) = match expiry_charge {
+        None => (actual, -delta(record.amount)),
+        Some(charged) => (actual - delta(charged), 0),
+    };
+    for charge in record.charges() {
+        move_counter(
+            conn,
+            charge.kind,
+            &charge.id,
+            &charge.period_id,
+            spent,
+            reserved,
+        )?;
+    }
+    book(
+        conn,
+        &record,
+        &LedgerEntry {
+            exec_id: exec_id.clone(),
+            key: record.key.id.clone(),
+            org: record.org.as_ref().map(|org| org.id.clone()),
+            model: settlement.model.clone(),
+            usage: settlement.usage,
+            reserved: record.amount,
+            actual: actual - delta(expiry_charge.unwrap_or(0)),
+            status,
+            at: now,
+        },
+    )?;
+    let key_committed = committed(conn, ScopeKind::Key, &record.key.id, &record.key.period_id)?;
+    let outcome = SettleOutcome {
+        status,
+        reserved: record.amount,
+        actual: settlement.actual,
+        applied: true,
+        key_remaining: record.key.cap.saturating_sub(key_committed),
+    };
+    conn.prepare_cached(
+        "UPDATE reservations SET state = 'settled', forget_at = ?2, settled_status = ?3,
+             settled_actual_usd_micros = ?4, settled_key_remaining_usd_micros = ?5
+         WHERE exec_id = ?1",
+    )?
+    .execute((
+        exec_id,
+        now_ms.saturating_add(record.ttl_ms),
+        status.as_str(),
+        outcome.actual,
+        outcome.key_remaining,
+    ))?;
+    release_claim(conn, exec_id, &record)?;
+    Ok(Ok(outcome))
+}
+
+/// Expires up to `limit` open reservations whose deadline has come, oldest
+/// first; returns how many.
+pub(super) fn expire_due(
+    conn: &Connection,
+    rules: Rules,
+    now: DateTime<Utc>,
+    limit: usize,
+) -> Sql<usize> {
+    let due: Vec<String> = conn
+        .prepare_cached(
+            "SELECT exec_id FROM reservations WHERE state = 'open' AND deadline <= ?1
+              ORDER BY deadline LIMIT ?2",
+        )?
+        .query_map((millis(now), limit_arg(limit)), |row| row.get(0))?
+        .collect::<Sql<_>>()?;
+    let mut expired = 0;
+    for exec_id in &due {
+        if let Some(record) = Record::load(conn, exec_id)? {
+            expire(conn, rules, exec_id, &record, now)?;
+            expired += 1;
+        }
+    }
+    Ok(expired)
+}
+
+/// Closes an open reservation as expired: its amount leaves `reserved` and
+/// what `on_expiry` charges goes to `spent`, booked as an `expired` entry.
+/// The record is kept one more TTL, so every settle that can still come
+/// finds it (`late`). Returns what it charged.
+fn expire(
+    conn: &Connection,
+    rules: Rules,
+    exec_id: &str,
+    record: &Record,
+    now: DateTime<Utc>,
+) -> Sql<UsdMicros> {
+    let charged = match rules.on_expiry {
+        OnExpiry::Charge => record.amount,
+        OnExpiry::Release => 0,
+    };
+    for charge in record.charges() {
+        move_counter(
+            conn,
+            charge.kind,
+            &charge.id,
+            &charge.period_id,
+            delta(charged),
+            -delta(record.amount),
+        )?;
+    }
+    book(
+        conn,
+        record,
+        &LedgerEntry {
+            exec_id: exec_id.to_owned(),
+            key: record.key.id.clone(),
+            org: record.org.as_ref().map(|org| org.id.clone()),
+            model: String::new(),
+            usage: Usage::default(),
+            reserved: record.amount,
+            actual: delta(charged),
+            status: LedgerStatus::Expired,
+            at: now,
+        },
+    )?;
+    conn.prepare_cached(
+        "UPDATE reservations SET state = 'expired', forget_at = ?2, expiry_charged_usd_micros = ?3
+          WHERE exec_id = ?1",
+    )?
+    .execute((exec_id, millis(now).saturating_add(record.ttl_ms), charged))?;
+    release_claim(conn, exec_id, record)?;
+    Ok(charged)
+}
+
+/// Releases the claim a closing reservation held, unless a later
+/// reservation took it over.
+fn release_claim(conn: &Connection, exec_id: &str, record: &Record) -> Sql<()> {
+    if let Some(claim) = &record.claim {
+        conn.prepare_cached("DELETE FROM claims WHERE claim = ?1 AND exec_id = ?2")?
+            .execute((claim, exec_id))?;
+    }
+    Ok(())
+}
+
+/// Drops up to `limit` closed records whose retention has passed.
+pub(super) fn forget_due(conn: &Connection, now: DateTime<Utc>, limit: usize) -> Sql<usize> {
+    conn.prepare_cached(
+        "DELETE FROM reservations WHERE exec_id IN (
+             SELECT exec_id FROM reservations WHERE forget_at <= ?1 LIMIT ?2)",
+    )?
+    .execute((millis(now), limit_arg(limit)))
+}
+
+/// Moves the ledger entries booked before `cutoff` into the folded sums of
+/// the counters they charged, and deletes them.
+pub(super) fn fold_before(conn: &Connection, cutoff: DateTime<Utc>) -> Sql<usize> {
+    let cutoff = rfc3339(cutoff);
+    for (kind, id, period) in [
+        ("key", "key", "key_period_id"),
+        ("org", "org", "org_period_id"),
+    ] {
+        conn.prepare_cached(&format!(
+            "INSERT INTO counters (scope_kind, scope_id, period_id, folded_usd_micros)
+             SELECT '{kind}', {id}, {period}, SUM(actual_usd_micros) FROM ledger
+              WHERE at < ?1 AND {id} IS NOT NULL GROUP BY {id}, {period}
+             ON CONFLICT (scope_kind, scope_id, period_id) DO UPDATE SET
+                 folded_usd_micros = folded_usd_micros + excluded.folded_usd_micros"
+        ))?
+        .execute([&cutoff])?;
+    }
+    conn.prepare_cached("DELETE FROM ledger WHERE at < ?1")?
+        .execute([&cutoff])
+}
+
+/// Appends one ledger entry, with the periods it charged.
+fn book(conn: &Connection, record: &Record, entry: &LedgerEntry) -> Sql<()> {
+    conn.prepare_cached(
+        "INSERT INTO ledger (exec_id, key, org, model, input_tokens, cached_input_tokens,
+             cache_write_tokens, output_tokens, tool_calls, reserved_usd_micros,
+             actual_usd_micros, status, at, key_period_id, org_period_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    )?
+    .execute(rusqlite::params![
+        entry.exec_id,
+        entry.key,
+        entry.org,
+        entry.model,
+        entry.usage.input,
+        entry.usage.cached_input,
+        entry.usage.cache_write,
+        entry.usage.output,
+        tool_calls_json(&entry.usage.tool_calls),
+        entry.reserved,
+        entry.actual,
+        entry.status.as_str(),
+        rfc3339(entry.at),
+        record.key.period_id,
+        record.org.as_ref().map(|org| &org.period_id),
+    ])?;
+    Ok(())
+}
+
+/// The scope's counters in the period current at `now`.
+pub(super) fn scope_state(conn: &Connection, scope: &Scope, now: DateTime<Utc>) -> Sql<ScopeState> {
+    let period_id = scope.period.id_at(now);
+    let (spent, reserved) = counter(conn, scope.kind, &scope.id, &period_id)?;
+    Ok(ScopeState {
+        period_id,
+        spent,
+        reserved,
+        resets_at: scope.period.resets_at(now),
+    })
+}
+
+/// How many reservations are open and the sum of their amounts.
+pub(super) fn open_reservations(conn: &Connection) -> Sql<(usize, UsdMicros)> {
+    conn.prepare_cached(
+        "SELECT COUNT(*), COALESCE(SUM(amount_usd_micros), 0) FROM reservations
+          WHERE state = 'open'",
+    )?
+    .query_row([], |row| {
+        let count: i64 = row.get(0)?;
+        Ok((usize::try_from(count).unwrap_or(0), row.get(1)?))
+    })
+}
+
+/// Every scope and period with its counter, folded sum, ledger sum and
+/// open sum, sorted by scope and period.
+pub(super) fn reconcile(conn: &Connection) -> Sql<Vec<Reconciliation>> {
+    let mut rows = Rows::default();
+    let mut counters = conn.prepare(
+        "SELECT scope_kind, scope_id, period_id, spent_usd_micros + reserved_usd_micros,
+                folded_usd_micros FROM counters",
+    )?;
+    let mut found = counters.query([])?;
+    while let Some(found) = found.next()? {
+        let r = rows.get(
+            kind_from(&found.get::<_, String>(0)?)?,
+            found.get(1)?,
+            found.get(2)?,
+        );
+        r.counter = found.get(3)?;
+        r.folded = found.get(4)?;
+    }
+    for (kind, id, period) in [
+        (ScopeKind::Key, "key", "key_period_id"),
+        (ScopeKind::Org, "org", "org_period_id"),
+    ] {
+        let mut ledger = conn.prepare(&format!(
+            "SELECT {id}, {period}, SUM(actual_usd_micros) FROM ledger
+              WHERE {id} IS NOT NULL GROUP BY {id}, {period}"
+        ))?;
+        let mut found = ledger.query([])?;
+        while let Some(found) = found.next()? {
+            rows.get(kind, found.get(0)?, found.get(1)?).ledger = found.get(2)?;
+        }
+    }
+    for (kind, id, period) in [
+        (ScopeKind::Key, "key_id", "key_period_id"),
+        (ScopeKind::Org, "org_id", "org_period_id"),
+    ] {
+        let mut open = conn.prepare(&format!(
+            "SELECT {id}, {period}, SUM(amount_usd_micros) FROM reservations
+              WHERE state = 'open' AND {id} IS NOT NULL GROUP BY {id}, {period}"
+        ))?;
+        let mut found = open.query([])?;
+        while let Some(found) = found.next()? {
+            rows.get(kind, found.get(0)?, found.get(1)?).open = found.get(2)?;
+        }
+    }
+    Ok(rows.0.into_values().collect())
+}
+
+/// Reconciliation rows by scope and period, in order.
+#[derive(Default)]
+struct Rows(BTreeMap<(ScopeKind, String, String), Reconciliation>);
+
+impl Rows {
+    fn get(&mut self, kind: ScopeKind, id: String, period_id: String) -> &mut Reconciliation {
+        self.0
+            .entry((kind, id.clone(), period_id.clone()))
+            .or_insert_with(|| Reconciliation {
+                kind,
+                id,
+                period_id,
+                counter: 0,
+                folded: 0,
+                ledger: 0,
+                open: 0,
+            })
+    }
+}
+
+/// Every ledger entry not yet folded, oldest first.
+#[cfg(test)]
+pub(super) fn ledger(conn: &Connection) -> Sql<Vec<LedgerEntry>> {
+    let mut statement = conn.prepare(
+        "SELECT exec_id, key, org, model, input_tokens, cached_input_tokens, cache_write_tokens,
+                output_tokens, tool_calls, reserved_usd_micros, actual_usd_micros, status, at
+           FROM ledger ORDER BY seq",
+    )?;
+    let entries = statement.query_map([], |row| {
+        let at: String = row.get(12)?;
+        Ok(LedgerEntry {
+            exec_id: row.get(0)?,
+            key: row.get(1)?,
+            org: row.get(2)?,
+            model: row.get(3)?,
+            usage: Usage {
+                input: row.get(4)?,
+                cached_input: row.get(5)?,
+                cache_write: row.get(6)?,
+                output: row.get(7)?,
+                tool_calls: tool_calls_from(row.get::<_, Option<String>>(8)?.as_deref())?,
+            },
+            reserved: row.get(9)?,
+            actual: row.get(10)?,
+            status: status_from(&row.get::<_, String>(11)?)?,
+            at: DateTime::parse_from_rfc3339(&at)
+                .map_err(|e| invalid(e.to_string()))?
+                .with_timezone(&Utc),
+        })
+    })?;
+    entries.collect()
+}
+
+/// `{"web_search": 2}`, or `NULL` for a call that used no hosted tool.
+fn tool_calls_json(calls: &ToolCalls) -> Option<String> {
+    if calls.is_empty() {
+        return None;
+    }
+    let map: serde_json::Map<String, serde_json::Value> = calls
+        .iter()
+        .filter(|(_, count)| *count > 0)
+        .map(|(tool, count)| (tool.name().to_owned(), count.into()))
+        .collect();
+    Some(serde_json::Value::Object(map).to_string())
+}
+
+#[cfg(test)]
+fn tool_calls_from(text: Option<&str>) -> Sql<ToolCalls> {
+    let mut calls = ToolCalls::NONE;
+    let Some(text) = text else {
+        return Ok(calls);
+    };
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?;
+    for (name, count) in map {
+        let tool =
+            crate::hosted::HostedTool::from_name(&name).ok_or_else(|| invalid(name.clone()))?;
+        calls.set(tool, count.as_u64().unwrap_or(0));
+    }
+    Ok(calls)
+}
+
+fn status_from(text: &str) -> Sql<LedgerStatus> {
+    Ok(match text {
+        "ok" => LedgerStatus::Ok,
+        "overrun" => LedgerStatus::Overrun,
+        "estimated" => LedgerStatus::Estimated,
+        "late" => LedgerStatus::Late,
+        "expired" => LedgerStatus::Expired,
+        other => return Err(invalid(format!("ledger status {other:?}"))),
+    })
+}
+
+fn kind_from(text: &str) -> Sql<ScopeKind> {
+    match text {
+        "key" => Ok(ScopeKind::Key),
+        "org" => Ok(ScopeKind::Org),
+        other => Err(invalid(format!("scope kind {other:?}"))),
+    }
+}
+
+/// A value in the file this binary does not understand.
+fn invalid(what: String) -> rusqlite::Error {
+    rusqlite::Error::InvalidColumnType(0, what, rusqlite::types::Type::Text)
+}
+
+fn limit_arg(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+pub(super) fn millis(at: DateTime<Utc>) -> i64 {
+    at.timestamp_millis()
+}
+
+fn from_millis(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// The ledger's time format: sorts as text in time order, and reads as a
+/// time to a person and to SQLite's date functions.
+fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// `now - retention`, or the start of time.
+pub(super) fn before(now: DateTime<Utc>, retention: TimeDelta) -> DateTime<Utc> {
+    now.checked_sub_signed(retention)
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}

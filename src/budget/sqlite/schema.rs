@@ -1,0 +1,428 @@
+//! The SQLite file: its tables, its schema version, and opening it — as the
+//! one gateway that owns it (created or upgraded in place, locked against a
+//! second gateway) or as a reader beside a running gateway (`tollgate
+//! reconcile`).
+//!
+//! The tables are documented for operators (README, "The SQLite store"):
+//! `ledger` may be queried read-only while the gateway runs.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+
+/// The schema this binary writes. A file with a lower version is upgraded
+/// in place by [`MIGRATIONS`]; a file with a higher one is refused.
+pub(super) const SCHEMA_VERSION: u32 = 1;
+
+/// The statements that take a file from version `i + 1` to `i + 2`, in
+/// order; empty while version 1 is the only one.
+const MIGRATIONS: &[&str] = &[];
+
+/// Version 1, created on an empty file.
+const CREATE: &str = "
+CREATE TABLE meta (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- One row per scope and period. `spent + reserved` is the counter a
+-- reserve checks against the cap; `folded` is the sum of the ledger
+-- entries of this period moved out of `ledger` by retention.
+CREATE TABLE counters (
+    scope_kind          TEXT    NOT NULL,   -- 'key' | 'org'
+    scope_id            TEXT    NOT NULL,
+    period_id           TEXT    NOT NULL,   -- '2026-11-30', '2026-11', 'total', ...
+    spent_usd_micros    INTEGER NOT NULL DEFAULT 0,
+    reserved_usd_micros INTEGER NOT NULL DEFAULT 0,
+    folded_usd_micros   INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (scope_kind, scope_id, period_id)
+) WITHOUT ROWID;
+
+-- One row per call the gateway reserved (or was denied), kept while open
+-- and, once closed, as long as a retry of it can still arrive.
+CREATE TABLE reservations (
+    exec_id             TEXT    PRIMARY KEY,
+    state               TEXT    NOT NULL,   -- 'open' | 'settled' | 'expired' | 'denied'
+    key_id              TEXT    NOT NULL,
+    key_period_id       TEXT    NOT NULL,
+    key_cap_usd_micros  INTEGER NOT NULL,
+    org_id              TEXT,
+    org_period_id       TEXT,
+    org_cap_usd_micros  INTEGER,
+    amount_usd_micros   INTEGER NOT NULL,
+    claim               TEXT,               -- the client's Idempotency-Key
+    started_at          INTEGER NOT NULL,   -- Unix milliseconds
+    deadline            INTEGER NOT NULL,   -- Unix milliseconds
+    ttl_ms              INTEGER NOT NULL,
+    forget_at           INTEGER,            -- set once closed
+    expiry_charged_usd_micros INTEGER,      -- 'expired': what expiry charged
+    settled_status      TEXT,               -- 'settled': the first answer
+    settled_actual_usd_micros INTEGER,
+    settled_key_remaining_usd_micros INTEGER,
+    denied_scope_kind   TEXT,               -- 'denied': the first answer
+    denied_scope_id     TEXT,
+    denied_period       TEXT,
+    denied_cap_usd_micros INTEGER,
+    denied_remaining_usd_micros INTEGER,
+    denied_resets_at    INTEGER
+) WITHOUT ROWID;
+CREATE INDEX reservations_open_by_deadline ON reservations (deadline) WHERE state = 'open';
+CREATE INDEX reservations_closed_by_forget_at ON reservations (forget_at) WHERE forget_at IS NOT NULL;
+
+-- Idempotency-Key claims held by open reservations.
+CREATE TABLE claims (
+    claim   TEXT PRIMARY KEY,
+    exec_id TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- One row per settled, expired or late entry: what moved the counters of
+-- the key (in `key_period_id`) and of its org (in `org_period_id`).
+CREATE TABLE ledger (
+    seq                 INTEGER PRIMARY KEY,
+    exec_id             TEXT    NOT NULL,
+    key                 TEXT    NOT NULL,
+    org                 TEXT,
+    model               TEXT    NOT NULL,
+    input_tokens        INTEGER NOT NULL,
+    cached_input_tokens INTEGER NOT NULL,
+    cache_write_tokens  INTEGER NOT NULL,
+    output_tokens       INTEGER NOT NULL,
+    tool_calls          TEXT,               -- JSON, e.g. {\"web_search\": 2}
+    reserved_usd_micros INTEGER NOT NULL,
+    actual_usd_micros   INTEGER NOT NULL,
+    status              TEXT    NOT NULL,   -- ok | overrun | estimated | late | expired
+    at                  TEXT    NOT NULL,   -- RFC 3339 UTC, milliseconds
+    key_period_id       TEXT    NOT NULL,
+    org_period_id       TEXT
+);
+CREATE INDEX ledger_by_time ON ledger (at);
+";
+
+/// Why the store's file could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum SqliteOpenError {
+    #[error(
+        "{path} is in use by another tollgate process ({holder}); \
+         one gateway per file: stop it, or give this one another store.sqlite_path"
+    )]
+    Locked { path: PathBuf, holder: String },
+    #[error("cannot open the store at {path}: {reason}")]
+    Open { path: PathBuf, reason: String },
+    #[error(
+        "{path} was written by a newer tollgate (schema version {found}; this binary \
+         reads up to {SCHEMA_VERSION}): run the newer binary, or restore a backup"
+    )]
+    Newer { path: PathBuf, found: u32 },
+    #[error(
+        "{path} has schema version {found}; start the gateway on it once to upgrade it \
+         to version {SCHEMA_VERSION}"
+    )]
+    Older { path: PathBuf, found: u32 },
+    #[error("{path} is not a tollgate store: {reason}")]
+    Foreign { path: PathBuf, reason: String },
+    #[error("{path} is damaged ({reason}); restore it from a backup")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+/// The exclusive lock on `<file>.lock` that makes one gateway the only
+/// writer of a file; released when dropped (or when the process dies, as
+/// the kernel drops the lock with the descriptor).
+pub(super) struct OwnerLock {
+    _file: File,
+}
+
+/// Opens `path` as its one owner: takes the lock, creates or upgrades the
+/// schema, and checks the file is whole.
+pub(super) fn open_owner(path: &Path) -> Result<(Connection, OwnerLock), SqliteOpenError> {
+    let open_error = |reason: String| SqliteOpenError::Open {
+        path: path.to_owned(),
+        reason,
+    };
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
+            return Err(open_error(format!(
+                "its directory {} does not exist",
+                dir.display()
+            )))
+        }
+        _ => {}
+    }
+    let lock = lock(path)?;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut conn =
+        Connection::open_with_flags(path, flags).map_err(|e| open_error(e.to_string()))?;
+    configure(&conn).map_err(|e| classify(path, e))?;
+    check_whole(path, &conn)?;
+    create_or_upgrade(path, &mut conn)?;
+    Ok((conn, lock))
+}
+
+/// Opens `path` to read beside the gateway that owns it: no lock, nothing
+/// created, and a file of another schema version refused.
+pub(super) fn open_reader(path: &Path) -> Result<Connection, SqliteOpenError> {
+    let open_error = |reason: String| SqliteOpenError::Open {
+        path: path.to_owned(),
+        reason,
+    };
+    if !path.is_file() {
+        return Err(open_error("no such file".to_owned()));
+    }
+    // Read-write without create: a reader may have to replay the WAL of a
+    // gateway that was killed, which needs write access to the `-shm` file.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(e.to_string()))?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(|e| classify(path, e))?;
+    match version(&conn).map_err(|e| classify(path, e))? {
+        None => Err(SqliteOpenError::Foreign {
+            path: path.to_owned(),
+            reason: "it has no tollgate schema".to_owned(),
+        }),
+        Some(found) if found > SCHEMA_VERSION => Err(SqliteOpenError::Newer {
+            path: path.to_owned(),
+            found,
+        }),
+        Some(found) if found < SCHEMA_VERSION => Err(SqliteOpenError::Older {
+            path: path.to_owned(),
+            found,
+        }),
+        Some(_) => Ok(conn),
+    }
+}
+
+/// Takes the owner lock, or names the process that holds it.
+fn lock(path: &Path) -> Result<OwnerLock, SqliteOpenError> {
+    let lock_path = lock_path(path);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|e| SqliteOpenError::Open {
+            path: path.to_owned(),
+            reason: format!("cannot create its lock file {}: {e}", lock_path.display()),
+        })?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            // The holder wrote its pid when it took the lock; an unreadable
+            // file still refuses, it only names no one.
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => "holder unknown".to_owned(),
+                text => text.to_owned(),
+            };
+            return Err(SqliteOpenError::Locked {
+                path: path.to_owned(),
+                holder,
+            });
+        }
+        Err(TryLockError::Error(e)) => {
+            return Err(SqliteOpenError::Open {
+                path: path.to_owned(),
+                reason: format!("cannot lock {}: {e}", lock_path.display()),
+            })
+        }
+    }
+    let holder = format!("pid {}", std::process::id());
+    let written = file
+        .set_len(0)
+        .and_then(|()| file.seek(SeekFrom::Start(0)))
+        .and_then(|_| file.write_all(holder.as_bytes()));
+    if let Err(e) = written {
+        tracing::warn!(file = %lock_path.display(), error = %e, "could not record this process in the lock file");
+    }
+    Ok(OwnerLock { _file: file })
+}
+
+/// The lock file beside the store: `tollgate.db` → `tollgate.db.lock`.
+pub(super) fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// The settings every owner connection runs with.
+///
+/// WAL with `synchronous = NORMAL`: a commit is written to the WAL file
+/// before the call is answered, so it survives the process being killed at
+/// any instant; the WAL is synced to the disk at each checkpoint, not at
+/// each commit, so a power loss or kernel crash can lose the calls of the
+/// last moments before it (never the file's integrity). Syncing every commit
+/// (`FULL`) would cost a disk flush per call.
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(Duration::from_secs(5))?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(journal_mode = %mode, "the store's file could not switch to WAL");
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+/// Refuses a file SQLite cannot read, or whose pages are damaged, rather
+/// than serving from a store that has lost its books.
+fn check_whole(path: &Path, conn: &Connection) -> Result<(), SqliteOpenError> {
+    let verdict: String = conn
+        .query_row("PRAGMA quick_check", [], |row| row.get(0))
+        .map_err(|e| classify(path, e))?;
+    if verdict == "ok" {
+        Ok(())
+    } else {
+        Err(SqliteOpenError::Corrupt {
+            path: path.to_owned(),
+            reason: verdict,
+        })
+    }
+}
+
+/// Creates the schema on an empty file, upgrades an older one in place,
+/// refuses a newer one or one that holds something else.
+fn create_or_upgrade(path: &Path, conn: &mut Connection) -> Result<(), SqliteOpenError> {
+    let fail = |e: rusqlite::Error| classify(path, e);
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(fail)?;
+    let tables: i64 = tx
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table'",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(fail)?;
+    match version(&tx).map_err(fail)? {
+        None if tables == 0 => {
+            tx.execute_batch(CREATE).map_err(fail)?;
+            tx.execute(
+                "INSERT INTO meta (name, value) VALUES ('schema_version', ?1), ('created_at', ?2)",
+                (
+                    SCHEMA_VERSION.to_string(),
+                    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                ),
+            )
+            .map_err(fail)?;
+            tracing::info!(file = %path.display(), version = SCHEMA_VERSION, "created the store");
+        }
+        None => {
+            return Err(SqliteOpenError::Foreign {
+                path: path.to_owned(),
+                reason: "it holds tables but no tollgate schema version".to_owned(),
+            })
+        }
+        Some(found) if found > SCHEMA_VERSION => {
+            return Err(SqliteOpenError::Newer {
+                path: path.to_owned(),
+                found,
+            })
+        }
+        Some(found) => {
+            migrate(&tx, found, MIGRATIONS).map_err(fail)?;
+            if found < SCHEMA_VERSION {
+                tracing::info!(file = %path.display(), from = found, to = SCHEMA_VERSION, "upgraded the store");
+            }
+        }
+    }
+    tx.commit().map_err(fail)
+}
+
+/// Runs the steps from version `found` on, inside the caller's transaction,
+/// and records the version reached.
+fn migrate(conn: &Connection, found: u32, steps: &[&str]) -> rusqlite::Result<()> {
+    let from = usize::try_from(found.saturating_sub(1)).unwrap_or(usize::MAX);
+    let mut reached = found;
+    for step in steps.iter().skip(from) {
+        conn.execute_batch(step)?;
+        reached += 1;
+    }
+    conn.execute(
+        "UPDATE meta SET value = ?1 WHERE name = 'schema_version'",
+        [reached.to_string()],
+    )?;
+    Ok(())
+}
+
+/// The file's schema version; `None` when it has no `meta` table.
+fn version(conn: &Connection) -> rusqlite::Result<Option<u32>> {
+    let has_meta: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'meta')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !has_meta {
+        return Ok(None);
+    }
+    let text: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(text.and_then(|text| text.parse().ok()))
+}
+
+/// Names what went wrong opening the file: damage, a file that is not a
+/// database, or anything else SQLite reports.
+fn classify(path: &Path, error: rusqlite::Error) -> SqliteOpenError {
+    use rusqlite::ErrorCode;
+    match error.sqlite_error_code() {
+        Some(ErrorCode::DatabaseCorrupt) => SqliteOpenError::Corrupt {
+            path: path.to_owned(),
+            reason: error.to_string(),
+        },
+        Some(ErrorCode::NotADatabase) => SqliteOpenError::Foreign {
+            path: path.to_owned(),
+            reason: error.to_string(),
+        },
+        _ => SqliteOpenError::Open {
+            path: path.to_owned(),
+            reason: error.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_run_from_the_found_version_and_record_the_version_reached() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+             INSERT INTO meta VALUES ('schema_version', '2');",
+        )
+        .unwrap();
+        let steps = [
+            "CREATE TABLE from_one (x);",
+            "CREATE TABLE from_two (x);",
+            "CREATE TABLE from_three (x);",
+        ];
+        migrate(&conn, 2, &steps).unwrap();
+        assert_eq!(version(&conn).unwrap(), Some(4));
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_schema WHERE name LIKE 'from_%' ORDER BY name")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(tables, ["from_three", "from_two"]);
+    }
+
+    #[test]
+    fn lock_path_sits_beside_the_file() {
+        assert_eq!(
+            lock_path(Path::new("/var/lib/tollgate/tollgate.db")),
+            PathBuf::from("/var/lib/tollgate/tollgate.db.lock")
+        );
+    }
+}

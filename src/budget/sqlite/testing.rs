@@ -1,0 +1,73 @@
+//! Test control over the SQLite store: its clock, its ledger read back
+//! whole, and a size limit standing in for a full disk. Compiled only into
+//! tests.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rusqlite::TransactionBehavior;
+
+use super::{books, schema, Clock, Rules, Settings, SqliteStore};
+use crate::budget::memory::testing::ManualClock;
+use crate::budget::{LedgerEntry, OnExpiry, StoreError, DEFAULT_LEDGER_RETENTION};
+use crate::money::UsdMicros;
+
+impl SqliteStore {
+    /// A store on the file at `path` (waiting for a store on it that was
+    /// just dropped to let go) whose every deadline and period id
+    /// comes from `clock`.
+    pub(crate) fn with_clock(
+        path: &Path,
+        settle_epsilon: UsdMicros,
+        on_expiry: OnExpiry,
+        clock: Arc<ManualClock>,
+    ) -> Self {
+        // A store on the same file dropped just before may still be letting
+        // go of it on its writer thread.
+        let mut tries = 0;
+        let (conn, lock) = loop {
+            match schema::open_owner(path) {
+                Err(schema::SqliteOpenError::Locked { .. }) if tries < 200 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                opened => break opened.unwrap(),
+            }
+        };
+        Self::start(
+            conn,
+            Clock::Manual(clock),
+            TransactionBehavior::Immediate,
+            path,
+            Settings {
+                rules: Rules {
+                    epsilon: settle_epsilon,
+                    on_expiry,
+                },
+                ledger_retention: DEFAULT_LEDGER_RETENTION,
+            },
+            lock,
+        )
+    }
+
+    /// Every ledger entry not yet folded, oldest first.
+    pub(crate) async fn ledger(&self) -> Vec<LedgerEntry> {
+        self.call(|conn, _| books::ledger(conn).map(Ok))
+            .await
+            .unwrap()
+    }
+
+    /// Caps the file at `pages` pages (`None`: no cap), as a full disk
+    /// would: a transaction that needs more fails with `SQLITE_FULL`.
+    pub(crate) async fn limit_pages(&self, pages: Option<u32>) -> Result<(), StoreError> {
+        self.call(move |conn, _| {
+            let pages = pages.map_or(i64::from(u32::MAX) * 4, i64::from);
+            let _: i64 =
+                conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |row| {
+                    row.get(0)
+                })?;
+            Ok(Ok(()))
+        })
+        .await
+    }
+}

@@ -1,0 +1,409 @@
+//! What only the SQLite store has to prove: its books outlive the process,
+//! one gateway owns a file, the schema is versioned, and a file or disk in
+//! trouble is refused or fails closed, never read as an empty store. The
+//! protocol itself is the contract suite's (`budget/contract.rs`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use rusqlite::Connection;
+
+use super::schema::{lock_path, SCHEMA_VERSION};
+use super::{SqliteOpenError, SqliteStore};
+use crate::budget::memory::testing::ManualClock;
+use crate::budget::{
+    LedgerStatus, OnExpiry, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind, Settlement,
+    StoreError, DEFAULT_LEDGER_RETENTION,
+};
+use crate::usage::Usage;
+
+fn open(path: &Path) -> Result<SqliteStore, SqliteOpenError> {
+    SqliteStore::open(path, 100, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
+}
+
+fn key(cap: u64) -> Scope {
+    Scope {
+        kind: ScopeKind::Key,
+        id: "alice".to_owned(),
+        cap,
+        period: Period::Day,
+    }
+}
+
+fn request(exec_id: &str, amount: u64) -> ReserveRequest {
+    ReserveRequest {
+        exec_id: exec_id.to_owned(),
+        key: key(10_000),
+        org: None,
+        amount,
+        ttl: Duration::from_secs(60),
+    }
+}
+
+fn settlement(exec_id: &str, actual: u64) -> Settlement {
+    Settlement {
+        exec_id: exec_id.to_owned(),
+        key: "alice".to_owned(),
+        org: None,
+        model: "gpt-4o-mini".to_owned(),
+        usage: Usage {
+            input: 10,
+            output: 5,
+            ..Usage::default()
+        },
+        actual,
+        estimated: false,
+    }
+}
+
+fn db(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("tollgate.db")
+}
+
+/// Waits for the writer thread of a dropped store to let go of the file.
+async fn reopen(path: &Path) -> SqliteStore {
+    for _ in 0..100 {
+        match open(path) {
+            Ok(store) => return store,
+            Err(SqliteOpenError::Locked { .. }) => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(error) => panic!("reopening {}: {error}", path.display()),
+        }
+    }
+    panic!("{} stayed locked", path.display());
+}
+
+#[tokio::test]
+async fn the_books_survive_closing_and_reopening_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let store = open(&path).unwrap();
+    assert_eq!(
+        store.reserve(&request("a", 4_000)).await.unwrap(),
+        ReserveOutcome::Reserved
+    );
+    store.settle(&settlement("a", 3_000)).await.unwrap();
+    assert_eq!(
+        store.reserve(&request("b", 2_000)).await.unwrap(),
+        ReserveOutcome::Reserved
+    );
+    drop(store);
+
+    let store = reopen(&path).await;
+    let state = store.scope_state(&key(10_000)).await.unwrap();
+    assert_eq!((state.spent, state.reserved), (3_000, 2_000));
+    // The open hold is still there and settles as usual.
+    let outcome = store.settle(&settlement("b", 1_500)).await.unwrap();
+    assert_eq!(outcome.status, LedgerStatus::Ok);
+    // A retry of the first settle still gets its first answer.
+    let retry = store.settle(&settlement("a", 3_000)).await.unwrap();
+    assert!(!retry.applied);
+    // And the cap holds across the restart: 4,500 spent, 5,500 left.
+    match store.reserve(&request("c", 6_000)).await.unwrap() {
+        ReserveOutcome::Denied(denial) => assert_eq!(denial.remaining, 5_500),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+    let rows = store.reconcile().await.unwrap();
+    assert!(rows.iter().all(|row| row.drift() == 0), "{rows:?}");
+}
+
+#[tokio::test]
+async fn a_hold_left_by_a_dead_process_expires_at_its_deadline_and_is_charged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let start = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(start));
+    let store = SqliteStore::with_clock(&path, 100, OnExpiry::Charge, clock.clone());
+    store.reserve(&request("held", 2_500)).await.unwrap();
+    drop(store);
+
+    let store = SqliteStore::with_clock(&path, 100, OnExpiry::Charge, clock.clone());
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(store.sweep().await.unwrap(), 0, "not yet due");
+    clock.advance(Duration::from_secs(31));
+    assert_eq!(store.sweep().await.unwrap(), 1);
+    let state = store.scope_state(&key(10_000)).await.unwrap();
+    assert_eq!((state.spent, state.reserved), (2_500, 0));
+    let ledger = store.ledger().await;
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].status, LedgerStatus::Expired);
+}
+
+#[tokio::test]
+async fn a_second_gateway_on_the_same_file_is_refused_naming_the_file_and_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let _owner = open(&path).unwrap();
+    let error = open(&path).unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, SqliteOpenError::Locked { .. }), "{message}");
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(
+        message.contains(&format!("pid {}", std::process::id())),
+        "{message}"
+    );
+    assert!(lock_path(&path).exists());
+}
+
+#[tokio::test]
+async fn a_reader_sees_the_books_while_the_owner_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let owner = open(&path).unwrap();
+    owner.reserve(&request("a", 1_000)).await.unwrap();
+    owner.settle(&settlement("a", 700)).await.unwrap();
+    owner.reserve(&request("b", 300)).await.unwrap();
+
+    let reader = SqliteStore::open_reader(&path).unwrap();
+    let rows = reader.reconcile().await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].counter, rows[0].ledger, rows[0].open),
+        (1_000, 700, 300)
+    );
+    // The owner keeps writing while the reader is open.
+    owner.settle(&settlement("b", 300)).await.unwrap();
+    let rows = reader.reconcile().await.unwrap();
+    assert_eq!(
+        (rows[0].counter, rows[0].ledger, rows[0].open),
+        (1_000, 1_000, 0)
+    );
+}
+
+#[tokio::test]
+async fn a_reader_never_creates_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let error = SqliteStore::open_reader(&path).unwrap_err();
+    assert!(error.to_string().contains("no such file"), "{error}");
+    assert!(!path.exists());
+}
+
+#[tokio::test]
+async fn a_file_from_a_newer_binary_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    drop(open(&path).unwrap());
+    let newer = SCHEMA_VERSION + 1;
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute(
+            "UPDATE meta SET value = ?1 WHERE name = 'schema_version'",
+            [newer.to_string()],
+        )
+        .unwrap();
+    }
+    let error = match open(&path) {
+        Err(SqliteOpenError::Locked { .. }) => reopen_error(&path).await,
+        other => other.unwrap_err(),
+    };
+    let message = error.to_string();
+    assert!(
+        matches!(error, SqliteOpenError::Newer { found, .. } if found == newer),
+        "{message}"
+    );
+    assert!(message.contains("newer tollgate"), "{message}");
+    let conn = Connection::open(&path).unwrap();
+    let version: String = conn
+        .query_row(
+            "SELECT value FROM meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, newer.to_string());
+}
+
+/// The error opening `path` gives once the previous owner has let go.
+async fn reopen_error(path: &Path) -> SqliteOpenError {
+    for _ in 0..100 {
+        match open(path) {
+            Err(SqliteOpenError::Locked { .. }) => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(error) => return error,
+            Ok(_) => panic!("{} opened", path.display()),
+        }
+    }
+    panic!("{} stayed locked", path.display());
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_refused_not_emptied() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let garbage = b"these are not the books you are looking for".repeat(200);
+    std::fs::write(&path, &garbage).unwrap();
+    let error = open(&path).unwrap_err();
+    assert!(matches!(error, SqliteOpenError::Foreign { .. }), "{error}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        garbage,
+        "the file was changed"
+    );
+}
+
+#[tokio::test]
+async fn a_database_of_something_else_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY);")
+        .unwrap();
+    let error = open(&path).unwrap_err();
+    assert!(
+        error.to_string().contains("not a tollgate store"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn damaged_pages_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    {
+        let store = open(&path).unwrap();
+        for i in 0..300 {
+            let id = format!("call-{i:04}-{}", "x".repeat(40));
+            store.reserve(&request(&id, 10)).await.unwrap();
+        }
+    }
+    // Let the writer finish, checkpoint the WAL into the file, then
+    // scribble over the middle of it.
+    let _ = reopen(&path).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+    }
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 8 * 4096, "file too small: {}", bytes.len());
+    for byte in &mut bytes[2 * 4096 + 100..6 * 4096] {
+        *byte = 0xA5;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let error = reopen_error(&path).await;
+    assert!(
+        matches!(
+            error,
+            SqliteOpenError::Corrupt { .. } | SqliteOpenError::Foreign { .. }
+        ),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_or_unwritable_directory_is_a_clear_start_up_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-dir").join("tollgate.db");
+    let error = open(&missing).unwrap_err().to_string();
+    assert!(error.contains("no-such-dir"), "{error}");
+    assert!(error.contains("does not exist"), "{error}");
+
+    // A directory the process may not write to. Root may write anywhere,
+    // so this half only runs as another user.
+    let locked = dir.path().join("read-only");
+    std::fs::create_dir(&locked).unwrap();
+    let mut permissions = std::fs::metadata(&locked).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o555);
+    std::fs::set_permissions(&locked, permissions).unwrap();
+    if std::fs::write(locked.join("probe"), b"").is_err() {
+        let path = locked.join("tollgate.db");
+        let error = open(&path).unwrap_err().to_string();
+        assert!(error.contains(&path.display().to_string()), "{error}");
+    }
+}
+
+#[tokio::test]
+async fn a_full_disk_fails_closed_changes_nothing_and_recovers_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let store = open(&path).unwrap();
+    store.reserve(&request("first", 10)).await.unwrap();
+    let pages: u32 = Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA page_count", [], |row| row.get(0))
+        .unwrap();
+    store.limit_pages(Some(pages)).await.unwrap();
+
+    let mut reserved = 10;
+    let mut failed = None;
+    for i in 0..5_000 {
+        let id = format!("call-{i:05}-{}", "y".repeat(60));
+        match store.reserve(&request(&id, 1)).await {
+            Ok(ReserveOutcome::Reserved) => reserved += 1,
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(error) => {
+                failed = Some((id, error));
+                break;
+            }
+        }
+    }
+    let (refused_id, error) = failed.expect("the page limit was never reached");
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error}");
+    assert!(error.to_string().contains("full"), "{error}");
+
+    // Nothing of the refused call was kept.
+    let state = store.scope_state(&key(10_000)).await.unwrap();
+    assert_eq!(state.reserved, reserved);
+    let rows = store.reconcile().await.unwrap();
+    assert!(rows.iter().all(|row| row.drift() == 0), "{rows:?}");
+
+    // Space returns: the same call goes through, with no restart.
+    store.limit_pages(None).await.unwrap();
+    assert_eq!(
+        store.reserve(&request(&refused_id, 1)).await.unwrap(),
+        ReserveOutcome::Reserved
+    );
+    let state = store.scope_state(&key(10_000)).await.unwrap();
+    assert_eq!(state.reserved, reserved + 1);
+}
+
+#[tokio::test]
+async fn the_ledger_is_a_table_an_operator_can_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let store = open(&path).unwrap();
+    store.reserve(&request("a", 1_000)).await.unwrap();
+    store.settle(&settlement("a", 640)).await.unwrap();
+
+    let conn = Connection::open(&path).unwrap();
+    let row: (String, String, i64, i64, i64, String, String) = conn
+        .query_row(
+            "SELECT exec_id, key, input_tokens, output_tokens, actual_usd_micros, status, at
+               FROM ledger",
+            [],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                    row.get(6)?,
+                ))
+            },
+        )
+        .unwrap();
+    assert_eq!(&row.0, "a");
+    assert_eq!(&row.1, "alice");
+    assert_eq!((row.2, row.3, row.4), (10, 5, 640));
+    assert_eq!(&row.5, "ok");
+    assert!(row.6.ends_with('Z') && row.6.contains('T'), "{}", row.6);
+    // The README's query: spend per key today.
+    let spent: i64 = conn
+        .query_row(
+            "SELECT SUM(actual_usd_micros) FROM ledger
+              WHERE at >= strftime('%Y-%m-%dT00:00:00', 'now') GROUP BY key",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(spent, 640);
+}
