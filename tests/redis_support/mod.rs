@@ -91,6 +91,9 @@ impl KeySpec {
 #[derive(Clone)]
 pub struct GatewayConfig {
     pub redis_url: String,
+    /// When set, the gateway keeps its books in this SQLite file instead
+    /// of Redis.
+    pub sqlite_path: Option<std::path::PathBuf>,
     /// The mock provider's address; both providers point at it.
     pub provider: std::net::SocketAddr,
     pub upstream_timeout_secs: u64,
@@ -106,6 +109,7 @@ impl GatewayConfig {
     pub fn new(redis_url: &str, provider: std::net::SocketAddr) -> Self {
         GatewayConfig {
             redis_url: redis_url.to_owned(),
+            sqlite_path: None,
             provider,
             upstream_timeout_secs: 30,
             reservation_ttl_secs: 60,
@@ -125,8 +129,7 @@ listen = "127.0.0.1:0"
 upstream_timeout_secs = {timeout}
 
 [store]
-backend = "redis"
-redis_url = "{url}"
+{backend}
 reservation_ttl_secs = {ttl}
 on_store_error = "{on_error}"
 on_expiry = "{on_expiry}"
@@ -149,7 +152,10 @@ api_key_env = "TEST_PROVIDER_KEY"
 models = ["claude-*"]
 "#,
             timeout = self.upstream_timeout_secs,
-            url = self.redis_url,
+            backend = match &self.sqlite_path {
+                Some(path) => format!("backend = \"sqlite\"\nsqlite_path = \"{}\"", path.display()),
+                None => format!("backend = \"redis\"\nredis_url = \"{}\"", self.redis_url),
+            },
             ttl = self.reservation_ttl_secs,
             on_error = self.on_store_error,
             on_expiry = self.on_expiry,
