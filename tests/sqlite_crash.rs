@@ -170,6 +170,28 @@ async fn a_gateway_killed_mid_burst_restarts_on_its_file_with_every_answer_kept(
     );
     assert_eq!(reconcile(&config_path), Some(0), "reconcile after expiry");
 
+    // A counter that no longer matches its ledger is reported as drift.
+    let drifted = Connection::open(&db).unwrap();
+    drifted
+        .execute(
+            "UPDATE counters SET spent_usd_micros = spent_usd_micros + 1
+              WHERE scope_kind = 'key' AND scope_id = ?1",
+            [&keys[1].id],
+        )
+        .unwrap();
+    assert_eq!(
+        reconcile(&config_path),
+        Some(1),
+        "reconcile on a drifted counter"
+    );
+    drifted
+        .execute(
+            "UPDATE counters SET spent_usd_micros = spent_usd_micros - 1
+              WHERE scope_kind = 'key' AND scope_id = ?1",
+            [&keys[1].id],
+        )
+        .unwrap();
+
     // The counters the new gateway serves are the ledger's.
     for key in &keys {
         let budget = budget(&second.url, &key.raw).await;

@@ -305,6 +305,17 @@ async fn a_missing_or_unwritable_directory_is_a_clear_start_up_error() {
     assert!(error.contains("no-such-dir"), "{error}");
     assert!(error.contains("does not exist"), "{error}");
 
+    // A path through a regular file.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let through = file.join("tollgate.db");
+    let error = open(&through).unwrap_err().to_string();
+    assert!(error.contains(&through.display().to_string()), "{error}");
+
+    // A directory where the file should be.
+    let error = open(dir.path()).unwrap_err().to_string();
+    assert!(error.contains(&dir.path().display().to_string()), "{error}");
+
     // A directory the process may not write to. Root may write anywhere,
     // so this half only runs as another user.
     let locked = dir.path().join("read-only");
