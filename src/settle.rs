@@ -100,14 +100,19 @@ impl Settler {
         }
     }
 
-    /// Runs `work` to its end in the background, counted with the
-    /// settlements shutdown waits for: for work that settles a call and
-    /// must not stop when its client leaves.
-    pub fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
-        self.background.finish(Box::pin(async move {
-            work.await;
-            None
-        }));
+    /// Work that settles a call and must not stop when its client leaves:
+    /// the caller drives it, and if the caller is dropped before it ends,
+    /// it goes on in the background, counted with the settlements shutdown
+    /// waits for. (Driven inline, a call that runs to its end costs no task
+    /// of its own.)
+    pub fn unabandoned<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> Unabandoned<T> {
+        Unabandoned {
+            work: Some(Box::pin(work)),
+            background: self.background.clone(),
+        }
     }
 
     /// Waits until no settlement runs in the background, or `limit`
@@ -473,6 +478,40 @@ impl Drop for Settling {
     fn drop(&mut self) {
         if let Some(future) = self.future.take() {
             self.background.finish(future);
+        }
+    }
+}
+
+// === impl Unabandoned ===
+
+/// Work its caller drives, finished in the background if the caller goes
+/// (see [`Settler::unabandoned`]).
+pub struct Unabandoned<T: Send + 'static> {
+    work: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+    background: BackgroundSettles,
+}
+
+impl<T: Send + 'static> Future for Unabandoned<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let Some(work) = self.work.as_mut() else {
+            // Polled after it completed: a caller's bug, never ours.
+            return Poll::Pending;
+        };
+        let output = std::task::ready!(work.as_mut().poll(cx));
+        self.work = None;
+        Poll::Ready(output)
+    }
+}
+
+impl<T: Send + 'static> Drop for Unabandoned<T> {
+    fn drop(&mut self) {
+        if let Some(work) = self.work.take() {
+            self.background.finish(Box::pin(async move {
+                work.await;
+                None
+            }));
         }
     }
 }

@@ -12,7 +12,6 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use tokio::sync::oneshot;
 use tokio::time::{timeout_at, Instant};
 
 use crate::api::Call;
@@ -69,17 +68,7 @@ pub async fn forward(
     if exchange.call.stream {
         return exchange.run().await;
     }
-    let provider = admitted.provider.name.as_str();
-    let (answer, answered) = oneshot::channel();
-    gateway.settler.spawn(async move {
-        // The client may be gone: then nobody listens, and that is fine.
-        let _ = answer.send(exchange.run().await);
-    });
-    answered
-        .await
-        .map_err(|_| GatewayError::UpstreamUnreachable {
-            provider: provider.to_owned(),
-        })?
+    gateway.settler.unabandoned(exchange.run()).await
 }
 
 impl Exchange {

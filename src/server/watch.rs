@@ -11,13 +11,13 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
 /// How long a connection may be slow or idle.
@@ -28,94 +28,101 @@ pub struct Limits {
 }
 
 /// One connection's state, shared by its bytes, its calls and its timer.
+///
+/// Plain atomics, and no wake-ups: the bytes and the calls only record
+/// what happened, and the timer reads it when it wakes. It wakes at the
+/// next deadline the state gives, and at least once per the shorter of the
+/// two timeouts: any deadline an event sets is at least that far after the
+/// event, so the timer always looks again before it and closes the
+/// connection at the deadline itself.
+/// A request costs the connection a few atomic stores, not a timer re-arm.
 #[derive(Clone)]
 pub struct Watch(Arc<Shared>);
 
 struct Shared {
-    state: Mutex<State>,
-    /// Woken when a deadline may have come nearer: the last call in
-    /// flight ended, or a request head began to arrive.
-    changed: Notify,
+    /// The times below are milliseconds after this.
+    opened: Instant,
+    /// Calls whose response has not been sent in full.
+    in_flight: AtomicUsize,
+    /// When the request head now awaited began to arrive (or the
+    /// connection opened); [`NO_HEAD`] while no head is on its way.
+    head_since: AtomicU64,
+    /// When the connection's last response ended.
+    idle_since: AtomicU64,
 }
 
-struct State {
-    /// Calls whose response has not been sent in full.
-    in_flight: usize,
-    /// When the request head now awaited began to arrive (or the
-    /// connection opened); `None` while no head is on its way.
-    head_since: Option<Instant>,
-    /// When the connection's last response ended.
-    idle_since: Instant,
-}
+const NO_HEAD: u64 = u64::MAX;
 
 impl Watch {
     /// A new connection: it must send a request head in time.
     pub fn new() -> Self {
-        let now = Instant::now();
         Watch(Arc::new(Shared {
-            state: Mutex::new(State {
-                in_flight: 0,
-                head_since: Some(now),
-                idle_since: now,
-            }),
-            changed: Notify::new(),
+            opened: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            head_since: AtomicU64::new(0),
+            idle_since: AtomicU64::new(0),
         }))
     }
 
-    // A std mutex: held only to update a few fields, never across an await.
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.0
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// Now, in milliseconds since the connection opened.
+    fn now(&self) -> u64 {
+        u64::try_from(self.0.opened.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    fn at(&self, millis: u64) -> Instant {
+        self.0.opened + Duration::from_millis(millis)
     }
 
     fn on_read(&self) {
-        let mut state = self.state();
-        if state.in_flight == 0 && state.head_since.is_none() {
-            state.head_since = Some(Instant::now());
-            drop(state);
-            self.0.changed.notify_one();
+        let shared = &self.0;
+        if shared.in_flight.load(Ordering::Acquire) == 0
+            && shared.head_since.load(Ordering::Acquire) == NO_HEAD
+        {
+            let _ = shared.head_since.compare_exchange(
+                NO_HEAD,
+                self.now(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
         }
     }
 
     /// A call has begun (its head was read); it lasts as long as the
     /// returned guard.
     pub fn call(&self) -> Call {
-        let mut state = self.state();
-        state.in_flight += 1;
-        state.head_since = None;
+        self.0.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.0.head_since.store(NO_HEAD, Ordering::Release);
         Call(self.clone())
     }
 
     /// When the connection is due to close, and why; `None` while a call
     /// is in flight.
     fn deadline(&self, limits: Limits) -> Option<(Instant, &'static str)> {
-        let state = self.state();
-        if state.in_flight > 0 {
+        let shared = &self.0;
+        if shared.in_flight.load(Ordering::Acquire) > 0 {
             return None;
         }
-        Some(match state.head_since {
-            Some(since) => (
-                since + limits.header_read,
+        Some(match shared.head_since.load(Ordering::Acquire) {
+            NO_HEAD => (
+                self.at(shared.idle_since.load(Ordering::Acquire)) + limits.idle,
+                "idle",
+            ),
+            since => (
+                self.at(since) + limits.header_read,
                 "request head not received in time",
             ),
-            None => (state.idle_since + limits.idle, "idle"),
         })
     }
 
     /// Completes once the connection should be closed, with the reason.
     pub async fn expired(&self, limits: Limits) -> &'static str {
         loop {
+            let now = Instant::now();
+            let next_look = now + limits.header_read.min(limits.idle);
             match self.deadline(limits) {
-                None => self.0.changed.notified().await,
-                Some((deadline, reason)) if deadline <= Instant::now() => return reason,
-                Some((deadline, _)) => {
-                    tokio::select! {
-                        () = sleep_until(deadline) => {}
-                        () = self.0.changed.notified() => {}
-                    }
-                }
+                Some((deadline, reason)) if deadline <= now => return reason,
+                Some((deadline, _)) => sleep_until(deadline.min(next_look)).await,
+                None => sleep_until(next_look).await,
             }
         }
     }
@@ -127,12 +134,8 @@ pub struct Call(Watch);
 impl Drop for Call {
     fn drop(&mut self) {
         let Call(watch) = self;
-        let mut state = watch.state();
-        state.in_flight = state.in_flight.saturating_sub(1);
-        if state.in_flight == 0 {
-            state.idle_since = Instant::now();
-            drop(state);
-            watch.0.changed.notify_one();
+        if watch.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            watch.0.idle_since.store(watch.now(), Ordering::Release);
         }
     }
 }

@@ -28,6 +28,35 @@ async fn a_dropped_settling_finishes_in_the_background() {
     assert!(done.load(Ordering::SeqCst));
 }
 
+/// Unabandoned work its caller drives to the end answers the caller; work
+/// whose caller is dropped midway goes on to its end in the background,
+/// and shutdown waits for it.
+#[tokio::test]
+async fn unabandoned_work_outlives_its_caller() {
+    let settler = Settler::new(
+        BudgetStore::Memory(MemoryStore::new(0, OnExpiry::Charge)),
+        Arc::new(Metrics::new()),
+        Duration::from_secs(60),
+    );
+    assert_eq!(settler.unabandoned(async { 7 }).await, 7);
+
+    let (answer, answered) = tokio::sync::oneshot::channel::<()>();
+    let done = Arc::new(AtomicBool::new(false));
+    let finished = done.clone();
+    let work = settler.unabandoned(async move {
+        let _ = answered.await;
+        finished.store(true, Ordering::SeqCst);
+    });
+    // The caller gives up before the work is done.
+    assert!(tokio::time::timeout(Duration::from_millis(20), work)
+        .await
+        .is_err());
+    assert_eq!(settler.drained(Duration::from_millis(20)).await, 1);
+    answer.send(()).unwrap();
+    assert_eq!(settler.drained(Duration::from_secs(5)).await, 0);
+    assert!(done.load(Ordering::SeqCst));
+}
+
 /// One that can finish at once (the memory store) does so on the spot.
 #[tokio::test]
 async fn a_ready_settling_finishes_on_drop() {
