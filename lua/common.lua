@@ -7,6 +7,8 @@ of a Redis Cluster):
                                  `<kind>:<id>:<period id>:r`    reserved part
                                  `<kind>:<id>:<period id>:f`    folded ledger sum (trimmed entries)
                                  `folds`                        times the ledger was trimmed
+                                 `epoch`                        the store epoch these books were
+                                                                written under (see meta.lua)
   KEYS[2] tg:{T}:res      hash   exec_id -> reservation record (cjson, amounts as strings)
                                  `claim:<claim>` -> the exec_id holding that idempotency claim
   KEYS[3] tg:{T}:pending  zset   exec_id by deadline (ms), open reservations only

@@ -18,13 +18,21 @@ ARGV:
     duplicate while an open reservation under another exec id holds it
  13 on_expiry: 'charge' | 'release', what the lazy sweep charges each
     reservation it expires (see common.lua)
+ 14 the store epoch the gateway serves under (tg:meta's, see meta.lua)
 Returns:
   {'reserved', expired}
   {'denied', expired, kind, id, period, cap, remaining, at_ms}
   {'duplicate', expired}
+  {'epoch_unknown'}         the tag's books carry no epoch mark: a new tag,
+                            or books that vanished (Redis restarted empty)
+  {'epoch_mismatch', mark}  they are marked with another epoch
   where `expired` counts the reservations the lazy sweep expired, and a
   denial names the key when both scopes would deny.
-Invariants: idempotent on exec_id (a retry returns the first answer, also
+Invariants: the epoch mark is checked before anything else, and an epoch
+answer changes nothing (not even the lazy sweep): the gateway reads
+tg:meta, marks the tag (mark_epoch.lua) only if the store still holds the
+epoch it saw, and asks again; so no reserve is charged against books that
+vanished. Idempotent on exec_id (a retry returns the first answer, also
 after that reservation was settled or expired, until its record is
 forgotten), and an exec id with a record is never a duplicate, so the
 gateway's own retry of a claimed reserve gets its first answer; a
@@ -34,6 +42,17 @@ nothing; a duplicate is not remembered (a retry of
 it asks again); a denial takes no claim; a reservation holds its claim
 until it closes; every key touched is in KEYS.
 ]]
+
+if not ARGV[14] or ARGV[14] == '' then
+  fail('no store epoch')
+end
+local mark = redis.call('HGET', KEYS[1], 'epoch')
+if mark ~= ARGV[14] then
+  if not mark then
+    return { 'epoch_unknown' }
+  end
+  return { 'epoch_mismatch', mark }
+end
 
 local exec_id = ARGV[1]
 local amount = int_arg(ARGV[2], 'amount')

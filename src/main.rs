@@ -75,6 +75,34 @@ enum Command {
         #[arg(long, value_parser = ["max_tokens", "max_completion_tokens"])]
         chat_limit_field: Option<String>,
     },
+    /// Administer the gateway.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// The budget store itself.
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Put a Redis store that lost its books back in service.
+    ///
+    /// After Redis restarted without its data, gateways fail closed (503).
+    /// This writes a fresh store epoch, marked accepted, into tg:meta; they
+    /// serve again within about a second. The spent counters the store lost
+    /// restart from zero.
+    AcceptEpoch {
+        #[arg(long, env = "TOLLGATE_CONFIG", default_value = "config/tollgate.toml")]
+        config: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -121,6 +149,12 @@ fn main() -> ExitCode {
             };
             runtime().and_then(|rt| rt.block_on(mock_upstream(listen, options)))
         }
+        Command::Admin {
+            command:
+                AdminCommand::Store {
+                    command: StoreCommand::AcceptEpoch { config },
+                },
+        } => runtime().and_then(|rt| rt.block_on(accept_epoch(&config))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -214,6 +248,17 @@ async fn reconcile(path: &Path, json: bool) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// `tollgate admin store accept-epoch`: prints what it did.
+async fn accept_epoch(path: &Path) -> Result<(), String> {
+    let config = Config::load(path).map_err(|e| e.to_string())?;
+    let accepted = budget::redis::accept_epoch(&config)
+        .await
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    std::io::stdout()
+        .write_all(accepted.to_string().as_bytes())
+        .map_err(|e| format!("cannot write the result: {e}"))
 }
 
 async fn mock_upstream(listen: SocketAddr, options: MockOptions) -> Result<(), String> {

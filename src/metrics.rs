@@ -8,6 +8,7 @@
 //! |--------|--------|--------|
 //! | `tollgate_open_reservations` | | reservations held now, read from the store at scrape time |
 //! | `tollgate_open_reservations_usd_micros` | | the µUSD they hold |
+//! | `tollgate_store_failed_closed` | | 1 while the Redis store refuses every call because its epoch vanished (Redis restarted without its data) or its layout is newer than this binary's, else 0 |
 //! | `tollgate_reserve_total` | `outcome` = `allowed`, `denied`, `error`; `scope` = `key`, `org` (the denying one) or `""` | reserve calls |
 //! | `tollgate_settlements_total` | `status` = `ok`, `overrun`, `estimated`, `late` | settlements applied by this gateway |
 //! | `tollgate_charged_usd_micros_total` | | Σ actual cost of those settlements |
@@ -342,15 +343,35 @@ impl Metrics {
                 None
             }
         };
-        self.encode(open)
+        let failed_closed = match store {
+            BudgetStore::Redis(redis) => redis.failed_closed(),
+            BudgetStore::Memory(_) => false,
+        };
+        self.encode_with(open, failed_closed)
     }
 
     /// The text of a scrape, given the open reservations' count and µUSD.
     pub fn encode(&self, open: Option<(usize, UsdMicros)>) -> Result<String, fmt::Error> {
+        self.encode_with(open, false)
+    }
+
+    /// The text of a scrape, given the open reservations' count and µUSD,
+    /// and whether the store fails closed.
+    fn encode_with(
+        &self,
+        open: Option<(usize, UsdMicros)>,
+        failed_closed: bool,
+    ) -> Result<String, fmt::Error> {
         let mut text = String::new();
         encode_registry(&mut text, &self.registry)?;
+        let mut now = Registry::with_prefix("tollgate");
+        now.register(
+            "store_failed_closed",
+            "1 while the budget store refuses every call: its epoch vanished (Redis \
+             restarted without its data) or its layout is newer than this binary's",
+            gauge(i64::from(failed_closed)),
+        );
         if let Some((count, amount)) = open {
-            let mut now = Registry::with_prefix("tollgate");
             now.register(
                 "open_reservations",
                 "Reservations held now, not yet settled or expired",
@@ -361,8 +382,8 @@ impl Metrics {
                 "Micro-USD held by the open reservations",
                 gauge(amount),
             );
-            encode_registry(&mut text, &now)?;
         }
+        encode_registry(&mut text, &now)?;
         encode_eof(&mut text)?;
         Ok(text)
     }

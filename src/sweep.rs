@@ -2,6 +2,11 @@
 //! expired under the configured tags (charged their amount, or released
 //! under `on_expiry = "release"`), so no hold outlives its deadline even
 //! when no call arrives, and each expiry is counted in the metrics.
+//!
+//! On Redis each tick also reads the store's `tg:meta` first (see
+//! `budget::redis`), so a gateway whose store epoch vanished fails closed,
+//! and one whose operator accepted a new epoch serves again, without
+//! waiting for a call.
 
 use std::sync::Arc;
 use std::time::Duration;

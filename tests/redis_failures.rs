@@ -1,9 +1,10 @@
 //! A gateway whose Redis goes away fails closed and heals by itself: while
 //! Redis is down every call gets 503 and nothing reaches the provider (or,
 //! with `on_store_error = "allow"`, the call is let through unmetered);
-//! once a Redis answers again on the same address, even an empty one that
-//! has lost its script cache, calls pass and are charged exactly, with no
-//! restart of the gateway. Each test runs its own `redis-server`.
+//! once a Redis answers again on the same address with its data (it has
+//! lost its script cache), calls pass and are charged exactly, with no
+//! restart of the gateway. Each test runs its own `redis-server`. (A Redis
+//! that comes back without its data is `redis_epoch.rs`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -72,13 +73,19 @@ async fn call_until_served(gateway: &str, key: &str) -> (reqwest::header::Header
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_outage_fails_closed_and_the_gateway_recovers_by_itself() {
     let started = Instant::now();
-    let mut redis = RedisServer::start();
+    // Persistent, as Redis must run under tollgate: it comes back with its
+    // data.
+    let mut redis = RedisServer::start_with(&["--appendonly", "yes"]);
     let mock = mock().await;
     let config = config(&redis, mock.addr);
     let key = config.keys[0].raw.clone();
     let gateway = GatewayProcess::start(&config).await;
     let (status, _, body) = small_call(&gateway.url, &key).await;
     assert_eq!(status, 200, "{body}");
+    let before = prices()
+        .get("gpt-4o-mini")
+        .unwrap()
+        .cost(&chat_usage(&body));
     assert_eq!(readyz(&gateway.url).await, 200);
 
     redis.kill();
@@ -110,7 +117,7 @@ async fn a_redis_outage_fails_closed_and_the_gateway_recovers_by_itself() {
     assert_eq!(readyz(&gateway.url).await, 503);
     assert_eq!(mock.stats.requests(), forwarded, "forwarded while down");
 
-    // Back on the same port, empty: no counters, no scripts.
+    // Back on the same port with its data, but no scripts.
     redis.restart();
     let restarted = Instant::now();
     let reserve = script_sha("reserve");
@@ -143,17 +150,18 @@ async fn a_redis_outage_fails_closed_and_the_gateway_recovers_by_itself() {
         (usage.input, usage.output)
     );
     let state = budget(&gateway.url, &key).await;
-    assert_eq!(field(&state, "key", "spent_usd_micros"), cost, "{state}");
-    assert_eq!(field(&state, "org", "spent_usd_micros"), cost, "{state}");
+    let spent = before + cost;
+    assert_eq!(field(&state, "key", "spent_usd_micros"), spent, "{state}");
+    assert_eq!(field(&state, "org", "spent_usd_micros"), spent, "{state}");
     assert_eq!(field(&state, "key", "reserved_usd_micros"), 0, "{state}");
     let store = store(&redis.url()).await;
     let ledger = store.ledger(&config.keys[0].tag()).await.unwrap();
-    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert_eq!(ledger.len(), 2, "{ledger:?}");
     assert_eq!(
-        (ledger[0].status, ledger[0].actual),
+        (ledger[1].status, ledger[1].actual),
         (LedgerStatus::Ok, delta(cost))
     );
-    assert_eq!(ledger[0].usage, usage);
+    assert_eq!(ledger[1].usage, usage);
     assert_books_balance(&store, &config.tags()).await;
     eprintln!(
         "503 in {refusing:?} per call while down; served again {:?} after the restart; \

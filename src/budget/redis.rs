@@ -7,11 +7,15 @@
 //!
 //! | key              | type   | holds |
 //! |------------------|--------|-------|
-//! | `tg:{T}:spend`   | hash   | `<kind>:<id>:<period id>` committed (spent + reserved), `…:r` its reserved part, `…:f` its folded ledger sum, `folds` the trim count |
+//! | `tg:{T}:spend`   | hash   | `<kind>:<id>:<period id>` committed (spent + reserved), `…:r` its reserved part, `…:f` its folded ledger sum, `folds` the trim count, `epoch` the store epoch the books were written under |
 //! | `tg:{T}:res`     | hash   | exec id → reservation record (JSON); `claim:<claim>` → the exec id holding that idempotency claim |
 //! | `tg:{T}:pending` | zset   | open exec ids by deadline |
 //! | `tg:{T}:closed`  | zset   | closed exec ids by when their record may be forgotten |
 //! | `tg:{T}:ledger`  | stream | one entry per settle or expiry |
+//!
+//! One more key lies outside every tag: `tg:meta`, the layout version and
+//! the store epoch. A Redis restarted without its data has lost both, and
+//! the store fails closed until an operator accepts a new epoch (`meta`).
 //!
 //! DESIGN.md sketches one Redis key per reservation (`tg:{acme}:res:<id>`);
 //! the lazy expiry inside `reserve` would then touch reservation keys not
@@ -39,6 +43,7 @@
 
 mod books;
 mod connection;
+mod meta;
 mod scripts;
 #[cfg(test)]
 mod test_clock;
@@ -55,6 +60,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 pub use connection::RedisUrlError;
+pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
 
 use super::{
     tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest,
@@ -90,6 +96,8 @@ struct Inner {
     /// What a reservation never settled by its deadline is charged; every
     /// script that can expire one is told.
     on_expiry: OnExpiry,
+    /// The store epoch this store serves under, or why it fails closed.
+    epoch: meta::EpochWatch,
     /// Added to Redis's clock by every script that reads it; see
     /// `test_clock`.
     #[cfg(test)]
@@ -149,6 +157,7 @@ impl RedisStore {
                 settle_epsilon,
                 ledger_retention,
                 on_expiry,
+                epoch: meta::EpochWatch::default(),
                 #[cfg(test)]
                 clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
                 tags: Mutex::new(Tags::default()),
@@ -210,21 +219,36 @@ impl RedisStore {
         let tag = tag_for(req.org.as_ref().map(|org| org.id.as_str()), &req.key.id);
         self.remember(&req.key.id, &tag);
         let keys = TagKeys::new(&tag);
-        let args = scripts::reserve_args(req, claim, LAZY_SWEEP_LIMIT, self.inner.on_expiry);
-        let reply = self
-            .run(&self.inner.scripts.reserve, "reserve", &keys, &args)
-            .await?;
-        let (expired, answer) = match scripts::reserve_reply(&reply)? {
-            ReserveReply::Reserved { expired } => {
-                (expired, ClaimedReserve::Ran(ReserveOutcome::Reserved))
-            }
-            ReserveReply::Denied { expired, denial } => {
-                (expired, ClaimedReserve::Ran(ReserveOutcome::Denied(denial)))
-            }
-            ReserveReply::Duplicate { expired } => (expired, ClaimedReserve::Duplicate),
-        };
-        self.log_expired(&tag, expired);
-        Ok(answer)
+        let mut epoch = self.epoch().await?;
+        // Only a tag's first reserve since start, or one after the store
+        // lost its books, goes round more than once.
+        for _ in 0..meta::MARK_ATTEMPTS {
+            let args =
+                scripts::reserve_args(req, claim, LAZY_SWEEP_LIMIT, self.inner.on_expiry, &epoch);
+            let reply = self
+                .run(&self.inner.scripts.reserve, "reserve", &keys, &args)
+                .await?;
+            let (expired, answer) = match scripts::reserve_reply(&reply)? {
+                ReserveReply::Reserved { expired } => {
+                    (expired, ClaimedReserve::Ran(ReserveOutcome::Reserved))
+                }
+                ReserveReply::Denied { expired, denial } => {
+                    (expired, ClaimedReserve::Ran(ReserveOutcome::Denied(denial)))
+                }
+                ReserveReply::Duplicate { expired } => (expired, ClaimedReserve::Duplicate),
+                // Nothing was done: ask again once the tag is marked.
+                ReserveReply::Epoch { mark } => {
+                    epoch = self.mark_tag(&keys, mark.as_deref()).await?;
+                    continue;
+                }
+            };
+            self.log_expired(&tag, expired);
+            return Ok(answer);
+        }
+        Err(StoreError::Unavailable(format!(
+            "the epoch mark of {} kept changing",
+            keys.spend()
+        )))
     }
 
     /// Settles a reservation with its actual cost, exactly once, in one
@@ -255,6 +279,11 @@ impl RedisStore {
             return Err(StoreError::OutOfRange {
                 exec_id: settlement.exec_id.clone(),
             });
+        }
+        // A store that lost its epoch still settles (a record that vanished
+        // is an unknown reservation); one of a newer layout runs nothing.
+        if let Some(refusal) = self.inner.epoch.refusal() {
+            return Err(refusal);
         }
         let tag = tag_for(settlement.org.as_deref(), &settlement.key);
         let keys = TagKeys::new(&tag);
@@ -328,6 +357,8 @@ impl RedisStore {
 
     /// The scope's counters in the period current on the store's clock.
     pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
+        // Counters that vanished would read as nothing spent.
+        self.epoch().await?;
         let tag = match scope.kind {
             ScopeKind::Org => scope.id.clone(),
             ScopeKind::Key => self
@@ -356,8 +387,9 @@ impl RedisStore {
         })
     }
 
-    /// Whether Redis answers (every primary, on a cluster), within one
-    /// call timeout and without retries.
+    /// Whether Redis answers (every primary, on a cluster) and serves
+    /// under a store epoch (`tg:meta` read again), each within one call
+    /// timeout and without retries.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let once = CallPolicy {
             attempts: 1,
@@ -365,8 +397,9 @@ impl RedisStore {
         };
         self.inner
             .connection
-            .call(once, "ping", Request::Command(&::redis::cmd("PING")))
-            .await
+            .call::<()>(once, "ping", Request::Command(&::redis::cmd("PING")))
+            .await?;
+        self.refresh_epoch(once).await.map(|_| ())
     }
 
     /// The store's clock: Redis's `TIME`.
@@ -394,7 +427,11 @@ impl RedisStore {
     /// Expires due reservations, forgets closed records past their
     /// retention and folds ledger entries past the ledger retention, under
     /// each tag, in bounded `sweep.lua` calls; returns how many expired.
+    /// Reads `tg:meta` first, so a store that lost its epoch fails closed
+    /// (and one that had an epoch accepted serves again) without waiting
+    /// for a call.
     pub async fn sweep_tags(&self, tags: &[String]) -> Result<usize, StoreError> {
+        self.refresh_epoch(self.inner.policy).await?;
         let mut expired = 0;
         for tag in tags {
             let keys = TagKeys::new(tag);

@@ -540,8 +540,13 @@ pub fn chat_usage(body: &Value) -> Usage {
 }
 
 /// The SHA Redis knows each script by: `lua/common.lua` and the script's
-/// body, as the store loads them.
+/// body, as the store loads them (the body alone for `mark_epoch`, which
+/// stands alone).
 pub fn script_sha(script: &str) -> String {
+    if script == "mark_epoch" {
+        let body = include_str!("../../lua/mark_epoch.lua");
+        return redis::Script::new(body).get_hash().to_owned();
+    }
     let common = include_str!("../../lua/common.lua");
     let body = match script {
         "reserve" => include_str!("../../lua/reserve.lua"),

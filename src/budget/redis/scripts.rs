@@ -3,9 +3,11 @@
 //! are read. Each script's header states its KEYS, ARGV, replies and
 //! invariants; the functions here follow those headers line by line.
 //!
-//! Every script but `snapshot.lua` is `lua/common.lua` (the key layout,
-//! period ids, expiry and booking) followed by the script's own body, so
-//! the helpers exist once and every script stays one atomic call.
+//! Every script but `snapshot.lua` and the store's own record
+//! (`meta.lua`, `accept_epoch.lua`, `mark_epoch.lua`, the migrations; see
+//! `meta`) is `lua/common.lua` (the key layout, period ids, expiry and
+//! booking) followed by the script's own body, so the helpers exist once
+//! and every script stays one atomic call.
 //!
 //! Tests shift the store's clock: a test build puts `lua/test/clock.lua`
 //! between the two, which takes a clock offset off the end of ARGV (see
@@ -74,6 +76,10 @@ pub(super) struct Scripts {
     pub sweep: Script,
     pub state: Script,
     pub snapshot: Script,
+    pub meta: Script,
+    pub accept_epoch: Script,
+    pub mark_epoch: Script,
+    pub migrate_layout_1: Script,
 }
 
 /// `lua/common.lua`, a newline and the script's body: the source Redis
@@ -112,6 +118,10 @@ impl Scripts {
             sweep: Script::new(with_common!("sweep.lua")),
             state: Script::new(with_common!("state.lua")),
             snapshot: Script::new(include_str!("../../../lua/snapshot.lua")),
+            meta: Script::new(include_str!("../../../lua/meta.lua")),
+            accept_epoch: Script::new(include_str!("../../../lua/accept_epoch.lua")),
+            mark_epoch: Script::new(include_str!("../../../lua/mark_epoch.lua")),
+            migrate_layout_1: Script::new(include_str!("../../../lua/migrate_layout_1.lua")),
         }
     }
 }
@@ -134,12 +144,14 @@ fn flag(on: bool) -> &'static str {
     }
 }
 
-/// ARGV of `reserve.lua`; `claim` is the request's idempotency claim.
+/// ARGV of `reserve.lua`; `claim` is the request's idempotency claim,
+/// `epoch` the store epoch the gateway serves under.
 pub(super) fn reserve_args(
     req: &ReserveRequest,
     claim: Option<&str>,
     lazy_limit: usize,
     on_expiry: OnExpiry,
+    epoch: &str,
 ) -> Vec<String> {
     let ttl_ms = u64::try_from(req.ttl.as_millis()).map_or(MAX_TTL_MS, |ms| ms.min(MAX_TTL_MS));
     let (has_org, org_id, org_period, org_cap) = match &req.org {
@@ -160,6 +172,7 @@ pub(super) fn reserve_args(
         lazy_limit.to_string(),
         claim.unwrap_or_default().to_owned(),
         on_expiry.as_str().to_owned(),
+        epoch.to_owned(),
     ]
 }
 
@@ -225,6 +238,11 @@ pub(super) enum ReserveReply {
     Duplicate {
         expired: usize,
     },
+    /// The tag's books carry no epoch mark, or this other one; nothing
+    /// was done.
+    Epoch {
+        mark: Option<String>,
+    },
 }
 
 /// What `settle.lua` answered.
@@ -282,6 +300,14 @@ pub(super) fn store_time(ms: i64) -> Result<DateTime<Utc>, StoreError> {
 
 pub(super) fn reserve_reply(reply: &[String]) -> Result<ReserveReply, StoreError> {
     const SCRIPT: &str = "reserve.lua";
+    match field(reply, 0, SCRIPT)? {
+        "epoch_unknown" => return Ok(ReserveReply::Epoch { mark: None }),
+        "epoch_mismatch" => {
+            let mark = field(reply, 1, SCRIPT)?.to_owned();
+            return Ok(ReserveReply::Epoch { mark: Some(mark) });
+        }
+        _ => {}
+    }
     let expired = number(reply, 1, SCRIPT)?;
     match field(reply, 0, SCRIPT)? {
         "reserved" => Ok(ReserveReply::Reserved { expired }),

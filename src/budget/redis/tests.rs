@@ -1,7 +1,9 @@
 //! Tests of the Redis store's own behaviour: the Lua period ids against
 //! [`Period::id_at`], script reloading, retries after timeouts, start-up
-//! and recovery while Redis is down. The protocol itself is covered by the
-//! contract suite in `budget::contract`.
+//! and recovery while Redis is down; the store epoch in `epoch`. The
+//! protocol itself is covered by the contract suite in `budget::contract`.
+
+mod epoch;
 
 use std::time::{Duration, Instant};
 
@@ -404,14 +406,14 @@ async fn starts_while_redis_is_down_and_recovers_when_it_returns() {
         Err(StoreError::Unavailable(_) | StoreError::Timeout)
     ));
 
-    let mut server = RedisServer::stopped_on(port, &[]);
+    let mut server = RedisServer::stopped_on(port, &["--appendonly", "yes"]);
     server.restart();
     await_ping(&store).await;
     let req = request(&key, 100);
     assert_eq!(store.reserve(&req).await.unwrap(), ReserveOutcome::Reserved);
 
-    // A restart loses the scripts (and, without persistence, the data):
-    // the store reconnects and loads them again.
+    // A restart loses the scripts (not the data, kept in the append-only
+    // file): the store reconnects and loads them again.
     server.kill();
     assert!(store.ping().await.is_err());
     server.restart();
@@ -420,6 +422,7 @@ async fn starts_while_redis_is_down_and_recovers_when_it_returns() {
         store.reserve(&request(&key, 100)).await.unwrap(),
         ReserveOutcome::Reserved
     );
+    assert_eq!(store.scope_state(&key).await.unwrap().reserved, 200);
 }
 
 async fn await_ping(store: &RedisStore) {
