@@ -345,7 +345,7 @@ impl Metrics {
         };
         let failed_closed = match store {
             BudgetStore::Redis(redis) => redis.failed_closed(),
-            BudgetStore::Memory(_) => false,
+            BudgetStore::Memory(_) | BudgetStore::Sqlite(_) => false,
         };
         self.encode_with(open, failed_closed)
     }
