@@ -515,7 +515,7 @@ async fn reconcile_balances_the_books_and_names_the_row_that_drifts() {
 }
 
 #[tokio::test]
-async fn reconcile_cannot_tell_on_the_memory_store_or_without_redis() {
+async fn reconcile_cannot_tell_on_the_memory_store_a_missing_file_or_without_redis() {
     let mock = tollgate_mock::spawn(MockOptions::default()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
 
@@ -528,12 +528,33 @@ async fn reconcile_cannot_tell_on_the_memory_store_or_without_redis() {
     assert!(
         stderr(&output).contains(
             "the memory store lives inside the gateway process; \
-             reconcile needs store.backend = \"redis\""
+             reconcile needs store.backend = \"sqlite\" or \"redis\""
         ),
         "{}",
         stderr(&output)
     );
     assert!(stdout(&output).is_empty());
+
+    // A SQLite store whose file was never created: reconcile reads, it
+    // never creates one.
+    let absent = dir.path().join("absent.db");
+    let sqlite = redis_config(&mock, SHARED_REDIS, "o", "a", "b", "s").replace(
+        "backend = \"redis\"",
+        &format!(
+            "backend = \"sqlite\"\nsqlite_path = \"{}\"",
+            absent.display()
+        ),
+    );
+    let path = dir.path().join("sqlite.toml");
+    std::fs::write(&path, sqlite).unwrap();
+    let output = reconcile(&path, false).await;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("no such file"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!absent.exists());
 
     // Nothing listens on port 1.
     let down = redis_config(&mock, "redis://127.0.0.1:1", "o", "a", "b", "s");
