@@ -281,3 +281,54 @@ async fn connections_beyond_the_limit_are_refused_while_earlier_ones_work() {
     fourth.get_mut().write_all(&get("/healthz")).await.unwrap();
     assert_eq!(read_answer(&mut fourth).await.unwrap().status, 200);
 }
+
+/// Five hundred clients trickling their heads one byte a second are all
+/// disconnected at the header-read timeout, and a well-behaved client is
+/// served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_trickling_clients_are_all_disconnected() {
+    const CLIENTS: usize = 500;
+    let h = start(Setup {
+        server_extra: "header_read_timeout_secs = 2\nidle_timeout_secs = 60",
+        ..Setup::default()
+    })
+    .await;
+    let head = get("/healthz");
+    let started = std::time::Instant::now();
+    let mut trickling = Vec::with_capacity(CLIENTS);
+    for _ in 0..CLIENTS {
+        let head = head.clone();
+        let mut conn = TcpStream::connect(h.addr).await.unwrap();
+        trickling.push(tokio::spawn(async move {
+            let mut sink = [0u8; 64];
+            for byte in &head {
+                if conn.write_all(&[*byte]).await.is_err() {
+                    return true;
+                }
+                // A second between bytes, watching for the close meanwhile.
+                match tokio::time::timeout(Duration::from_secs(1), conn.read(&mut sink)).await {
+                    Ok(Ok(0) | Err(_)) => return true,
+                    Ok(Ok(_)) => return false,
+                    Err(_) => {}
+                }
+            }
+            false
+        }));
+    }
+
+    // A normal client is not starved by them.
+    let mut conn = connect(&h).await;
+    conn.get_mut().write_all(&get("/healthz")).await.unwrap();
+    assert_eq!(read_answer(&mut conn).await.unwrap().status, 200);
+
+    let mut disconnected = 0;
+    for client in trickling {
+        if client.await.unwrap() {
+            disconnected += 1;
+        }
+    }
+    assert_eq!(disconnected, CLIENTS, "some trickling clients were served");
+    // The whole head would have taken 25 s to arrive.
+    let after = started.elapsed();
+    assert!(after < Duration::from_secs(12), "{after:?}");
+}

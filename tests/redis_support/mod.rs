@@ -206,20 +206,36 @@ impl GatewayProcess {
     /// Starts the binary on `config` and waits until it logs
     /// `listening on ADDR`.
     pub async fn start(config: &GatewayConfig) -> GatewayProcess {
+        GatewayProcess::start_under(config, &[]).await
+    }
+
+    /// Starts the binary as the last argument of `wrapper` (a command such
+    /// as `prlimit --nofile=…`; empty: the binary itself).
+    pub async fn start_under(config: &GatewayConfig, wrapper: &[&str]) -> GatewayProcess {
         let text = config.toml();
-        tokio::task::spawn_blocking(move || GatewayProcess::start_blocking(&text))
+        let wrapper: Vec<String> = wrapper.iter().map(|s| (*s).to_owned()).collect();
+        tokio::task::spawn_blocking(move || GatewayProcess::start_blocking(&text, &wrapper))
             .await
             .unwrap()
     }
 
-    fn start_blocking(config: &str) -> GatewayProcess {
+    fn start_blocking(config: &str, wrapper: &[String]) -> GatewayProcess {
         let dir = tempfile::Builder::new()
             .prefix("tollgate-gateway-")
             .tempdir()
             .unwrap();
         let path = dir.path().join("tollgate.toml");
         std::fs::write(&path, config).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        let binary = env!("CARGO_BIN_EXE_tollgate");
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
+        let mut child = command
             .arg("serve")
             .arg("--config")
             .arg(&path)
