@@ -46,6 +46,10 @@ Expiry policy (`on_expiry`, an ARGV of every script that can expire):
 Either way a late settle moves each committed counter by actual - ec.
 An expired record is kept `ttl` after its expiry, longer than a settle can
 still come (the gateway retries one for two TTLs from before its reserve).
+A settled or denied record is kept only the closed-record time (an ARGV
+of reserve and settle, `store.closed_record_secs`): as long as a retry of
+the call can arrive. A settled record keeps only what a retry reads: s, k,
+o, a, st, act, rem, by.
 
 Invariants, per scope and period id:
   counter == folded + sum(ledger act) + sum(open amounts)
@@ -284,14 +288,15 @@ local function claim_field(claim)
   return 'claim:' .. claim
 end
 
--- Stores a closed record and keeps it `ttl` from now, so retries still get
--- the first answer; the sweep forgets it after that. The claim the
+-- Stores a closed record and keeps it `keep_ms` from now, so retries still
+-- get the first answer; the sweep forgets it after that. The claim the
 -- reservation holds is released. A later reservation takes a claim over
 -- only past this one's deadline, and drops `c` from this record when it
 -- does; past the deadline the holder is read as well, so a record whose
 -- `c` outlived a takeover (one stored by older scripts) never releases
 -- another reservation's claim.
-local function close(exec_id, rec, now)
+-- `stored` is what to keep of it, when not the whole record.
+local function close(exec_id, rec, now, keep_ms, stored)
   if rec.c then
     local field = claim_field(rec.c)
     if tonumber(rec.d) > now or redis.call('HGET', KEYS[2], field) == exec_id then
@@ -299,8 +304,8 @@ local function close(exec_id, rec, now)
     end
     rec.c = nil
   end
-  redis.call('HSET', KEYS[2], exec_id, cjson.encode(rec))
-  redis.call('ZADD', KEYS[4], fmt(now + tonumber(rec.ttl)), exec_id)
+  redis.call('HSET', KEYS[2], exec_id, cjson.encode(stored or rec))
+  redis.call('ZADD', KEYS[4], fmt(now + keep_ms), exec_id)
 end
 
 -- `call` holds model and usage counts (strings); nil for an expiry.
@@ -346,7 +351,7 @@ local function expire(exec_id, rec, now, on_expiry)
   book(exec_id, rec, 'expired', nil, charged, now)
   rec.s = 'expired'
   rec.ec = fmt(charged)
-  close(exec_id, rec, now)
+  close(exec_id, rec, now, tonumber(rec.ttl))
 end
 
 -- Expires up to `limit` open reservations whose deadline has come, oldest

@@ -19,6 +19,7 @@ ARGV:
  13 on_expiry: 'charge' | 'release', what the lazy sweep charges each
     reservation it expires (see common.lua)
  14 the store epoch the gateway serves under (tg:meta's, see meta.lua)
+ 15 closed-record time (ms): how long a denial is remembered for retries
 Returns:
   {'reserved', expired}
   {'denied', expired, kind, id, period, cap, remaining, at_ms}
@@ -74,6 +75,10 @@ if claim ~= '' and not string.match(claim, '^%x+$') then
   fail('claim is not hex: ' .. tostring(claim))
 end
 local on_expiry = on_expiry_arg(ARGV[13])
+local keep_ms = int_arg(ARGV[15], 'closed-record time')
+if keep_ms > MAX_TTL_MS then
+  fail('closed-record time is above 2^50 ms: ' .. ARGV[15])
+end
 
 local now = store_now()
 local expired = expire_due(now, lazy_limit, on_expiry)
@@ -120,9 +125,9 @@ for i = 1, #scopes do
     local remaining = math.max(scope.cap - committed, 0)
     local denial = {
       s = 'denied', dk = scope.kind, di = scope.id, dp = scope.period,
-      dc = fmt(scope.cap), dr = fmt(remaining), at = fmt(now), ttl = fmt(ttl),
+      dc = fmt(scope.cap), dr = fmt(remaining), at = fmt(now),
     }
-    close(exec_id, denial, now)
+    close(exec_id, denial, now, keep_ms)
     return { 'denied', fmt(expired), denial.dk, denial.di, denial.dp, denial.dc, denial.dr, denial.at }
   end
 end

@@ -17,6 +17,8 @@ ARGV:
     `applied` = '1'
  14 on_expiry: 'charge' | 'release', what expiring the reservation charges
     when this settle finds it past its deadline (see common.lua)
+ 15 closed-record time (ms): how long the settled record is kept for
+    retries of this settle
 Returns:
   {'absent'}    no record of exec_id under this tag
   {'denied'}    exec_id was denied: there is nothing to settle
@@ -58,6 +60,10 @@ local estimated = ARGV[11] == '1'
 local epsilon = int_arg(ARGV[12], 'settle epsilon')
 local call_id = ARGV[13]
 local on_expiry = on_expiry_arg(ARGV[14])
+local keep_ms = int_arg(ARGV[15], 'closed-record time')
+if keep_ms > MAX_TTL_MS then
+  fail('closed-record time is above 2^50 ms: ' .. ARGV[15])
+end
 
 local rec = load_record(exec_id)
 if not rec then
@@ -137,8 +143,8 @@ rec.st = status
 rec.act = fmt(call.actual)
 rec.rem = fmt(remaining)
 rec.by = call_id
-if charged then
-  rec.ec = fmt(charged)
-end
-close(exec_id, rec, now)
+-- The record has done its work: a retry reads only the first answer and
+-- who owns it.
+close(exec_id, rec, now, keep_ms, { s = rec.s, k = rec.k, o = rec.o, a = rec.a,
+  st = rec.st, act = rec.act, rem = rec.rem, by = rec.by })
 return { 'settled', rec.st, rec.a, rec.act, rec.rem, '1', expired_now }

@@ -28,7 +28,7 @@ use super::memory::testing::ManualClock;
 use super::{
     BudgetStore, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, MemoryStore, OnExpiry, Period,
     Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome,
-    Settlement, SqliteStore, StoreError,
+    Settlement, SqliteStore, StoreError, DEFAULT_CLOSED_RECORD,
 };
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
@@ -203,6 +203,7 @@ macro_rules! contract_tests {
             old_ledger_entries_fold_into_their_counters,
             only_entries_past_the_retention_fold,
             settles_past_2_to_the_53_are_refused_alike,
+            closed_records_are_kept_for_the_retry_horizon_only,
             claimed_request_in_flight_refuses_its_duplicate,
             claimed_reserve_retry_gets_the_first_answer,
             settled_claim_is_reserved_and_charged_again,

@@ -25,7 +25,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{
     ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest, Scope,
-    ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_LEDGER_RETENTION,
+    ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_CLOSED_RECORD,
+    DEFAULT_LEDGER_RETENTION,
 };
 use crate::money::UsdMicros;
 use state::{Counter, CounterKey, State};
@@ -73,6 +74,12 @@ impl MemoryStore {
     /// sweep folds it into its counters' folded sums.
     pub fn with_ledger_retention(self, retention: Duration) -> Self {
         self.shared.lock().ledger_retention = to_delta(retention);
+        self
+    }
+
+    /// How long a settled or denied call's record is kept for retries.
+    pub fn with_closed_record(self, keep: Duration) -> Self {
+        self.shared.lock().closed_record = to_delta(keep);
         self
     }
 
@@ -241,6 +248,7 @@ impl Shared {
         Shared {
             state: Mutex::new(State {
                 ledger_retention: to_delta(DEFAULT_LEDGER_RETENTION),
+                closed_record: to_delta(DEFAULT_CLOSED_RECORD),
                 on_expiry,
                 ..State::default()
             }),

@@ -50,6 +50,13 @@ pub use sqlite::{SqliteOpenError, SqliteStore};
 use crate::money::{UsdMicros, UsdMicrosDelta};
 use crate::usage::Usage;
 
+/// How long a settled or denied call's record is kept once closed: as long
+/// as a retry of that call can still arrive (the gateway retries a store
+/// call for seconds), and no longer, so per-call state does not pile up.
+/// An expired record is kept a whole reservation TTL instead, as long as a
+/// late settle can still arrive.
+pub const DEFAULT_CLOSED_RECORD: Duration = Duration::from_secs(120);
+
 /// How long a ledger entry is kept before it is folded into its counters'
 /// folded sums (and, on Redis, trimmed from the stream).
 pub const DEFAULT_LEDGER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);

@@ -28,7 +28,8 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
             );
             BudgetStore::Memory(
                 MemoryStore::new(store.settle_epsilon, store.on_expiry)
-                    .with_ledger_retention(store.ledger_retention),
+                    .with_ledger_retention(store.ledger_retention)
+                    .with_closed_record(store.closed_record),
             )
         }
         StoreBackend::Sqlite { path } => {
@@ -36,6 +37,7 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
                 path,
                 store.settle_epsilon,
                 store.ledger_retention,
+                store.closed_record,
                 store.on_expiry,
             )?;
             tracing::info!(file = %path.display(), "budget store: sqlite");
@@ -48,7 +50,8 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
                 store.ledger_retention,
                 store.on_expiry,
             )
-            .await?;
+            .await?
+            .with_closed_record(store.closed_record);
             for key in &config.keys {
                 redis.track_key(&key.id, key.org.as_deref());
             }

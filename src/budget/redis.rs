@@ -54,6 +54,7 @@ mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -64,7 +65,7 @@ pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
 
 use super::{
     tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest,
-    Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError,
+    Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_CLOSED_RECORD,
 };
 use crate::money::{UsdMicros, MAX_USD_MICROS};
 use books::Record;
@@ -96,6 +97,8 @@ struct Inner {
     /// What a reservation never settled by its deadline is charged; every
     /// script that can expire one is told.
     on_expiry: OnExpiry,
+    /// How long a settled or denied record is kept for retries, in ms.
+    closed_record_ms: AtomicU64,
     /// The store epoch this store serves under, or why it fails closed.
     epoch: meta::EpochWatch,
     /// Added to Redis's clock by every script that reads it; see
@@ -157,12 +160,25 @@ impl RedisStore {
                 settle_epsilon,
                 ledger_retention,
                 on_expiry,
+                closed_record_ms: AtomicU64::new(scripts::millis(DEFAULT_CLOSED_RECORD)),
                 epoch: meta::EpochWatch::default(),
                 #[cfg(test)]
                 clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
                 tags: Mutex::new(Tags::default()),
             }),
         })
+    }
+
+    /// How long a settled or denied call's record is kept for retries.
+    pub fn with_closed_record(self, keep: Duration) -> Self {
+        self.inner
+            .closed_record_ms
+            .store(scripts::millis(keep), Ordering::Relaxed);
+        self
+    }
+
+    fn closed_record_ms(&self) -> u64 {
+        self.inner.closed_record_ms.load(Ordering::Relaxed)
     }
 
     /// The URL without its credentials.
@@ -223,8 +239,14 @@ impl RedisStore {
         // Only a tag's first reserve since start, or one after the store
         // lost its books, goes round more than once.
         for _ in 0..meta::MARK_ATTEMPTS {
-            let args =
-                scripts::reserve_args(req, claim, LAZY_SWEEP_LIMIT, self.inner.on_expiry, &epoch);
+            let args = scripts::reserve_args(
+                req,
+                claim,
+                LAZY_SWEEP_LIMIT,
+                self.inner.on_expiry,
+                &epoch,
+                self.closed_record_ms(),
+            );
             let reply = self
                 .run(&self.inner.scripts.reserve, "reserve", &keys, &args)
                 .await?;
@@ -295,6 +317,7 @@ impl RedisStore {
             self.inner.settle_epsilon,
             &call_id,
             self.inner.on_expiry,
+            self.closed_record_ms(),
         );
         let reply = self
             .run(&self.inner.scripts.settle, "settle", &keys, &args)

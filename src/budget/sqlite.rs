@@ -31,7 +31,7 @@ pub use schema::SqliteOpenError;
 
 use super::{
     ClaimedReserve, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeState,
-    SettleOutcome, Settlement, StoreError, DEFAULT_LEDGER_RETENTION,
+    SettleOutcome, Settlement, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
 };
 use crate::money::UsdMicros;
 use books::Rules;
@@ -86,12 +86,14 @@ impl SqliteStore {
         path: &Path,
         settle_epsilon: UsdMicros,
         ledger_retention: Duration,
+        closed_record: Duration,
         on_expiry: OnExpiry,
     ) -> Result<Self, SqliteOpenError> {
         let (conn, lock) = schema::open_owner(path)?;
         let rules = Rules {
             epsilon: settle_epsilon,
             on_expiry,
+            closed_ms: millis(closed_record),
         };
         Ok(Self::start(
             conn,
@@ -113,6 +115,7 @@ impl SqliteStore {
         let rules = Rules {
             epsilon: 0,
             on_expiry: OnExpiry::Charge,
+            closed_ms: millis(DEFAULT_CLOSED_RECORD),
         };
         Ok(Self::start(
             conn,
@@ -210,7 +213,7 @@ impl SqliteStore {
                 let now = clock.now();
                 let expired = books::expire_due(conn, rules, now, LAZY_SWEEP_LIMIT)?;
                 books::forget_due(conn, now, LAZY_SWEEP_LIMIT)?;
-                let outcome = books::reserve(conn, &req, claim.as_deref(), now)?;
+                let outcome = books::reserve(conn, rules, &req, claim.as_deref(), now)?;
                 Ok(Ok((outcome, expired)))
             })
             .await?;
@@ -286,6 +289,10 @@ impl fmt::Debug for SqliteStore {
             .field("path", &self.shared.path)
             .finish_non_exhaustive()
     }
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn to_delta(duration: Duration) -> TimeDelta {

@@ -38,6 +38,10 @@ const DEFAULT_SETTLE_EPSILON_USD: &str = "0.0001";
 const DEFAULT_PRICES_FILE: &str = "config/prices.toml";
 const DEFAULT_LEDGER_RETENTION_DAYS: u64 = 30;
 const DEFAULT_SQLITE_PATH: &str = "tollgate.db";
+/// As long as a retry of a call can still arrive.
+const DEFAULT_CLOSED_RECORD_SECS: u64 = 120;
+/// A day: no retry of a call comes later than that.
+const MAX_CLOSED_RECORD_SECS: u64 = 24 * 3600;
 /// Ten years: beyond that a retention is a typo.
 const MAX_LEDGER_RETENTION_DAYS: u64 = 3650;
 
@@ -208,6 +212,13 @@ impl Checker<'_> {
                 format!("{retention_days} must be between 1 and {MAX_LEDGER_RETENTION_DAYS}"),
             ));
         }
+        let closed_record_secs = raw.closed_record_secs.unwrap_or(DEFAULT_CLOSED_RECORD_SECS);
+        if !(1..=MAX_CLOSED_RECORD_SECS).contains(&closed_record_secs) {
+            return Err(self.invalid(
+                "store.closed_record_secs",
+                format!("{closed_record_secs} must be between 1 and {MAX_CLOSED_RECORD_SECS}"),
+            ));
+        }
         let on_expiry = match raw.on_expiry.as_deref() {
             None | Some("charge") => OnExpiry::Charge,
             Some("release") => OnExpiry::Release,
@@ -224,6 +235,7 @@ impl Checker<'_> {
             settle_epsilon: self.usd("store.settle_epsilon_usd", epsilon)?,
             on_store_error,
             ledger_retention: Duration::from_secs(retention_days * 24 * 3600),
+            closed_record: Duration::from_secs(closed_record_secs),
             on_expiry,
         })
     }

@@ -73,6 +73,8 @@ pub struct StoreConfig {
     /// How long ledger entries are kept one by one; older ones are folded
     /// into per-scope sums, so reconciliation stays exact.
     pub ledger_retention: Duration,
+    /// How long a settled or denied call's record is kept for retries.
+    pub closed_record: Duration,
     pub on_expiry: OnExpiry,
 }
 

@@ -632,3 +632,23 @@ fn the_sqlite_store_is_the_default_and_its_path_is_relative_to_the_config() {
         "{message}"
     );
 }
+
+#[test]
+fn closed_records_are_kept_two_minutes_unless_told_otherwise() {
+    let config = load_with(&base(), &[("BOB_KEY", "b")]).unwrap();
+    assert_eq!(config.store.closed_record, Duration::from_secs(120));
+    let text = base().replacen("[store]", "[store]\nclosed_record_secs = 30", 1);
+    let config = load_with(&text, &[("BOB_KEY", "b")]).unwrap();
+    assert_eq!(config.store.closed_record, Duration::from_secs(30));
+    for bad in ["0", "86401"] {
+        let text = base().replacen(
+            "[store]",
+            &format!("[store]\nclosed_record_secs = {bad}"),
+            1,
+        );
+        let message = load_with(&text, &[("BOB_KEY", "b")])
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("store.closed_record_secs"), "{message}");
+    }
+}

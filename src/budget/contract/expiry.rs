@@ -211,3 +211,33 @@ pub(super) async fn expired_record_outlives_every_settle_retry(f: &impl Fixture)
         ]
     );
 }
+
+/// A settled call's record is kept as long as a retry of it can arrive
+/// (the closed-record time), however long its reservation could have
+/// lasted, and then forgotten without a trace in the books.
+pub(super) async fn closed_records_are_kept_for_the_retry_horizon_only(f: &impl Fixture) {
+    let store = f.store();
+    let key = scope(ScopeKind::Key, 10_000, Period::Total);
+    let hour = 3_600;
+    let req = request(&key, None, 1_000, hour);
+    reserve(&store, &req).await;
+    assert_eq!(
+        settle(&store, &req, 700).await,
+        applied(LedgerStatus::Ok, 1_000, 700, 9_300)
+    );
+    let horizon = DEFAULT_CLOSED_RECORD;
+
+    f.advance(horizon - Duration::from_secs(2)).await;
+    f.sweep_expired().await;
+    let retry = settle(&store, &req, 700).await;
+    assert!(!retry.applied, "{retry:?}");
+
+    f.advance(Duration::from_secs(3)).await;
+    f.sweep_expired().await;
+    match store.settle(&settlement(&req, 700)).await {
+        Err(StoreError::UnknownReservation(_)) => {}
+        other => panic!("the record outlived the retry horizon: {other:?}"),
+    }
+    assert_eq!(counters(&store, &key).await, (700, 0));
+    assert_eq!(statuses(&f.ledger().await), [(LedgerStatus::Ok, 700)]);
+}

@@ -29,6 +29,9 @@ pub(super) struct State {
     pub(super) folded: HashMap<CounterKey, UsdMicrosDelta>,
     /// How long an entry stays in `ledger` before it is folded.
     pub(super) ledger_retention: TimeDelta,
+    /// How long a settled or denied record is kept for retries (an expired
+    /// one is kept its reservation's TTL, for late settles).
+    pub(super) closed_record: TimeDelta,
     /// Idempotency claim → the exec id of the reservation made under it,
     /// until that reservation closes.
     pub(super) claims: HashMap<String, String>,
@@ -191,7 +194,8 @@ impl State {
             .chain(req.org.as_ref())
             .find_map(|scope| self.check(scope, req.amount, now));
         if let Some(denial) = denial {
-            self.close(&req.exec_id, RecordState::Denied(denial.clone()), ttl, now);
+            let keep = self.closed_record;
+            self.close(&req.exec_id, RecordState::Denied(denial.clone()), keep, now);
             return ReserveOutcome::Denied(denial);
         }
         let charge = |scope: &Scope| Charge {
@@ -346,11 +350,11 @@ impl State {
             applied: true,
             key_remaining: reservation.key.cap.saturating_sub(key_spent),
         };
-        let ttl = reservation.ttl;
+        let keep = self.closed_record;
         self.close(
             exec_id,
             RecordState::Settled(reservation, outcome.clone()),
-            ttl,
+            keep,
             now,
         );
         Ok(outcome)
@@ -441,10 +445,10 @@ impl State {
         }
     }
 
-    /// Stores a record's closed state and keeps it for `ttl` from now; a
+    /// Stores a record's closed state and keeps it for `keep` from now; a
     /// claim the reservation held is released, unless a later reservation
     /// took it over (this one was past its deadline by then).
-    fn close(&mut self, exec_id: &str, state: RecordState, ttl: TimeDelta, now: DateTime<Utc>) {
+    fn close(&mut self, exec_id: &str, state: RecordState, keep: TimeDelta, now: DateTime<Utc>) {
         if let Some(claim) = state.reservation().and_then(|r| r.claim.as_ref()) {
             if self
                 .claims
@@ -454,7 +458,7 @@ impl State {
                 self.claims.remove(claim);
             }
         }
-        let forget_at = later(now, ttl);
+        let forget_at = later(now, keep);
         let previous = self.records.insert(
             exec_id.to_owned(),
             Record {

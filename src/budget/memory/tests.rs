@@ -73,8 +73,9 @@ fn lazy_sweep_in_reserve_is_bounded() {
 }
 
 #[test]
-fn closed_records_are_forgotten_after_their_ttl() {
+fn closed_records_are_forgotten_after_the_closed_record_time() {
     let (store, clock) = manual_store();
+    let store = store.with_closed_record(Duration::from_secs(5));
     store.reserve(&request("settled", 100, 10));
     store.settle(&settlement("settled", 80)).unwrap();
     store.reserve(&request("expired", 100, 10));
@@ -84,16 +85,21 @@ fn closed_records_are_forgotten_after_their_ttl() {
     };
     assert!(matches!(store.reserve(&denied), ReserveOutcome::Denied(_)));
 
-    // Within the ttl a retry still finds the first answer.
-    clock.advance(Duration::from_secs(9));
+    // Within the closed-record time a retry still finds the first answer.
+    clock.advance(Duration::from_secs(4));
     assert!(!store.settle(&settlement("settled", 80)).unwrap().applied);
     clock.advance(Duration::from_secs(2));
-    assert_eq!(store.sweep_expired(), 1);
-    // The settled and denied records are gone; the expired one is kept
-    // for a late settle.
+    assert_eq!(store.sweep_expired(), 0);
+    // The settled and denied records are gone; the open one stays.
     assert_eq!(records(&store), 1);
 
-    clock.advance(Duration::from_secs(11));
+    // Expired, it is kept a whole TTL for a late settle.
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(store.sweep_expired(), 1);
+    clock.advance(Duration::from_secs(9));
+    store.sweep_expired();
+    assert_eq!(records(&store), 1);
+    clock.advance(Duration::from_secs(2));
     store.sweep_expired();
     assert_eq!(records(&store), 0);
     assert!(store.shared.lock().retention.is_empty());

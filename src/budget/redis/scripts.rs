@@ -152,6 +152,7 @@ pub(super) fn reserve_args(
     lazy_limit: usize,
     on_expiry: OnExpiry,
     epoch: &str,
+    closed_record_ms: u64,
 ) -> Vec<String> {
     let ttl_ms = u64::try_from(req.ttl.as_millis()).map_or(MAX_TTL_MS, |ms| ms.min(MAX_TTL_MS));
     let (has_org, org_id, org_period, org_cap) = match &req.org {
@@ -173,6 +174,7 @@ pub(super) fn reserve_args(
         claim.unwrap_or_default().to_owned(),
         on_expiry.as_str().to_owned(),
         epoch.to_owned(),
+        closed_record_ms.min(MAX_TTL_MS).to_string(),
     ]
 }
 
@@ -183,6 +185,7 @@ pub(super) fn settle_args(
     epsilon: UsdMicros,
     call_id: &str,
     on_expiry: OnExpiry,
+    closed_record_ms: u64,
 ) -> Vec<String> {
     let usage = &settlement.usage;
     vec![
@@ -200,7 +203,13 @@ pub(super) fn settle_args(
         epsilon.to_string(),
         call_id.to_owned(),
         on_expiry.as_str().to_owned(),
+        closed_record_ms.min(MAX_TTL_MS).to_string(),
     ]
+}
+
+/// A duration in whole milliseconds, as the scripts take it.
+pub(super) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// ARGV of `sweep.lua`.

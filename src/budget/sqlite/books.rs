@@ -27,6 +27,9 @@ pub(super) struct Rules {
     /// an overrun.
     pub epsilon: UsdMicros,
     pub on_expiry: OnExpiry,
+    /// How long a settled or denied record is kept for retries, in
+    /// milliseconds (an expired one is kept its TTL, for late settles).
+    pub closed_ms: i64,
 }
 
 /// One reservation row, as the rules need it.
@@ -157,6 +160,7 @@ fn known(conn: &Connection, exec_id: &str) -> Sql<bool> {
 /// request in flight is refused and a new reservation takes the claim.
 pub(super) fn reserve(
     conn: &Connection,
+    rules: Rules,
     req: &ReserveRequest,
     claim: Option<&str>,
     now: DateTime<Utc>,
@@ -204,8 +208,10 @@ pub(super) fn reserve(
         now_ms,
         now_ms.saturating_add(ttl_ms),
         ttl_ms,
-        // A denial is closed at once, remembered one TTL for retries.
-        denial.as_ref().map(|_| now_ms.saturating_add(ttl_ms)),
+        // A denial is closed at once, remembered for retries.
+        denial
+            .as_ref()
+            .map(|_| now_ms.saturating_add(rules.closed_ms)),
         denial.as_ref().map(|d| d.kind.as_str()),
         denial.as_ref().map(|d| &d.id),
         denial.as_ref().map(|d| d.period.as_str()),
@@ -403,7 +409,7 @@ pub(super) fn settle(
     )?
     .execute((
         exec_id,
-        now_ms.saturating_add(record.ttl_ms),
+        now_ms.saturating_add(rules.closed_ms),
         status.as_str(),
         outcome.actual,
         outcome.key_remaining,

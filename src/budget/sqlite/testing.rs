@@ -9,7 +9,9 @@ use rusqlite::TransactionBehavior;
 
 use super::{books, schema, Clock, Rules, Settings, SqliteStore};
 use crate::budget::memory::testing::ManualClock;
-use crate::budget::{LedgerEntry, OnExpiry, StoreError, DEFAULT_LEDGER_RETENTION};
+use crate::budget::{
+    LedgerEntry, OnExpiry, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
+};
 use crate::money::UsdMicros;
 
 impl SqliteStore {
@@ -43,6 +45,7 @@ impl SqliteStore {
                 rules: Rules {
                     epsilon: settle_epsilon,
                     on_expiry,
+                    closed_ms: super::millis(DEFAULT_CLOSED_RECORD),
                 },
                 ledger_retention: DEFAULT_LEDGER_RETENTION,
             },

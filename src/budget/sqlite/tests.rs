@@ -15,12 +15,18 @@ use super::{SqliteOpenError, SqliteStore};
 use crate::budget::memory::testing::ManualClock;
 use crate::budget::{
     LedgerStatus, OnExpiry, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind, Settlement,
-    StoreError, DEFAULT_LEDGER_RETENTION,
+    StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
 };
 use crate::usage::Usage;
 
 fn open(path: &Path) -> Result<SqliteStore, SqliteOpenError> {
-    SqliteStore::open(path, 100, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
+    SqliteStore::open(
+        path,
+        100,
+        DEFAULT_LEDGER_RETENTION,
+        DEFAULT_CLOSED_RECORD,
+        OnExpiry::Charge,
+    )
 }
 
 fn key(cap: u64) -> Scope {
