@@ -4,15 +4,18 @@
 //! most the tool's `max_uses`) are `server_tool_use` and result blocks
 //! before the text, counted in `usage.server_tool_use`; a stream reports
 //! the input read before them in `message_start` and the whole input in
-//! `message_delta`.
+//! `message_delta`, which repeats every input count cumulatively, as the
+//! API does. A call of a custom tool (see `function`) is a `tool_use`
+//! block in place of the text, ending with `stop_reason: "tool_use"`.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use super::function::{is_tool_result, FunctionCall};
 use super::handler::{directed_answer, new_id, Answer, ApiError};
-use super::reply::{content_texts, last_user_directives, text, u64_field, word, Reply, Tally};
+use super::reply::{content_text, content_texts, text, u64_field, word, Directives, Reply, Tally};
 use super::stream::{named, Event, EventStream, Events};
 use super::MockOptions;
 
@@ -48,16 +51,18 @@ pub(crate) fn messages(body: &Value, opts: &MockOptions) -> Result<Answer, ApiEr
         .get("messages")
         .and_then(Value::as_array)
         .ok_or_else(|| ApiError::invalid("messages: Field required", "messages"))?;
-    let directives = last_user_directives(messages);
+    let directives = user_directives(messages);
     let reply = opts.reply(&directives, Some(max_tokens));
+    let call = FunctionCall::for_messages(body, messages);
     let tool = ServerTool::first_of(body);
     let uses = tool.as_ref().map_or(0, |tool| {
         directives.tool_calls.unwrap_or(0).min(tool.max_uses)
     });
+    let output = call.as_ref().map_or(reply.tokens, FunctionCall::tokens);
     let tally = Tally::new(
         prompt_tokens(body.get("system"), messages),
         &directives,
-        reply.tokens,
+        output,
     )
     .with_tool_calls(uses);
     let tool_blocks = tool.map(|tool| tool.blocks(uses)).unwrap_or_default();
@@ -72,6 +77,7 @@ pub(crate) fn messages(body: &Value, opts: &MockOptions) -> Result<Answer, ApiEr
         tally,
         tool,
         tool_blocks,
+        call,
     });
     if stream {
         return Ok(Answer::Stream(EventStream {
@@ -81,13 +87,16 @@ pub(crate) fn messages(body: &Value, opts: &MockOptions) -> Result<Answer, ApiEr
             pace: opts.pace(&directives),
         }));
     }
-    let mut body = message.object(stop_reason(reply), tally.output, true);
+    let mut body = message.object(message.stop_reason(), tally.output, true);
     let mut content: Vec<Value> = message
         .tool_blocks
         .iter()
         .flat_map(|(used, result)| [used.clone(), result.clone()])
         .collect();
-    content.push(json!({"type": "text", "text": text(reply.tokens)}));
+    content.push(match &message.call {
+        Some(call) => tool_use(call, call.input()),
+        None => json!({"type": "text", "text": text(reply.tokens)}),
+    });
     body["content"] = Value::Array(content);
     Ok(Answer::Json { body, tally })
 }
@@ -161,12 +170,23 @@ fn prompt_tokens(system: Option<&Value>, messages: &[Value]) -> u64 {
     bytes.div_ceil(4) + 3 * messages.len() as u64
 }
 
-fn stop_reason(reply: Reply) -> &'static str {
-    if reply.capped {
-        "max_tokens"
-    } else {
-        "end_turn"
-    }
+/// The directives of the last `user` message that carries no tool result:
+/// the prompt the conversation is about, also once a tool's result is sent
+/// back.
+fn user_directives(messages: &[Value]) -> Directives {
+    messages
+        .iter()
+        .rev()
+        .filter(|message| !is_tool_result(message))
+        .find(|message| message.get("role").and_then(Value::as_str) == Some("user"))
+        .and_then(|message| message.get("content"))
+        .map(|content| Directives::parse(&content_text(content)))
+        .unwrap_or_default()
+}
+
+/// A `tool_use` block calling a custom tool with `input`.
+fn tool_use(call: &FunctionCall, input: Value) -> Value {
+    json!({"type": "tool_use", "id": call.call_id, "name": call.name, "input": input})
 }
 
 /// A server tool the request declares: Anthropic runs it and bills each
@@ -240,9 +260,21 @@ struct Message {
     tool: Option<ServerTool>,
     /// Each server tool use and its result, before the text.
     tool_blocks: Vec<(Value, Value)>,
+    /// The custom tool called in place of the text.
+    call: Option<FunctionCall>,
 }
 
 impl Message {
+    fn stop_reason(&self) -> &'static str {
+        if self.call.is_some() {
+            "tool_use"
+        } else if self.reply.capped {
+            "max_tokens"
+        } else {
+            "end_turn"
+        }
+    }
+
     /// The message object without content, with `output_tokens` reported:
     /// the usage once the tools ran (`tools_done`), or as it stood before.
     fn object(&self, stop_reason: impl Into<Value>, output_tokens: u64, tools_done: bool) -> Value {
@@ -277,18 +309,39 @@ impl Message {
         object
     }
 
-    /// The usage `message_delta` reports: the output, and when a server
-    /// tool was declared the whole input and the tool's uses too.
+    /// The usage `message_delta` reports: every count cumulative, the
+    /// whole input (the tools' results included) repeated with the output,
+    /// and the server tool's uses when one was declared.
     fn delta_usage(&self) -> Value {
-        match self.tool {
-            None => json!({"output_tokens": self.tally.output}),
-            Some(tool) => json!({
-                "input_tokens": self.tally.uncached(),
-                "cache_creation_input_tokens": self.tally.cache_write,
-                "cache_read_input_tokens": self.tally.cached,
-                "output_tokens": self.tally.output,
-                "server_tool_use": tool.usage(self.tally.tool_calls),
-            }),
+        let mut usage = json!({
+            "input_tokens": self.tally.uncached(),
+            "cache_creation_input_tokens": self.tally.cache_write,
+            "cache_read_input_tokens": self.tally.cached,
+            "output_tokens": self.tally.output,
+        });
+        if let Some(tool) = self.tool {
+            usage["server_tool_use"] = tool.usage(self.tally.tool_calls);
+        }
+        usage
+    }
+
+    /// The streamed content after the server tools: the text block, or the
+    /// `tool_use` block of the custom tool call, one token per delta.
+    fn content_pieces(&self) -> (Value, Vec<Value>) {
+        match &self.call {
+            Some(call) => (
+                tool_use(call, json!({})),
+                call.pieces
+                    .iter()
+                    .map(|piece| json!({"type": "input_json_delta", "partial_json": piece}))
+                    .collect(),
+            ),
+            None => (
+                json!({"type": "text", "text": ""}),
+                (0..self.reply.tokens)
+                    .map(|position| json!({"type": "text_delta", "text": word(position)}))
+                    .collect(),
+            ),
         }
     }
 
@@ -325,12 +378,14 @@ impl Message {
         2 * self.tool_blocks.len() as u64
     }
 
-    /// message_start, content_block_start, ping, one text delta per token,
-    /// content_block_stop, message_delta with the output total, message_stop.
+    /// message_start, content_block_start, ping, one text (or tool input)
+    /// delta per token, content_block_stop, message_delta with the totals,
+    /// message_stop.
     fn events(self: &Arc<Self>) -> Events {
         let opening = self.clone();
         let closing = self.clone();
         let text_index = self.text_index();
+        let (block, deltas) = self.content_pieces();
         Box::new(
             std::iter::once_with(move || {
                 let mut frames = vec![event(
@@ -341,7 +396,7 @@ impl Message {
                 frames.extend([
                     event(
                         "content_block_start",
-                        json!({"index": text_index, "content_block": {"type": "text", "text": ""}}),
+                        json!({"index": text_index, "content_block": block}),
                     ),
                     event("ping", json!({})),
                 ]);
@@ -349,10 +404,10 @@ impl Message {
             })
             .flatten()
             .map(Event::Frame)
-            .chain((0..self.reply.tokens).map(move |position| {
+            .chain(deltas.into_iter().map(move |delta| {
                 Event::Token(event(
                     "content_block_delta",
-                    json!({"index": text_index, "delta": {"type": "text_delta", "text": word(position)}}),
+                    json!({"index": text_index, "delta": delta}),
                 ))
             }))
             .chain(std::iter::once(Event::Generated))
@@ -364,7 +419,7 @@ impl Message {
                             "message_delta",
                             json!({
                                 "delta": {
-                                    "stop_reason": stop_reason(closing.reply),
+                                    "stop_reason": closing.stop_reason(),
                                     "stop_sequence": null,
                                 },
                                 "usage": closing.delta_usage(),

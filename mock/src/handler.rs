@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::reply::{Directives, Tally};
 use super::stream::{self, EventStream, MockBody};
-use super::{anthropic, openai, responses, MockOptions, MockStats, Received};
+use super::{anthropic, embeddings, openai, responses, MockOptions, MockStats, Received};
 
 /// Largest request body the mock reads.
 const MAX_BODY_BYTES: usize = 32 << 20;
@@ -332,7 +332,7 @@ fn answer(
         }
         Route::Chat => openai::chat(&parsed()?, opts),
         Route::Completions => openai::completions(&parsed()?, opts),
-        Route::Embeddings => openai::embeddings(&parsed()?),
+        Route::Embeddings => embeddings::embeddings(&parsed()?),
         Route::Responses => responses::create(&parsed()?, opts),
         Route::Messages => anthropic::messages(&parsed()?, opts),
         Route::CountTokens => anthropic::count_tokens(&parsed()?),

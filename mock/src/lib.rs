@@ -33,6 +33,8 @@
 //! length). Each text is counted on its own and the counts summed.
 //! `/v1/messages` counts ceil(bytes of the system and message texts / 4)
 //! plus 3 per message.
+//! A `/v1/messages` stream reports the input in `message_start` and repeats
+//! every count, cumulative, in `message_delta`, as the API does.
 //!
 //! # Test directives
 //!
@@ -75,6 +77,25 @@
 //! (`TOOL_RESULT_TOKENS`), billed at the full input price, and is counted
 //! in [`Usage::tool_calls`].
 //!
+//! # Function tools
+//!
+//! When a request declares a tool the client runs itself (a chat or
+//! Responses `function` tool, an Anthropic custom tool), `tool_choice`
+//! allows it, and the conversation ends with the user's own message rather
+//! than a tool result, the mock calls the tool instead of replying: a chat
+//! message with `tool_calls` (`finish_reason: "tool_calls"`; streamed as
+//! `delta.tool_calls` chunks), a Responses `function_call` output item
+//! (streamed with `response.output_item.added` and
+//! `response.function_call_arguments.delta` / `.done`), or an Anthropic
+//! `tool_use` block (`stop_reason: "tool_use"`; streamed as
+//! `input_json_delta`s). The tool is the one `tool_choice` names, else the
+//! first; its arguments are made from its parameter schema; the call's
+//! output tokens are the o200k_base tokens of the arguments, one per
+//! streamed delta, whatever `mock:tokens` or the output limit say. Once
+//! the client sends the tool's result back, the mock replies with text as
+//! usual, under the directives of the user's prompt (on `/v1/messages`, the
+//! last `user` message that carries no `tool_result`).
+//!
 //! [`MockStats::billed`] sums the usage each answer reported; a stream bills
 //! when its generation ends (also when the client did not ask for usage),
 //! and a cut stream, a stream whose client went away, or a non-stream
@@ -84,10 +105,11 @@
 //! # Layout
 //!
 //! This file is the public API and the accept loop; `handler` reads,
-//! checks and routes one request; `openai`, `responses` and `anthropic`
-//! build each provider's bodies and events; `reply` decides the reply and
-//! counts tokens; `stream` writes event streams; `usage` is what an
-//! answer bills.
+//! checks and routes one request; `openai`, `embeddings`, `responses` and
+//! `anthropic` build each provider's bodies and events; `reply` decides the
+//! reply and counts tokens; `function` decides when and how a function tool
+//! is called; `stream` writes event streams; `usage` is what an answer
+//! bills.
 //!
 //! The crate stands apart from the gateway, which it must not depend on:
 //! the `tollgate` binary depends on it for `mock-upstream`, and tollgate's
@@ -95,6 +117,8 @@
 //! of it.
 
 mod anthropic;
+mod embeddings;
+mod function;
 mod handler;
 mod openai;
 mod reply;

@@ -1,10 +1,12 @@
-//! OpenAI's chat completions, legacy completions, embeddings and model list,
-//! and its error shape, as the official SDKs parse them. The Responses API
-//! lives in `responses`.
+//! OpenAI's chat completions (calling function tools too), legacy
+//! completions and model list, and its error shape, as the official SDKs
+//! parse them. The Responses API lives in `responses`, embeddings in
+//! `embeddings`.
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use super::function::FunctionCall;
 use super::handler::{directed_answer, new_id, unix_now, Answer, ApiError};
 use super::reply::{count_tokens, last_user_directives, u64_field, word, Directives, Reply, Tally};
 use super::stream::{data, Event, EventStream, Events};
@@ -15,13 +17,6 @@ const SYSTEM_FINGERPRINT: &str = "fp_7d3a1c0b5e";
 
 /// The most choices OpenAI accepts in one request.
 const MAX_CHOICES: u64 = 128;
-
-/// Embedding length when the request names no `dimensions`: short, since
-/// tests only need vectors that are deterministic.
-const DEFAULT_DIMENSIONS: u64 = 8;
-
-/// The longest embedding the mock produces.
-const MAX_DIMENSIONS: u64 = 4096;
 
 /// What `GET /v1/models` lists.
 const MODELS: [&str; 7] = [
@@ -51,10 +46,12 @@ pub(crate) fn chat(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError>
     };
     let directives = last_user_directives(messages);
     let reply = opts.reply(&directives, limit);
+    let call = FunctionCall::for_chat(body, messages);
+    let output = call.as_ref().map_or(reply.tokens, FunctionCall::tokens);
     let tally = Tally::new(
         chat_prompt_tokens(messages),
         &directives,
-        reply.tokens.saturating_mul(choices),
+        output.saturating_mul(choices),
     );
     let stream = flag(body, "stream");
     if let Some(answer) = directed_answer(&directives, stream, tally) {
@@ -67,6 +64,17 @@ pub(crate) fn chat(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError>
         model,
         include_usage: stream && include_usage(body),
     };
+    if let Some(call) = call {
+        return Ok(tool_call_answer(
+            chunks,
+            stream,
+            choices,
+            call,
+            tally,
+            &directives,
+            opts,
+        ));
+    }
     if stream {
         return Ok(stream_answer(
             chunks,
@@ -149,48 +157,6 @@ pub(crate) fn completions(body: &Value, opts: &MockOptions) -> Result<Answer, Ap
             "finish_reason": finish_reason(reply),
         })).collect::<Vec<_>>(),
         "usage": completion_usage(&tally),
-    });
-    Ok(Answer::Json { body, tally })
-}
-
-/// `POST /v1/embeddings`: one deterministic vector per input, as floats or
-/// as base64 of little-endian f32s (what the Python SDK asks for by default).
-pub(crate) fn embeddings(body: &Value) -> Result<Answer, ApiError> {
-    let model = model(body)?;
-    let inputs = body
-        .get("input")
-        .and_then(inputs)
-        .ok_or_else(|| ApiError::invalid("Missing required parameter: 'input'.", "input"))?;
-    let dimensions = u64_field(body, "dimensions")
-        .unwrap_or(DEFAULT_DIMENSIONS)
-        .clamp(1, MAX_DIMENSIONS);
-    let base64 = body.get("encoding_format").and_then(Value::as_str) == Some("base64");
-    let directives = last_text_directives(&inputs);
-    let tally = Tally {
-        prompt: inputs.iter().map(Input::tokens).sum(),
-        ..Tally::default()
-    };
-    if let Some(answer) = directed_answer(&directives, false, tally) {
-        return answer;
-    }
-    let data: Vec<Value> = inputs
-        .iter()
-        .enumerate()
-        .map(|(index, input)| {
-            let vector = input.embedding(dimensions);
-            let embedding = if base64 {
-                json!(base64_f32(&vector))
-            } else {
-                json!(vector)
-            };
-            json!({"object": "embedding", "index": index, "embedding": embedding})
-        })
-        .collect();
-    let body = json!({
-        "object": "list",
-        "data": data,
-        "model": model,
-        "usage": {"prompt_tokens": tally.prompt, "total_tokens": tally.prompt},
     });
     Ok(Answer::Json { body, tally })
 }
@@ -319,39 +285,23 @@ fn chat_usage(tally: &Tally) -> Value {
 }
 
 /// One prompt or embedding input.
-enum Input<'a> {
+pub(crate) enum Input<'a> {
     Text(&'a str),
     Tokens(&'a [Value]),
 }
 
 impl Input<'_> {
-    fn tokens(&self) -> u64 {
+    pub(crate) fn tokens(&self) -> u64 {
         match self {
             Input::Text(text) => count_tokens(text),
             Input::Tokens(tokens) => tokens.len() as u64,
         }
     }
-
-    /// A vector that depends only on the input, with components in
-    /// [-1, 1) that print exactly (multiples of 1/1024).
-    fn embedding(&self, dimensions: u64) -> Vec<f32> {
-        let mut state = match self {
-            Input::Text(text) => fnv1a(text.as_bytes()),
-            Input::Tokens(tokens) => fnv1a(Value::Array(tokens.to_vec()).to_string().as_bytes()),
-        };
-        (0..dimensions)
-            .map(|_| {
-                state = splitmix64(state);
-                let step = (state >> 53) as i32 - 1024;
-                step as f32 / 1024.0
-            })
-            .collect()
-    }
 }
 
 /// A string, an array of strings, an array of token ids, or an array of
 /// token-id arrays; `None` for anything else or an empty array.
-fn inputs(value: &Value) -> Option<Vec<Input<'_>>> {
+pub(crate) fn inputs(value: &Value) -> Option<Vec<Input<'_>>> {
     let token_ids = |items: &[Value]| items.iter().all(Value::is_u64);
     match value {
         Value::String(text) => Some(vec![Input::Text(text)]),
@@ -370,7 +320,7 @@ fn inputs(value: &Value) -> Option<Vec<Input<'_>>> {
 }
 
 /// The directives of the last text input.
-fn last_text_directives(inputs: &[Input<'_>]) -> Directives {
+pub(crate) fn last_text_directives(inputs: &[Input<'_>]) -> Directives {
     inputs
         .iter()
         .rev()
@@ -379,40 +329,6 @@ fn last_text_directives(inputs: &[Input<'_>]) -> Directives {
             Input::Tokens(_) => None,
         })
         .unwrap_or_default()
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-fn splitmix64(state: u64) -> u64 {
-    let mut z = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// Standard padded base64 of the vector's little-endian f32 bytes.
-pub(super) fn base64_f32(vector: &[f32]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for group in bytes.chunks(3) {
-        let packed = group.iter().enumerate().fold(0u32, |acc, (i, byte)| {
-            acc | u32::from(*byte) << (16 - 8 * i)
-        });
-        for i in 0..4 {
-            if i <= group.len() {
-                let sextet = (packed >> (18 - 6 * i)) & 0x3f;
-                out.push(char::from(ALPHABET[sextet as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// The fields every chunk of a chat or completions stream repeats.
@@ -549,6 +465,78 @@ fn stream_answer(
     );
     Answer::Stream(EventStream {
         events,
+        tally,
+        cut: directives.cut,
+        pace: opts.pace(directives),
+    })
+}
+
+/// A chat answer calling a function tool: the message carries the call in
+/// `tool_calls` and ends with `tool_calls`; streamed, the first chunk of
+/// each choice names the call and the next carry its arguments, one token
+/// each.
+fn tool_call_answer(
+    chunks: Chunks,
+    stream: bool,
+    choices: u64,
+    call: FunctionCall,
+    tally: Tally,
+    directives: &Directives,
+    opts: &MockOptions,
+) -> Answer {
+    let named = json!([{"index": 0, "id": call.call_id, "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments}}]);
+    if !stream {
+        let body = json!({
+            "id": chunks.id,
+            "object": "chat.completion",
+            "created": chunks.created,
+            "model": chunks.model,
+            "choices": (0..choices).map(|index| json!({
+                "index": index,
+                "message": {"role": "assistant", "content": null, "tool_calls": named,
+                    "refusal": null, "annotations": []},
+                "logprobs": null,
+                "finish_reason": "tool_calls",
+            })).collect::<Vec<_>>(),
+            "usage": chat_usage(&tally),
+            "service_tier": "default",
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+        });
+        return Answer::Json { body, tally };
+    }
+    let mut opening_call = named;
+    opening_call[0]["function"]["arguments"] = json!("");
+    let choice = |index: u64, delta: Value, reason: Value| json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": reason});
+    let mut frames = Vec::new();
+    for index in 0..choices {
+        let delta = json!({"role": "assistant", "content": null, "tool_calls": opening_call,
+            "refusal": null});
+        frames.push(Event::Frame(
+            chunks.frame(vec![choice(index, delta, Value::Null)], None),
+        ));
+    }
+    for piece in &call.pieces {
+        for index in 0..choices {
+            let delta = json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]});
+            frames.push(Event::Token(
+                chunks.frame(vec![choice(index, delta, Value::Null)], None),
+            ));
+        }
+    }
+    frames.push(Event::Generated);
+    for index in 0..choices {
+        let finish = choice(index, json!({}), json!("tool_calls"));
+        frames.push(Event::Frame(chunks.frame(vec![finish], None)));
+    }
+    if chunks.include_usage {
+        frames.push(Event::Frame(
+            chunks.frame(Vec::new(), Some(chat_usage(&tally))),
+        ));
+    }
+    frames.push(Event::Frame(Bytes::from_static(b"data: [DONE]\n\n")));
+    Answer::Stream(EventStream {
+        events: Box::new(frames.into_iter()),
         tally,
         cut: directives.cut,
         pace: opts.pace(directives),

@@ -4,12 +4,15 @@
 //! `content_index`, the full response in the terminal event). Uses of a
 //! hosted tool (`mock:tool_calls=N`) are output items before the message
 //! (`web_search_call`, `file_search_call`, …), at most `max_tool_calls`.
+//! A call of a function tool (see `function`) is a `function_call` item in
+//! place of the message.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
+use super::function::FunctionCall;
 use super::handler::{directed_answer, new_id, unix_now, Answer, ApiError};
 use super::openai::{flag, model};
 use super::reply::{
@@ -45,22 +48,21 @@ pub(crate) fn create(body: &Value, opts: &MockOptions) -> Result<Answer, ApiErro
     };
     let reply = opts.reply(&directives, u64_field(body, "max_output_tokens"));
     let tool_items = tool_items(body, &directives);
-    let tally = Tally::new(
-        prompt_tokens(instructions, &input),
-        &directives,
-        reply.tokens,
-    )
-    .with_tool_calls(tool_items.len() as u64);
+    let call = FunctionCall::for_responses(body);
+    let output = call.as_ref().map_or(reply.tokens, FunctionCall::tokens);
+    let tally = Tally::new(prompt_tokens(instructions, &input), &directives, output)
+        .with_tool_calls(tool_items.len() as u64);
     let stream = flag(body, "stream");
     if let Some(answer) = directed_answer(&directives, stream, tally) {
         return answer;
     }
     let response = Arc::new(Responder {
         base: base_object(body, model),
-        item_id: new_id("msg_"),
+        item_id: new_id(if call.is_some() { "fc_" } else { "msg_" }),
         reply,
         tally,
         tool_items,
+        call,
     });
     if stream {
         return Ok(Answer::Stream(EventStream {
@@ -201,6 +203,9 @@ struct Responder {
     tally: Tally,
     /// Hosted tool calls, completed, in output order before the message.
     tool_items: Vec<Value>,
+    /// The function tool called in place of the message; `item_id` is its
+    /// item's id.
+    call: Option<FunctionCall>,
 }
 
 impl Responder {
@@ -217,7 +222,7 @@ impl Responder {
 
     /// `completed`, or `incomplete` when the output limit cut the reply.
     fn final_status(&self) -> &'static str {
-        if self.reply.capped {
+        if self.reply.capped && self.call.is_none() {
             "incomplete"
         } else {
             "completed"
@@ -244,13 +249,32 @@ impl Responder {
         })
     }
 
+    /// The `function_call` item, with the arguments generated so far.
+    fn call_item(&self, call: &FunctionCall, status: &str, arguments: &str) -> Value {
+        json!({
+            "id": self.item_id,
+            "type": "function_call",
+            "status": status,
+            "arguments": arguments,
+            "call_id": call.call_id,
+            "name": call.name,
+        })
+    }
+
+    /// The last output item once generated: the message, or the call.
+    fn final_item(&self, text: &str) -> Value {
+        let status = self.final_status();
+        match &self.call {
+            Some(call) => self.call_item(call, status, &call.arguments),
+            None => self.message(status, vec![output_text(text)]),
+        }
+    }
+
     /// The whole response once generated.
     fn finished(&self, text: &str) -> Value {
-        let status = self.final_status();
-        let message = self.message(status, vec![output_text(text)]);
         let mut output = self.tool_items.clone();
-        output.push(message);
-        self.object(status, output, self.usage())
+        output.push(self.final_item(text));
+        self.object(self.final_status(), output, self.usage())
     }
 
     /// The message's place in `output`, after the tool calls.
@@ -259,7 +283,34 @@ impl Responder {
     }
 
     fn events_before_text(&self) -> u64 {
-        EVENTS_BEFORE_TEXT + 2 * self.message_index()
+        // A call has no content part to open.
+        let part = u64::from(self.call.is_some());
+        EVENTS_BEFORE_TEXT - part + 2 * self.message_index()
+    }
+
+    /// The streamed deltas: one per token of the text, or of the call's
+    /// arguments.
+    fn deltas(&self) -> Vec<(&'static str, Value)> {
+        match &self.call {
+            Some(call) => call
+                .pieces
+                .iter()
+                .map(|piece| {
+                    (
+                        "response.function_call_arguments.delta",
+                        json!({"delta": piece}),
+                    )
+                })
+                .collect(),
+            None => (0..self.reply.tokens)
+                .map(|position| {
+                    (
+                        "response.output_text.delta",
+                        json!({"delta": word(position), "logprobs": []}),
+                    )
+                })
+                .collect(),
+        }
     }
 
     /// The stream: created, in_progress, the item and part opening, one
@@ -267,19 +318,18 @@ impl Responder {
     /// `response.completed` (or `response.incomplete`) with the usage.
     fn events(self: &Arc<Self>) -> super::stream::Events {
         let (opening, deltas, closing) = (self.clone(), self.clone(), self.clone());
-        let tokens = self.reply.tokens;
         let before_text = self.events_before_text();
         Box::new(
             std::iter::once_with(move || opening.opening_frames())
                 .flatten()
                 .map(Event::Frame)
-                .chain((0..tokens).map(move |position| {
-                    Event::Token(deltas.item_event(
-                        "response.output_text.delta",
-                        before_text + position,
-                        json!({"delta": word(position), "logprobs": []}),
-                    ))
-                }))
+                .chain(
+                    (before_text..)
+                        .zip(self.deltas())
+                        .map(move |(sequence, (kind, fields))| {
+                            Event::Token(deltas.item_event(kind, sequence, fields))
+                        }),
+                )
                 .chain(std::iter::once(Event::Generated))
                 .chain(
                     std::iter::once_with(move || closing.closing_frames())
@@ -314,6 +364,14 @@ impl Responder {
             ));
         }
         let next = 2 + 2 * self.message_index();
+        if let Some(call) = &self.call {
+            frames.push(event(
+                "response.output_item.added",
+                next,
+                json!({"output_index": self.message_index(), "item": self.call_item(call, "in_progress", "")}),
+            ));
+            return frames;
+        }
         frames.push(event(
             "response.output_item.added",
             next,
@@ -329,9 +387,28 @@ impl Responder {
 
     fn closing_frames(&self) -> Vec<Bytes> {
         let text = text(self.reply.tokens);
-        let first = self.events_before_text() + self.reply.tokens;
+        let first = self.events_before_text() + self.deltas().len() as u64;
         let status = self.final_status();
         let terminal = format!("response.{status}");
+        if let Some(call) = &self.call {
+            return vec![
+                self.item_event(
+                    "response.function_call_arguments.done",
+                    first,
+                    json!({"arguments": call.arguments, "name": call.name}),
+                ),
+                event(
+                    "response.output_item.done",
+                    first + 1,
+                    json!({"output_index": self.message_index(), "item": self.final_item(&text)}),
+                ),
+                event(
+                    &terminal,
+                    first + 2,
+                    json!({"response": self.finished(&text)}),
+                ),
+            ];
+        }
         vec![
             self.item_event(
                 "response.output_text.done",
@@ -356,11 +433,13 @@ impl Responder {
         ]
     }
 
-    /// An event about the message's one text part.
+    /// An event about the message's one text part, or about the call.
     fn item_event(&self, kind: &str, sequence: u64, mut fields: Value) -> Bytes {
         fields["item_id"] = json!(self.item_id);
         fields["output_index"] = json!(self.message_index());
-        fields["content_index"] = json!(0);
+        if self.call.is_none() {
+            fields["content_index"] = json!(0);
+        }
         event(kind, sequence, fields)
     }
 }

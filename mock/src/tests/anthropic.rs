@@ -136,7 +136,12 @@ async fn a_message_stream_follows_anthropics_event_order() {
         payloads[7]["delta"],
         json!({"stop_reason": "end_turn", "stop_sequence": null})
     );
-    assert_eq!(payloads[7]["usage"]["output_tokens"], 3);
+    // Cumulative counts: the input is repeated, not added to.
+    assert_eq!(
+        payloads[7]["usage"],
+        json!({"input_tokens": input - 1, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 1, "output_tokens": 3})
+    );
     settled(
         &server,
         Usage {
@@ -194,7 +199,7 @@ async fn server_tool_uses_are_blocks_and_usage_capped_by_max_uses() {
     let server = start().await;
     let content = "search mock:tool_calls=4 mock:tokens=2";
     let mut request = message(content);
-    request["tools"] = json!([{"name": "f", "input_schema": {}},
+    request["tools"] = json!([{"type": "bash_20250124", "name": "bash"},
         {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}]);
     let (_, body) = post_json(&server, "/v1/messages", request.clone()).await;
     let kinds: Vec<&str> = body["content"]

@@ -2,6 +2,7 @@
 //! the directives, the key check, the stats and incremental streaming.
 
 mod anthropic;
+mod functions;
 mod openai;
 mod responses;
 

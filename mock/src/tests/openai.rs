@@ -249,7 +249,7 @@ async fn embeddings_are_deterministic_per_input() {
     let floats = json!({"model": "m", "input": "alpha beta", "dimensions": 4});
     let (_, body) = post_json(&server, "/v1/embeddings", floats).await;
     let first = body["data"][0]["embedding"][0].as_f64().unwrap() as f32;
-    let decoded = crate::openai::base64_f32(&[first]);
+    let decoded = crate::embeddings::base64_f32(&[first]);
     assert_eq!(&base64[..5], &decoded[..5], "the first float's bytes");
 }
 

@@ -171,7 +171,7 @@ async fn hosted_tool_calls_are_output_items_capped_by_max_tool_calls() {
     let server = start().await;
     let input = "look it up mock:tool_calls=3";
     let request = json!({"model": "gpt-4.1-mini", "input": input,
-        "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]});
+        "tools": [{"type": "custom", "name": "f"}, {"type": "web_search"}]});
     let (_, body) = post_json(&server, "/v1/responses", request).await;
     let kinds: Vec<&str> = body["output"]
         .as_array()

@@ -344,6 +344,41 @@ data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":
     assert_eq!(meter.reported_usage(), Some(Ok(usage(27, 4096, 0, 48))));
 }
 
+/// The current API repeats every count in `message_delta`, cumulative:
+/// the input and cache counts equal those of `message_start` and must not
+/// be added to them; a tool call ends the message as text does.
+const ANTHROPIC_CUMULATIVE_TOOL_USE: &[u8] = br#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":412,"cache_creation_input_tokens":1024,"cache_read_input_tokens":2048,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_01","name":"get_weather","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"city\":"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"Paris\"}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":412,"cache_creation_input_tokens":1024,"cache_read_input_tokens":2048,"output_tokens":57}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+"#;
+
+#[test]
+fn anthropic_cumulative_delta_counts_are_not_added_twice() {
+    let metered =
+        meter_at_every_split(StreamKind::AnthropicMessages, ANTHROPIC_CUMULATIVE_TOOL_USE);
+    assert_eq!(metered.actions, forwards(7, &[(6, EventAction::Terminal)]));
+    assert_eq!(metered.reported, Some(Ok(usage(412, 2048, 1024, 57))));
+    assert_eq!(metered.text_bytes, r#"{"city":"Paris"}"#.len() as u64);
+}
+
 #[test]
 fn anthropic_stream_cut_after_start_keeps_reported_input() {
     let cut = cut_before_event(ANTHROPIC, 10);

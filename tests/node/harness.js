@@ -1,0 +1,323 @@
+// The Node suite's fixtures: the mock provider and the gateway as real
+// processes (as tests/sdk/conftest.py starts them), the key's budget around
+// a block of calls, and the expected cost of a call computed apart from the
+// gateway, from the usage a client saw and the decimal prices in
+// config/prices.toml.
+//
+// Each test file starts its own mock and gateway (`startGateway`) and runs
+// its tests one at a time, so the budget read before a call is an exact
+// baseline for it.
+
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const PRICES_FILE = join(REPO_ROOT, 'config', 'prices.toml');
+
+const STARTUP_TIMEOUT_MS = 30_000;
+const SETTLE_TIMEOUT_MS = 5_000;
+// Tracing may print the address bare or as `field=value`, quoted or not.
+const LISTENING = /listening on\s+(?:[A-Za-z_]+=)?"?((?:\d{1,3}\.){3}\d{1,3}:\d+|\[[0-9A-Fa-f:]+\]:\d+)/;
+// eslint-disable-next-line no-control-regex
+const ANSI_ESCAPE = /\x1b\[[0-9;]*m/g;
+
+// The SDKs read base URLs, keys and extra headers from the environment; a
+// developer's real settings must neither leak into nor redirect a test.
+for (const name of Object.keys(process.env)) {
+  if (name.startsWith('OPENAI_') || name.startsWith('ANTHROPIC_')) delete process.env[name];
+}
+
+/** The binary under test: `TOLLGATE_BIN` (relative to the repo root when
+ * relative), else the debug build. */
+export function tollgateBin() {
+  const configured = process.env.TOLLGATE_BIN || 'target/debug/tollgate';
+  return isAbsolute(configured) ? configured : join(REPO_ROOT, configured);
+}
+
+/** A tollgate subprocess whose output is kept for failure messages. */
+class TollgateProcess {
+  constructor(name, args, env) {
+    this.name = name;
+    this.args = args;
+    this.lines = [];
+    this.address = null;
+    this.child = spawn(args[0], args.slice(1), { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.exited = new Promise((resolveExit) => this.child.once('exit', (code, signal) => resolveExit({ code, signal })));
+    this.bound = new Promise((resolveBound) => {
+      this.child.once('exit', () => resolveBound(null));
+      let pending = '';
+      const read = (chunk) => {
+        pending += chunk.toString('utf8');
+        const lines = pending.split('\n');
+        pending = lines.pop();
+        for (const raw of lines) {
+          const line = raw.replace(ANSI_ESCAPE, '');
+          this.lines.push(line);
+          const found = this.address === null && LISTENING.exec(line);
+          if (found) {
+            this.address = found[1];
+            resolveBound(this.address);
+          }
+        }
+      };
+      this.child.stdout.on('data', read);
+      this.child.stderr.on('data', read);
+    });
+  }
+
+  output() {
+    return this.lines.join('\n');
+  }
+
+  async waitListening() {
+    let timer;
+    const timeout = new Promise((resolveTimeout) => {
+      timer = setTimeout(() => resolveTimeout(null), STARTUP_TIMEOUT_MS);
+    });
+    const address = await Promise.race([this.bound, timeout]);
+    clearTimeout(timer);
+    if (address) return address;
+    await this.stop();
+    throw new Error(
+      `${this.name} did not log 'listening on'.\ncommand: ${this.args.join(' ')}\n--- output ---\n${this.output() || '(none)'}`,
+    );
+  }
+
+  async stop() {
+    if (this.child.exitCode === null && this.child.signalCode === null) {
+      this.child.kill('SIGTERM');
+      const timer = setTimeout(() => this.child.kill('SIGKILL'), 10_000);
+      await this.exited;
+      clearTimeout(timer);
+    }
+  }
+}
+
+function childEnv(extra) {
+  const env = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    if (!name.startsWith('OPENAI_') && !name.startsWith('ANTHROPIC_')) env[name] = value;
+  }
+  return { ...env, RUST_LOG: process.env.TOLLGATE_TEST_LOG || 'info', NO_COLOR: '1', ...extra };
+}
+
+const sha256 = (raw) => createHash('sha256').update(raw).digest('hex');
+
+function config(mockAddress, key) {
+  return `\
+[server]
+listen = "127.0.0.1:0"
+
+[store]
+backend = "memory"
+
+[prices]
+file = "${PRICES_FILE}"
+
+[[providers]]
+name = "openai"
+kind = "openai"
+base_url = "http://${mockAddress}"
+api_key_env = "TG_TEST_OPENAI_KEY"
+models = ["gpt-*", "text-embedding-*"]
+
+[[providers]]
+name = "anthropic"
+kind = "anthropic"
+base_url = "http://${mockAddress}"
+api_key_env = "TG_TEST_ANTHROPIC_KEY"
+models = ["claude-*"]
+
+[[orgs]]
+id = "node"
+cap_usd = "100.00"
+period = "total"
+
+[[keys]]
+id = "node-key"
+org = "node"
+key_sha256 = "${sha256(key)}"
+cap_usd = "10.00"
+period = "total"
+`;
+}
+
+/** Starts a mock provider and a gateway in front of it. The mock accepts
+ * only the provider credential, so a successful call proves the gateway
+ * swapped the client's key for it. */
+export async function startGateway() {
+  const binary = tollgateBin();
+  assert.ok(existsSync(binary), `${binary} does not exist: run \`cargo build\` (or set TOLLGATE_BIN)`);
+  const providerSecret = `sk-provider-${randomBytes(16).toString('hex')}`;
+  const key = `tg-node-${randomBytes(16).toString('hex')}`;
+
+  const mock = new TollgateProcess(
+    'mock-upstream',
+    [binary, 'mock-upstream', '--listen', '127.0.0.1:0', '--expect-key', providerSecret],
+    childEnv({}),
+  );
+  const mockAddress = await mock.waitListening();
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-node-'));
+  const configPath = join(dir, 'tollgate.toml');
+  writeFileSync(configPath, config(mockAddress, key));
+  const gateway = new TollgateProcess(
+    'gateway',
+    [binary, 'serve', '--config', configPath],
+    childEnv({ TG_TEST_OPENAI_KEY: providerSecret, TG_TEST_ANTHROPIC_KEY: providerSecret }),
+  );
+  let address;
+  try {
+    address = await gateway.waitListening();
+  } catch (error) {
+    await mock.stop();
+    throw error;
+  }
+  return {
+    url: `http://${address}`,
+    key,
+    logs: () => `--- gateway ---\n${gateway.output()}\n--- mock-upstream ---\n${mock.output()}`,
+    async stop() {
+      await gateway.stop();
+      await mock.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+// === the budget ===
+
+export async function readBudget(gateway) {
+  const response = await fetch(`${gateway.url}/v1/budget`, {
+    headers: { Authorization: `Bearer ${gateway.key}` },
+  });
+  const body = await response.text();
+  assert.equal(response.status, 200, `GET /v1/budget answered ${response.status}: ${body}`);
+  return JSON.parse(body);
+}
+
+/** The key's (and its org's) counters around a block of calls. */
+export class SpendMeter {
+  constructor(gateway) {
+    this.gateway = gateway;
+  }
+
+  /** Takes the baseline; call before the calls to be charged. */
+  async restart() {
+    this.before = await readBudget(this.gateway);
+    return this;
+  }
+
+  /** The budget once the calls' reservations are settled. */
+  async after() {
+    const deadline = Date.now() + SETTLE_TIMEOUT_MS;
+    for (;;) {
+      const budget = await readBudget(this.gateway);
+      const settled =
+        budget.key.reserved_usd_micros <= this.before.key.reserved_usd_micros &&
+        (budget.org?.reserved_usd_micros ?? 0) <= (this.before.org?.reserved_usd_micros ?? 0);
+      if (settled || Date.now() >= deadline) return budget;
+      await new Promise((wake) => setTimeout(wake, 50));
+    }
+  }
+
+  /** Exactly `expected` µUSD was charged to the key and its org, and no
+   * reservation was left open. */
+  async assertCharged(expected) {
+    const after = await this.after();
+    const { before } = this;
+    assert.equal(after.key.period_id, before.key.period_id, 'the budget period rolled over during the test');
+    assert.equal(after.key.reserved_usd_micros - before.key.reserved_usd_micros, 0, 'reservation left open on the key');
+    const charged = after.key.spent_usd_micros - before.key.spent_usd_micros;
+    assert.equal(charged, expected, `key charged ${charged} µUSD, usage prices at ${expected} µUSD`);
+    assert.equal(after.org.reserved_usd_micros - before.org.reserved_usd_micros, 0, 'reservation left open on the org');
+    assert.equal(after.org.spent_usd_micros - before.org.spent_usd_micros, expected, 'org charged differently');
+    return after;
+  }
+}
+
+/** A meter whose baseline is taken now. */
+export async function meter(gateway) {
+  return new SpendMeter(gateway).restart();
+}
+
+// === expected costs ===
+
+const MICRO_DIGITS = 6;
+
+/** A decimal string as an exact count of millionths. */
+function millionths(decimal) {
+  const match = /^(\d+)(?:\.(\d{1,6}))?$/.exec(String(decimal).trim());
+  assert.ok(match, `price ${decimal} is not a decimal with at most ${MICRO_DIGITS} places`);
+  return BigInt(match[1]) * 10n ** BigInt(MICRO_DIGITS) + BigInt((match[2] || '').padEnd(MICRO_DIGITS, '0'));
+}
+
+/** The per-token prices of config/prices.toml, in millionths of a µUSD: the
+ * `*_per_mtok` string fields of each `[models."NAME"]` table. */
+function loadPrices() {
+  const models = {};
+  let current = null;
+  for (const line of readFileSync(PRICES_FILE, 'utf8').split('\n')) {
+    const table = /^\s*\[\s*models\."([^"]+)"\s*\]/.exec(line);
+    if (table) {
+      current = models[table[1]] = {};
+      continue;
+    }
+    if (/^\s*\[/.test(line)) {
+      current = null;
+      continue;
+    }
+    const field = /^\s*(\w+_per_mtok)\s*=\s*"([^"]+)"/.exec(line);
+    if (current && field) current[field[1]] = millionths(field[2]);
+  }
+  return models;
+}
+
+const PRICES = loadPrices();
+
+/** Σ tokens × price, rounded up to a whole µUSD once per call. */
+export function cost(model, { input = 0, cachedInput = 0, cacheWrite = 0, output = 0 }) {
+  const price = PRICES[model];
+  assert.ok(price, `${model} is not in ${PRICES_FILE}`);
+  const inputPrice = price.input_per_mtok;
+  const exact =
+    BigInt(input) * inputPrice +
+    BigInt(cachedInput) * (price.cached_input_per_mtok ?? inputPrice) +
+    BigInt(cacheWrite) * (price.cache_write_per_mtok ?? inputPrice) +
+    BigInt(output) * price.output_per_mtok;
+  const scale = 10n ** BigInt(MICRO_DIGITS);
+  return Number((exact + scale - 1n) / scale);
+}
+
+/** An OpenAI chat completion's `usage`. */
+export function chatCost(model, usage) {
+  const cached = usage.prompt_tokens_details?.cached_tokens ?? 0;
+  return cost(model, { input: usage.prompt_tokens - cached, cachedInput: cached, output: usage.completion_tokens });
+}
+
+/** An OpenAI Responses `usage`. */
+export function responsesCost(model, usage) {
+  const cached = usage.input_tokens_details?.cached_tokens ?? 0;
+  return cost(model, { input: usage.input_tokens - cached, cachedInput: cached, output: usage.output_tokens });
+}
+
+/** An Anthropic message's `usage`. */
+export function messagesCost(model, usage) {
+  return cost(model, {
+    input: usage.input_tokens ?? 0,
+    cachedInput: usage.cache_read_input_tokens ?? 0,
+    cacheWrite: usage.cache_creation_input_tokens ?? 0,
+    output: usage.output_tokens ?? 0,
+  });
+}
+
+/** A conversation whose reply the mock makes exactly `words` tokens long. */
+export function ask(words, extra = '') {
+  return `Name a few colours, please. ${extra} mock:tokens=${words}`;
+}
+
+export const words = (text) => text.split(/\s+/).filter(Boolean).length;
