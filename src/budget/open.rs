@@ -43,9 +43,10 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
             tracing::info!(file = %path.display(), "budget store: sqlite");
             BudgetStore::Sqlite(sqlite)
         }
-        StoreBackend::Redis { url } => {
-            let redis = RedisStore::connect(
+        StoreBackend::Redis { url, tls } => {
+            let redis = RedisStore::connect_tls(
                 url.expose(),
+                tls,
                 store.settle_epsilon,
                 store.ledger_retention,
                 store.on_expiry,

@@ -67,6 +67,7 @@ use super::{
     tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest,
     Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_CLOSED_RECORD,
 };
+use crate::config::RedisTls;
 use crate::money::{UsdMicros, MAX_USD_MICROS};
 use books::Record;
 use connection::{redacted, CallPolicy, Connection, Request};
@@ -122,11 +123,14 @@ impl RedisStore {
     /// - `redis://[user:password@]host[:port][/db]`: one node;
     /// - `redis+cluster://[user:password@]host:port[,host:port…]`, or a
     ///   `redis://` URL with several comma-separated `host:port`s: a Redis
-    ///   Cluster seeded from those nodes.
+    ///   Cluster seeded from those nodes;
+    /// - the same with `rediss` for TLS, the server's certificate checked
+    ///   against the Mozilla roots compiled in ([`RedisStore::connect_tls`]
+    ///   takes a CA and a client certificate).
     ///
     /// It does not connect here: the first call does, and every later call
     /// reconnects if needed, so this never fails on an unreachable server,
-    /// only on a malformed URL (or `rediss://`: TLS is not compiled in).
+    /// only on a malformed URL (or `#insecure`, which is refused).
     /// A reservation never settled by its deadline is charged as
     /// `on_expiry` says. Must be called from within a Tokio runtime.
     pub async fn connect(
@@ -135,8 +139,28 @@ impl RedisStore {
         ledger_retention: Duration,
         on_expiry: OnExpiry,
     ) -> Result<RedisStore, RedisUrlError> {
-        RedisStore::with_policy(
+        RedisStore::connect_tls(
             url,
+            &RedisTls::default(),
+            settle_epsilon,
+            ledger_retention,
+            on_expiry,
+        )
+        .await
+    }
+
+    /// [`RedisStore::connect`] with `tls`'s CA and client certificate for a
+    /// `rediss://` URL.
+    pub async fn connect_tls(
+        url: &str,
+        tls: &RedisTls,
+        settle_epsilon: UsdMicros,
+        ledger_retention: Duration,
+        on_expiry: OnExpiry,
+    ) -> Result<RedisStore, RedisUrlError> {
+        RedisStore::open(
+            url,
+            tls,
             settle_epsilon,
             ledger_retention,
             on_expiry,
@@ -144,6 +168,7 @@ impl RedisStore {
         )
     }
 
+    #[cfg(test)]
     fn with_policy(
         url: &str,
         settle_epsilon: UsdMicros,
@@ -151,9 +176,28 @@ impl RedisStore {
         on_expiry: OnExpiry,
         policy: CallPolicy,
     ) -> Result<RedisStore, RedisUrlError> {
+        let tls = RedisTls::default();
+        RedisStore::open(
+            url,
+            &tls,
+            settle_epsilon,
+            ledger_retention,
+            on_expiry,
+            policy,
+        )
+    }
+
+    fn open(
+        url: &str,
+        tls: &RedisTls,
+        settle_epsilon: UsdMicros,
+        ledger_retention: Duration,
+        on_expiry: OnExpiry,
+        policy: CallPolicy,
+    ) -> Result<RedisStore, RedisUrlError> {
         Ok(RedisStore {
             inner: Arc::new(Inner {
-                connection: Connection::open(url, policy)?,
+                connection: Connection::open(url, tls, policy)?,
                 endpoint: redacted(url),
                 scripts: Scripts::new(),
                 policy,

@@ -17,6 +17,8 @@ use crate::period::Period;
 use crate::prices::PriceTable;
 use crate::provider::{ProviderKind, OUTPUT_LIMIT_FIELDS};
 
+mod redis;
+
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 const DEFAULT_MAX_REQUEST_BYTES: u64 = 10 * 1024 * 1024;
 const DEFAULT_UPSTREAM_TIMEOUT_SECS: u64 = 600;
@@ -30,9 +32,6 @@ const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 75;
 /// room for provider and store connections.
 const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
 const DEFAULT_ADMIN_KEY_ENV: &str = "TOLLGATE_ADMIN_KEY";
-/// Overrides `store.redis_url`, so the URL and its password can stay out of
-/// the file.
-const REDIS_URL_ENV: &str = "TOLLGATE_REDIS_URL";
 const DEFAULT_RESERVATION_TTL_SECS: u64 = 900;
 const DEFAULT_SETTLE_EPSILON_USD: &str = "0.0001";
 const DEFAULT_PRICES_FILE: &str = "config/prices.toml";
@@ -146,31 +145,7 @@ impl Checker<'_> {
                     path: self.beside_config(file),
                 }
             }
-            "redis" => {
-                let url = self
-                    .secret_var(REDIS_URL_ENV)
-                    .or_else(|| raw.redis_url.clone().map(Secret::new))
-                    .ok_or_else(|| {
-                        self.invalid(
-                            "store.redis_url",
-                            format!("backend \"redis\" needs redis_url or env {REDIS_URL_ENV}"),
-                        )
-                    })?;
-                // The URL is not echoed: it may carry a password.
-                // TLS (rediss://) is not compiled in: refused here rather
-                // than at the first budget call.
-                let scheme_ok = ["redis://", "redis+cluster://"]
-                    .iter()
-                    .any(|scheme| url.expose().starts_with(scheme));
-                if !scheme_ok {
-                    return Err(self.invalid(
-                        "store.redis_url",
-                        "must start with redis:// (or redis+cluster:// for a Redis Cluster); \
-                         TLS (rediss://) is not supported by this build",
-                    ));
-                }
-                StoreBackend::Redis { url }
-            }
+            "redis" => self.redis(raw)?,
             other => {
                 return Err(self.invalid(
                     "store.backend",

@@ -89,7 +89,41 @@ pub enum StoreBackend {
     /// The URL may carry a password, hence a [`Secret`].
     Redis {
         url: Secret,
+        /// Certificates for a `rediss://` URL; empty for `redis://`.
+        tls: RedisTls,
     },
+}
+
+/// The certificates of TLS to Redis (`rediss://`), as PEM text read and
+/// checked at load. Both unset: the server's certificate must chain to the
+/// Mozilla roots compiled in (webpki-roots), and no client certificate is
+/// offered.
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    /// The CA certificates the server's certificate must chain to, in place
+    /// of the compiled-in roots: managed and self-hosted Redis servers
+    /// often have a private CA.
+    pub ca_pem: Option<String>,
+    /// Offered to a server that asks for one (mutual TLS).
+    pub client: Option<RedisClientCert>,
+}
+
+/// A client certificate and the key it certifies.
+#[derive(Clone)]
+pub struct RedisClientCert {
+    /// The chain, the client's own certificate first.
+    pub cert_pem: String,
+    pub key_pem: Secret,
+}
+
+impl fmt::Debug for RedisTls {
+    /// Says which certificates are set, not their text.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("custom_ca", &self.ca_pem.is_some())
+            .field("client_cert", &self.client.is_some())
+            .finish()
+    }
 }
 
 /// What a request gets when the budget store cannot answer.

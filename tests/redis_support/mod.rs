@@ -103,6 +103,8 @@ pub struct GatewayConfig {
     pub on_expiry: &'static str,
     pub orgs: Vec<OrgSpec>,
     pub keys: Vec<KeySpec>,
+    /// More `[store]` lines, verbatim (e.g. `redis_tls_ca_file = "…"`).
+    pub store_extra: String,
 }
 
 impl GatewayConfig {
@@ -117,6 +119,7 @@ impl GatewayConfig {
             on_expiry: "charge",
             orgs: Vec::new(),
             keys: Vec::new(),
+            store_extra: String::new(),
         }
     }
 
@@ -130,6 +133,7 @@ upstream_timeout_secs = {timeout}
 
 [store]
 {backend}
+{store_extra}
 reservation_ttl_secs = {ttl}
 on_store_error = "{on_error}"
 on_expiry = "{on_expiry}"
@@ -156,6 +160,7 @@ models = ["claude-*"]
                 Some(path) => format!("backend = \"sqlite\"\nsqlite_path = \"{}\"", path.display()),
                 None => format!("backend = \"redis\"\nredis_url = \"{}\"", self.redis_url),
             },
+            store_extra = self.store_extra,
             ttl = self.reservation_ttl_secs,
             on_error = self.on_store_error,
             on_expiry = self.on_expiry,
@@ -319,11 +324,12 @@ impl UnsweptGateway {
             &env,
         )
         .unwrap();
-        let tollgate::config::StoreBackend::Redis { url } = &config.store.backend else {
+        let tollgate::config::StoreBackend::Redis { url, tls } = &config.store.backend else {
             panic!("a Redis config");
         };
-        let store = RedisStore::connect(
+        let store = RedisStore::connect_tls(
             url.expose(),
+            tls,
             config.store.settle_epsilon,
             config.store.ledger_retention,
             config.store.on_expiry,

@@ -11,7 +11,11 @@
 //!   follows the slot map (MOVED/ASK) and sends every keyed command to the
 //!   slot's primary.
 //!
-//! TLS (`rediss://`) is not compiled in and is refused at start-up.
+//! Over TLS: `rediss://…` and `rediss+cluster://…` (or `rediss://` with
+//! several hosts). The server's certificate is always verified, against
+//! the configured CA or else the Mozilla roots compiled in; a client
+//! certificate is offered when configured. `#insecure`, which would skip
+//! the verification, is refused.
 //!
 //! Neither connects before the first call, so the gateway starts while
 //! Redis is down and `/readyz` says so until it answers. Concurrent calls
@@ -23,10 +27,12 @@ use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{
-    Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, RetryMethod, ScriptInvocation, Value,
+    ClientTlsConfig, Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, RetryMethod,
+    ScriptInvocation, TlsCertificates, Value,
 };
 
 use crate::budget::StoreError;
+use crate::config::RedisTls;
 
 /// How long one attempt of a call may take before it is abandoned.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -50,8 +56,17 @@ pub enum RedisUrlError {
     /// The URL is never echoed: it may carry a password.
     #[error("the Redis URL is malformed: {0}")]
     Malformed(&'static str),
-    #[error("TLS (rediss://) is not supported by this build; use redis://")]
-    TlsUnsupported,
+    #[error(
+        "#insecure would turn off the check of the Redis server's certificate, \
+         which tollgate does not do"
+    )]
+    Insecure,
+    #[error("TLS certificates are configured, but the Redis URL is not rediss://")]
+    TlsWithoutRediss,
+    /// A certificate or key rustls cannot use (the config check reads
+    /// them first, so this is rare).
+    #[error("the Redis TLS certificates are unusable: {0}")]
+    Certificates(String),
 }
 
 /// How calls are timed out and retried.
@@ -88,25 +103,45 @@ pub(super) enum Connection {
 }
 
 impl Connection {
-    /// Builds the handle without connecting. Must be called from within a
-    /// Tokio runtime, which drives the connection's tasks.
-    pub fn open(url: &str, policy: CallPolicy) -> Result<Connection, RedisUrlError> {
-        if url.starts_with("rediss") {
-            return Err(RedisUrlError::TlsUnsupported);
+    /// Builds the handle without connecting, with `tls`'s certificates for
+    /// a `rediss://` URL. Must be called from within a Tokio runtime, which
+    /// drives the connection's tasks.
+    pub fn open(
+        url: &str,
+        tls: &RedisTls,
+        policy: CallPolicy,
+    ) -> Result<Connection, RedisUrlError> {
+        let over_tls = url.starts_with("rediss");
+        if url
+            .split_once('#')
+            .is_some_and(|(_, fragment)| fragment == "insecure")
+        {
+            return Err(RedisUrlError::Insecure);
+        }
+        let certificates = certificates(tls);
+        if certificates.is_some() && !over_tls {
+            return Err(RedisUrlError::TlsWithoutRediss);
+        }
+        if over_tls {
+            use_ring_crypto();
         }
         match cluster_nodes(url)? {
             Some(nodes) => {
                 // Redirects (MOVED, ASK, TRYAGAIN during a failover) are
                 // followed inside one attempt, briefly: the policy's
                 // timeout bounds the attempt anyway.
-                let client = ClusterClientBuilder::new(nodes)
+                let mut builder = ClusterClientBuilder::new(nodes)
                     .connection_timeout(CONNECT_TIMEOUT)
                     .response_timeout(policy.timeout)
                     .retries(CLUSTER_RETRIES)
                     .min_retry_wait(CLUSTER_MIN_RETRY_WAIT_MS)
-                    .max_retry_wait(CLUSTER_MAX_RETRY_WAIT_MS)
+                    .max_retry_wait(CLUSTER_MAX_RETRY_WAIT_MS);
+                if let Some(certificates) = certificates {
+                    builder = builder.certs(certificates);
+                }
+                let client = builder
                     .build()
-                    .map_err(|_| RedisUrlError::Malformed("not a valid cluster node list"))?;
+                    .map_err(|error| cluster_build_error(&error, over_tls))?;
                 let config = ClusterConfig::new()
                     .set_connection_timeout(CONNECT_TIMEOUT)
                     .set_response_timeout(policy.timeout);
@@ -115,8 +150,12 @@ impl Connection {
                 ))
             }
             None => {
-                let client = ::redis::Client::open(url)
-                    .map_err(|_| RedisUrlError::Malformed("not a valid redis:// URL"))?;
+                let client = match certificates {
+                    Some(certificates) => ::redis::Client::build_with_tls(url, certificates)
+                        .map_err(|error| single_build_error(&error))?,
+                    None => ::redis::Client::open(url)
+                        .map_err(|_| RedisUrlError::Malformed("not a valid redis:// URL"))?,
+                };
                 // Few, quick reconnect attempts inside the manager: the
                 // caller's own retries and the next call drive reconnection,
                 // so a dead server fails a call fast instead of queueing it.
@@ -214,6 +253,53 @@ impl ConnectionLike for Connection {
     }
 }
 
+/// The configured certificates in the redis crate's form; `None` when
+/// neither a CA nor a client certificate is set (the server's certificate
+/// is then checked against the compiled-in roots).
+fn certificates(tls: &RedisTls) -> Option<TlsCertificates> {
+    if tls.ca_pem.is_none() && tls.client.is_none() {
+        return None;
+    }
+    Some(TlsCertificates {
+        client_tls: tls.client.as_ref().map(|client| ClientTlsConfig {
+            client_cert: client.cert_pem.as_bytes().to_vec(),
+            client_key: client.key_pem.expose().as_bytes().to_vec(),
+        }),
+        root_cert: tls.ca_pem.as_ref().map(|pem| pem.as_bytes().to_vec()),
+    })
+}
+
+/// rustls takes its cryptography from the process's default provider, or
+/// else from the one provider compiled in, and panics if it cannot choose.
+/// ring is the one this build uses (for the providers' HTTPS too); it is
+/// made the default so that no dependency bringing another can leave
+/// rustls to choose. A default already installed is kept.
+fn use_ring_crypto() {
+    let _already_installed = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Why a single-node client with certificates could not be built: the URL
+/// or the certificates. Neither is quoted.
+fn single_build_error(error: &RedisError) -> RedisUrlError {
+    match error.kind() {
+        ::redis::ErrorKind::InvalidClientConfig => {
+            RedisUrlError::Malformed("not a valid rediss:// URL")
+        }
+        _ => RedisUrlError::Certificates(error.to_string()),
+    }
+}
+
+/// Why a cluster client could not be built.
+fn cluster_build_error(error: &RedisError, over_tls: bool) -> RedisUrlError {
+    match error.kind() {
+        ::redis::ErrorKind::InvalidClientConfig => {
+            RedisUrlError::Malformed("not a valid cluster node list")
+        }
+        _ if over_tls => RedisUrlError::Certificates(error.to_string()),
+        _ => RedisUrlError::Malformed("not a valid cluster node list"),
+    }
+}
+
 /// The node URLs of a cluster URL, each with the URL's credentials; `None`
 /// for a single-node URL.
 fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>, RedisUrlError> {
@@ -226,7 +312,7 @@ fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>, RedisUrlError> {
         "redis" | "rediss" => (scheme, false),
         _ => return Ok(None),
     };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, _path) = rest.split_at(authority_end);
     let (userinfo, hosts) = match authority.rsplit_once('@') {
         Some((userinfo, hosts)) => (Some(userinfo), hosts),
@@ -298,6 +384,93 @@ mod tests {
         );
         assert!(cluster_nodes("redis+cluster://h1:7000,,h2:7000").is_err());
         assert!(cluster_nodes("127.0.0.1:6379").is_err());
+    }
+
+    #[test]
+    fn tls_cluster_urls_keep_tls_on_every_node() {
+        assert_eq!(
+            cluster_nodes("rediss+cluster://:pw@h1:7000,h2:7001").unwrap(),
+            Some(vec![
+                "rediss://:pw@h1:7000".to_owned(),
+                "rediss://:pw@h2:7001".to_owned()
+            ])
+        );
+        assert_eq!(
+            cluster_nodes("rediss://h1:7000,h2:7001#x").unwrap(),
+            Some(vec![
+                "rediss://h1:7000".to_owned(),
+                "rediss://h2:7001".to_owned()
+            ])
+        );
+        assert_eq!(cluster_nodes("rediss://h1:6380").unwrap(), None);
+    }
+
+    /// A CA certificate and a client certificate with its key, as PEM.
+    fn certificates_pem() -> RedisTls {
+        use rcgen::{CertificateParams, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+        let key = KeyPair::generate().unwrap();
+        let cert_pem = CertificateParams::new(vec!["gateway".to_owned()])
+            .unwrap()
+            .signed_by(&key, &rcgen::Issuer::new(ca, ca_key))
+            .unwrap()
+            .pem();
+        RedisTls {
+            ca_pem: Some(ca_pem),
+            client: Some(crate::config::RedisClientCert {
+                cert_pem,
+                key_pem: crate::config::Secret::new(key.serialize_pem()),
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn tls_clients_are_built_with_their_certificates() {
+        let policy = CallPolicy::default();
+        let none = RedisTls::default();
+        let tls = certificates_pem();
+        for url in [
+            "rediss://127.0.0.1:1",
+            "rediss+cluster://127.0.0.1:1,127.0.0.1:2",
+        ] {
+            assert!(Connection::open(url, &none, policy).is_ok(), "{url}");
+            assert!(Connection::open(url, &tls, policy).is_ok(), "{url}");
+            // The certificates reach the client: unusable ones fail it.
+            let broken = RedisTls {
+                ca_pem: Some(
+                    "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".to_owned(),
+                ),
+                client: None,
+            };
+            assert!(
+                matches!(
+                    Connection::open(url, &broken, policy),
+                    Err(RedisUrlError::Certificates(_))
+                ),
+                "{url}"
+            );
+        }
+        for url in [
+            "redis://127.0.0.1:1",
+            "redis+cluster://127.0.0.1:1,127.0.0.1:2",
+        ] {
+            assert!(matches!(
+                Connection::open(url, &tls, policy),
+                Err(RedisUrlError::TlsWithoutRediss)
+            ));
+        }
+        for url in [
+            "rediss://127.0.0.1:1/#insecure",
+            "rediss+cluster://127.0.0.1:1,127.0.0.1:2#insecure",
+        ] {
+            assert!(matches!(
+                Connection::open(url, &none, policy),
+                Err(RedisUrlError::Insecure)
+            ));
+        }
     }
 
     #[test]

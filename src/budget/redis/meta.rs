@@ -550,11 +550,12 @@ impl fmt::Display for AcceptedEpoch {
 /// `tollgate admin store accept-epoch`: accepts a fresh epoch on the Redis
 /// store `config` names.
 pub async fn accept_epoch(config: &Config) -> Result<AcceptedEpoch, String> {
-    let StoreBackend::Redis { url } = &config.store.backend else {
+    let StoreBackend::Redis { url, tls } = &config.store.backend else {
         return Err("accept-epoch is for the Redis store (store.backend = \"redis\")".to_owned());
     };
-    let store = RedisStore::connect(
+    let store = RedisStore::connect_tls(
         url.expose(),
+        tls,
         config.store.settle_epsilon,
         config.store.ledger_retention,
         config.store.on_expiry,

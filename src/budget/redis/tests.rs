@@ -472,13 +472,13 @@ async fn a_malformed_url_is_the_only_connect_error() {
     );
     assert!(matches!(
         RedisStore::connect(
-            "rediss://127.0.0.1:6379",
+            "rediss://127.0.0.1:6379/#insecure",
             0,
             DEFAULT_LEDGER_RETENTION,
             OnExpiry::Charge
         )
         .await,
-        Err(RedisUrlError::TlsUnsupported)
+        Err(RedisUrlError::Insecure)
     ));
     let store = RedisStore::connect(
         "redis://user:secret@127.0.0.1:1",
