@@ -7,18 +7,19 @@
 //! ```
 //!
 //! It starts the release binary as the mock provider (instant and paced
-//! streaming), the gateway on the memory store (G0) and on Redis (G), and
-//! a bare pass-through proxy (P, `load/passthrough.rs`), then drives them
-//! and a direct connection to the mock (D) with a closed loop, a
-//! concurrency-1 loop, an open loop and many concurrent streams, and
-//! prints one table per mode with the targets. See `load/run.rs` for the
+//! streaming), the gateway on the memory store (G0), on Redis (G) and on a
+//! SQLite file in the run's temp dir (GS), and a bare pass-through proxy
+//! (P, `load/passthrough.rs`), then drives them and a direct connection to
+//! the mock (D) with a closed loop, a concurrency-1 loop, an open loop and
+//! many concurrent streams, and prints one table per mode with the targets. See `load/run.rs` for the
 //! order of events and `load/report.rs` for how figures are computed.
 //!
 //! Traffic goes only to 127.0.0.1; every loop is bounded in count and
 //! time; every process started is killed when the run ends, fails or
 //! panics, and (through `setpriv --pdeathsig`) when the benchmark itself is
 //! killed. On Redis it creates keys named after the run and deletes
-//! exactly those afterwards, also after a failure.
+//! exactly those afterwards, also after a failure; the SQLite files go
+//! with the temp dir.
 
 #[path = "load/books.rs"]
 mod books;
@@ -87,7 +88,7 @@ impl Mode {
 #[derive(Parser, Debug)]
 #[command(
     name = "load",
-    about = "Load benchmark: direct vs pass-through vs tollgate (memory, Redis)"
+    about = "Load benchmark: direct vs pass-through vs tollgate (memory, Redis, SQLite)"
 )]
 struct Cli {
     /// A few seconds: tiny load, 20 streams, one round. Checks that the
@@ -102,7 +103,7 @@ struct Cli {
         default_value = "closed,single,open,streams"
     )]
     modes: Vec<Mode>,
-    /// Rounds of D P G0 G in every mode.
+    /// Rounds of D P G0 G GS in every mode.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
     /// Seconds each configuration runs per mode and round.

@@ -1,7 +1,7 @@
 //! Micro-benchmarks of the work the gateway adds to every call, each step
 //! on its own: scanning a stream for its usage, reading usage from a body,
 //! parsing and estimating a request, counting tokens (beside tiktoken-rs),
-//! and one reserve + settle on the memory store.
+//! and one reserve + settle on the memory store and on the SQLite store.
 //!
 //! `cargo bench --bench micro` measures; `cargo bench --bench micro --
 //! --test` runs each benchmark once, to check they still work.
@@ -18,6 +18,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use tollgate::api::{Api, Call};
 use tollgate::budget::{
     MemoryStore, OnExpiry, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind, Settlement,
+    SqliteStore,
 };
 use tollgate::estimate::{estimate, TokenCounter};
 use tollgate::prices::{ModelPrice, PriceTable};
@@ -207,13 +208,42 @@ fn token_counting(c: &mut Criterion) {
 /// ledger stays the size a gateway holds after a few thousand calls.
 const OPS_PER_STORE: u64 = 4_096;
 
-fn reserve_and_settle(c: &mut Criterion) {
-    let scope = |kind, id: &str| Scope {
+fn scope(kind: ScopeKind, id: &str) -> Scope {
+    Scope {
         kind,
         id: id.to_owned(),
         cap: 9_000_000_000_000,
         period: Period::Day,
+    }
+}
+
+/// The reserve and the settle of call `n`, as the gateway sends them.
+fn call_of(n: u64, key: &Scope, org: &Scope) -> (ReserveRequest, Settlement) {
+    let exec_id = format!("0190b6a2-7c1e-7000-8000-{n:012x}");
+    let request = ReserveRequest {
+        exec_id: exec_id.clone(),
+        key: key.clone(),
+        org: Some(org.clone()),
+        amount: 12_345,
+        ttl: Duration::from_secs(900),
     };
+    let settlement = Settlement {
+        exec_id,
+        key: key.id.clone(),
+        org: Some(org.id.clone()),
+        model: "gpt-4o-mini".to_owned(),
+        usage: Usage {
+            input: 1_000,
+            output: 200,
+            ..Usage::default()
+        },
+        actual: 270,
+        estimated: false,
+    };
+    (request, settlement)
+}
+
+fn reserve_and_settle(c: &mut Criterion) {
     let key = scope(ScopeKind::Key, "alice");
     let org = scope(ScopeKind::Org, "acme");
     let mut group = c.benchmark_group("memory_store");
@@ -227,31 +257,11 @@ fn reserve_and_settle(c: &mut Criterion) {
                 let batch = (iters - done).min(OPS_PER_STORE);
                 let started = Instant::now();
                 for n in done..done + batch {
-                    let exec_id = format!("0190b6a2-7c1e-7000-8000-{n:012x}");
-                    let request = ReserveRequest {
-                        exec_id: exec_id.clone(),
-                        key: key.clone(),
-                        org: Some(org.clone()),
-                        amount: 12_345,
-                        ttl: Duration::from_secs(900),
-                    };
+                    let (request, settlement) = call_of(n, &key, &org);
                     if store.reserve(&request) != ReserveOutcome::Reserved {
                         unreachable!("the cap is far above the benchmark's spend");
                     }
-                    let settled = store.settle(&Settlement {
-                        exec_id,
-                        key: key.id.clone(),
-                        org: Some(org.id.clone()),
-                        model: "gpt-4o-mini".to_owned(),
-                        usage: Usage {
-                            input: 1_000,
-                            output: 200,
-                            ..Usage::default()
-                        },
-                        actual: 270,
-                        estimated: false,
-                    });
-                    black_box(settled.is_ok());
+                    black_box(store.settle(&settlement).is_ok());
                 }
                 elapsed += started.elapsed();
                 done += batch;
@@ -263,11 +273,57 @@ fn reserve_and_settle(c: &mut Criterion) {
     group.finish();
 }
 
+/// One call at a time on a SQLite file, as at concurrency 1: the hop to the
+/// store's thread and back, the statements and a commit, for the reserve
+/// and again for the settle. The file grows over the whole measurement.
+fn sqlite_reserve_and_settle(c: &mut Criterion) {
+    let key = scope(ScopeKind::Key, "alice");
+    let org = scope(ScopeKind::Org, "acme");
+    let Ok(dir) = tempfile::Builder::new().prefix("tollgate-micro-").tempdir() else {
+        unreachable!("a temp dir for the benchmark's store");
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        unreachable!("a runtime for the benchmark");
+    };
+    let Ok(store) = SqliteStore::open(
+        &dir.path().join("micro.db"),
+        100,
+        Duration::from_secs(30 * 24 * 3600),
+        OnExpiry::Charge,
+    ) else {
+        unreachable!("the benchmark's store opens in its own temp dir");
+    };
+    let mut next = 0u64;
+    let mut group = c.benchmark_group("sqlite_store");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("reserve_settle", |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let started = Instant::now();
+                for _ in 0..iters {
+                    let (request, settlement) = call_of(next, &key, &org);
+                    next += 1;
+                    if !matches!(store.reserve(&request).await, Ok(ReserveOutcome::Reserved)) {
+                        unreachable!("the cap is far above the benchmark's spend");
+                    }
+                    black_box(store.settle(&settlement).await.is_ok());
+                }
+                started.elapsed()
+            })
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = micro;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = sse_scanning, usage_parsing, request_parsing, cost_estimation, token_counting, reserve_and_settle
+    targets = sse_scanning, usage_parsing, request_parsing, cost_estimation, token_counting, reserve_and_settle,
+        sqlite_reserve_and_settle
 }
 criterion_main!(micro);

@@ -1,6 +1,6 @@
-//! The printed report: one table per mode with the four configurations
-//! side by side, the Redis figures, and every target with its measured
-//! value and PASS or MISS.
+//! The printed report: one table per mode with the five configurations
+//! side by side, the Redis figures, the growth of the SQLite file, and
+//! every target with its measured value and PASS or MISS.
 //!
 //! Throughput and stream rates are the median over rounds, and each ratio
 //! is the median of the per-round ratios, so a round slowed by other work
@@ -11,12 +11,15 @@ use std::fmt::Write as _;
 use crate::drive::Sample;
 use crate::figures::*;
 use crate::run::{Measured, Outcome};
-use crate::subjects::describe;
+use crate::subjects::{describe, LABELS};
 use crate::Settings;
 
 /// The targets (benchmark figures, not test assertions).
 const G_THROUGHPUT: f64 = 0.70;
 const G0_THROUGHPUT: f64 = 0.90;
+/// GS against G0, the same gateway on the memory store, in the same run.
+const GS_THROUGHPUT_VS_G0: f64 = 0.85;
+const GS_ADDED_P99_OVER_G0_NS: i64 = 100_000;
 const ADDED_P99_NS: i64 = 250_000;
 const ADDED_TTFT_P99_NS: i64 = 500_000;
 const RSS_PER_STREAM_KIB: f64 = 32.0;
@@ -37,8 +40,9 @@ pub fn render(settings: &Settings, outcome: &Outcome) -> Report {
     // `write!` to a String cannot fail; results are ignored throughout.
     let _ = writeln!(
         out,
-        "\ntollgate load benchmark: {} round(s), configurations alternating D P G0 G; {:.0} s in all",
+        "\ntollgate load benchmark: {} round(s), configurations alternating {}; {:.0} s in all",
         settings.rounds,
+        LABELS.join(" "),
         outcome.elapsed.as_secs_f64()
     );
     let _ = writeln!(
@@ -64,6 +68,7 @@ pub fn render(settings: &Settings, outcome: &Outcome) -> Report {
     open_table(&mut out, settings, m);
     stream_table(&mut out, settings, m);
     redis_section(&mut out, outcome);
+    sqlite_section(&mut out, m);
     let checks_hold = settlement_section(&mut out, m);
     targets(&mut out, settings, outcome);
     for measured in m {
@@ -313,6 +318,44 @@ fn redis_section(out: &mut String, outcome: &Outcome) {
     );
 }
 
+fn sqlite_section(out: &mut String, m: &[Measured]) {
+    for measured in ran(m) {
+        let Some(growth) = &measured.file_growth else {
+            continue;
+        };
+        let Some(per_call) = growth.per_call() else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "\nSQLite ({}'s file and its -wal, before and after each of its phases)",
+            measured.label
+        );
+        let _ = writeln!(
+            out,
+            "  growth per call: {per_call:.0} bytes ({} over {} calls: database {:+}, log {:+})",
+            bytes_text(growth.bytes()),
+            growth.calls,
+            growth.db_bytes,
+            growth.wal_bytes,
+        );
+        let _ = writeln!(
+            out,
+            "  largest at a phase's end: database {}, log {} (the log is reused after each checkpoint)",
+            bytes_text(signed_bytes(growth.peak_db_bytes)),
+            bytes_text(signed_bytes(growth.peak_wal_bytes)),
+        );
+    }
+}
+
+fn signed_bytes(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+fn bytes_text(bytes: i64) -> String {
+    format!("{:.2} MB", bytes as f64 / 1e6)
+}
+
 /// Prints the gateways' books; true when all balance and no stream failed.
 fn settlement_section(out: &mut String, m: &[Measured]) -> bool {
     let mut holds = true;
@@ -372,7 +415,14 @@ fn targets(out: &mut String, settings: &Settings, outcome: &Outcome) {
             String::new(),
         );
     }
-    for label in ["G0", "G"] {
+    let gs_ratio = throughput_ratio(m, "GS", "G0");
+    line(
+        format!("GS throughput >= {GS_THROUGHPUT_VS_G0:.2} x G0"),
+        ratio_text(gs_ratio),
+        gs_ratio.map(|r| r >= GS_THROUGHPUT_VS_G0),
+        String::new(),
+    );
+    for label in ["G0", "G", "GS"] {
         let add = added(m, label, 0.99, single_latency);
         line(
             format!("{label} added p99 at concurrency 1 <= 250 µs"),
@@ -381,8 +431,21 @@ fn targets(out: &mut String, settings: &Settings, outcome: &Outcome) {
             added_text(added(m, "P", 0.99, single_latency)),
         );
     }
+    let g0_add = added(m, "G0", 0.99, single_latency);
+    let gs_add = added(m, "GS", 0.99, single_latency);
+    line(
+        format!(
+            "GS added p99 at c=1 <= G0's {} + 100 µs",
+            added_text(g0_add)
+        ),
+        added_text(gs_add),
+        gs_add
+            .zip(g0_add)
+            .map(|(gs, g0)| gs <= g0 + GS_ADDED_P99_OVER_G0_NS),
+        added_text(added(m, "P", 0.99, single_latency)),
+    );
     let p = find(m, "P");
-    for label in ["G0", "G"] {
+    for label in ["G0", "G", "GS"] {
         let measured = find(m, label);
         // Judged only when the streams mode ran.
         let settled = measured.filter(|x| !x.streams.is_empty()).map(|x| {

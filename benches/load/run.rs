@@ -3,7 +3,7 @@
 //! check that the gateways settled every call, and gather what the report
 //! prints.
 //!
-//! Within a round each mode runs D P G0 G back to back, and the rounds
+//! Within a round each mode runs D P G0 G GS back to back, and the rounds
 //! repeat that, so a burst of other work on this shared machine lands on
 //! all configurations alike. The instant calls and the streams use
 //! separate processes: the streaming gateways start fresh, so their idle
@@ -61,6 +61,39 @@ pub struct Measured {
     pub settlement: Vec<SettleCheck>,
     /// Warnings the proxy logged.
     pub warnings: Vec<String>,
+    /// How the store's file grew over the measured phases (GS).
+    pub file_growth: Option<FileGrowth>,
+}
+
+/// Growth of a SQLite store's file (database and write-ahead log) summed
+/// over the phases a gateway served, and the calls answered in them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FileGrowth {
+    pub db_bytes: i64,
+    pub wal_bytes: i64,
+    pub calls: u64,
+    /// The largest the files were at the end of a phase.
+    pub peak_db_bytes: u64,
+    pub peak_wal_bytes: u64,
+}
+
+impl FileGrowth {
+    pub fn bytes(&self) -> i64 {
+        self.db_bytes + self.wal_bytes
+    }
+
+    pub fn per_call(&self) -> Option<f64> {
+        (self.calls > 0).then(|| self.bytes() as f64 / self.calls as f64)
+    }
+
+    fn add(&mut self, before: (u64, u64), after: (u64, u64), calls: u64) {
+        let grew = |a: u64, b: u64| signed(a) - signed(b);
+        self.db_bytes += grew(after.0, before.0);
+        self.wal_bytes += grew(after.1, before.1);
+        self.calls += calls;
+        self.peak_db_bytes = self.peak_db_bytes.max(after.0);
+        self.peak_wal_bytes = self.peak_wal_bytes.max(after.1);
+    }
 }
 
 /// Redis's own counters over the gateway's phases.
@@ -210,6 +243,7 @@ impl Bench<'_> {
         let settings = self.settings;
         let ticks_before = Ticks::read(subject, mock);
         let redis_before = self.redis_counters(subject)?;
+        let file_before = self.file_bytes(subject);
         let sample = self.runtime.block_on(async {
             match mode {
                 Mode::Closed => {
@@ -237,6 +271,7 @@ impl Bench<'_> {
             }
         })?;
         let used = Ticks::read(subject, mock).since(ticks_before);
+        self.file_grew(subject, file_before, sample.ok);
         if let (Some(before), Some(after)) = (redis_before, self.redis_counters(subject)?) {
             let delta = after.since(before);
             self.redis_use.all = self.redis_use.all.plus(delta);
@@ -293,6 +328,7 @@ impl Bench<'_> {
             for subject in &mut subjects {
                 let rss_before = subject.proxy_pid().and_then(procs::rss_kib);
                 let ticks_before = Ticks::read(subject, stream_mock);
+                let file_before = self.file_bytes(subject);
                 let run = self.runtime.block_on(streams::run(
                     &subject.target,
                     &calls,
@@ -303,6 +339,7 @@ impl Bench<'_> {
                     limit,
                 ))?;
                 let used = Ticks::read(subject, stream_mock).since(ticks_before);
+                self.file_grew(subject, file_before, run.completed as u64);
                 subject.charged = subject.charged.saturating_add(run.cost);
                 subject.calls += run.completed as u64;
                 eprintln!(
@@ -362,6 +399,23 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// Bytes of the subject's store file and its log, if it has one.
+    fn file_bytes(&self, subject: &Subject) -> Option<(u64, u64)> {
+        let file = subject.store_file.as_deref()?;
+        Some(self.files.sqlite_bytes(file))
+    }
+
+    /// Adds how the subject's store file grew since `before` over `calls`.
+    fn file_grew(&mut self, subject: &Subject, before: Option<(u64, u64)>, calls: u64) {
+        let (Some(before), Some(after)) = (before, self.file_bytes(subject)) else {
+            return;
+        };
+        result_of(&mut self.measured, subject.label)
+            .file_growth
+            .get_or_insert_with(FileGrowth::default)
+            .add(before, after, calls);
+    }
+
     fn redis_counters(&mut self, subject: &Subject) -> Result<Option<Counters>, BenchError> {
         match self.probe.as_mut() {
             Some(probe) if subject.label == "G" => Ok(Some(probe.counters()?)),
@@ -398,8 +452,13 @@ impl Measured {
             rss_before_kib: Vec::new(),
             settlement: Vec::new(),
             warnings: Vec::new(),
+            file_growth: None,
         }
     }
+}
+
+fn signed(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
 fn result_of<'a>(measured: &'a mut [Measured], label: &str) -> &'a mut Measured {

@@ -1,5 +1,6 @@
-//! The files and commands of one run: a temp dir with a price table and
-//! one config per gateway, and the command lines of every process.
+//! The files and commands of one run: a temp dir with a price table, one
+//! config per gateway and the SQLite gateways' files, and the command lines
+//! of every process.
 //!
 //! Each gateway gets its own key and org, named after the run, so two runs
 //! (or two gateways of one run) never share a budget — on Redis that also
@@ -46,7 +47,13 @@ const PROVIDER_KEY_ENV: &str = "TOLLGATE_BENCH_PROVIDER_KEY";
 #[derive(Clone, Debug)]
 pub enum Store {
     Memory,
-    Redis { url: String },
+    Redis {
+        url: String,
+    },
+    /// A file named relative to the config, so in the run's temp dir.
+    Sqlite {
+        file: String,
+    },
 }
 
 /// The files of one run; the temp dir goes when this is dropped.
@@ -88,6 +95,14 @@ impl RunFiles {
         self.dir.path()
     }
 
+    /// Bytes of the SQLite store `file` of the run: the database and its
+    /// write-ahead log (0 for a part that does not exist yet).
+    pub fn sqlite_bytes(&self, file: &str) -> (u64, u64) {
+        let size =
+            |name: String| std::fs::metadata(self.dir().join(name)).map_or(0, |meta| meta.len());
+        (size(file.to_owned()), size(format!("{file}-wal")))
+    }
+
     /// The price table the gateways load, to price what the streams report.
     pub fn price(model: &str) -> Result<ModelPrice, BenchError> {
         PriceTable::from_toml_str(PRICES)
@@ -113,6 +128,7 @@ impl RunFiles {
         let store_section = match store {
             Store::Memory => "backend = \"memory\"".to_owned(),
             Store::Redis { url } => format!("backend = \"redis\"\nredis_url = \"{url}\""),
+            Store::Sqlite { file } => format!("backend = \"sqlite\"\nsqlite_path = \"{file}\""),
         };
         let mut text = String::new();
         // `write!` to a String cannot fail.

@@ -1,6 +1,6 @@
 //! The configurations under test, as running processes: D needs none, P is
-//! the pass-through proxy, G0 and G are gateways. Each phase starts its own
-//! set, so the streaming gateways start fresh.
+//! the pass-through proxy, G0, G and GS are gateways. Each phase starts its
+//! own set, so the streaming gateways start fresh (GS on a new file).
 
 use std::net::SocketAddr;
 
@@ -10,13 +10,14 @@ use crate::procs::{self, Proc};
 use crate::setup::{self, GatewayKey, RunFiles, Store};
 
 /// The configurations, in the order each round runs them.
-pub const LABELS: [&str; 4] = ["D", "P", "G0", "G"];
+pub const LABELS: [&str; 5] = ["D", "P", "G0", "G", "GS"];
 
 pub fn describe(label: &str) -> &'static str {
     match label {
         "D" => "direct to the mock",
         "P" => "bare pass-through",
         "G0" => "gateway, memory store",
+        "GS" => "gateway, SQLite store",
         _ => "gateway, Redis store",
     }
 }
@@ -33,6 +34,8 @@ pub struct Subject {
     pub charged: u64,
     /// Calls answered so far.
     pub calls: u64,
+    /// The store's file in the run's temp dir (GS).
+    pub store_file: Option<String>,
 }
 
 impl Subject {
@@ -49,6 +52,7 @@ impl Subject {
             key,
             charged: 0,
             calls: 0,
+            store_file: None,
         }
     }
 
@@ -70,7 +74,7 @@ pub struct Upstreams {
     pub streaming: SocketAddr,
 }
 
-/// Starts P, G0 and G for one phase. G is optional: when `redis_down`
+/// Starts P, G0, G and GS for one phase. G is optional: when `redis_down`
 /// names a reason, or the gateway refuses to start on Redis (a build
 /// without the Redis store), it is left out and the reason returned.
 pub fn start(
@@ -98,56 +102,61 @@ pub fn start(
         Some(passthrough),
         None,
     ));
-    let (config, key) = files.gateway_config(
-        &format!("g0-{phase}"),
-        &Store::Memory,
-        upstreams.instant,
-        upstreams.streaming,
-    )?;
-    let gateway = Proc::start("gateway G0", setup::gateway_command(&config))?;
-    subjects.push(Subject::new(
-        "G0",
-        Target::new("G0", gateway.addr, &key.raw)?,
-        Some(gateway),
-        Some(key),
-    ));
-    if let Some(reason) = redis_down {
-        return Ok((subjects, Some(reason.to_owned())));
-    }
-    let store = Store::Redis {
-        url: redis_url.to_owned(),
+    subjects.push(gateway(files, "G0", phase, &Store::Memory, upstreams)?);
+    let g_skipped = match redis_down {
+        Some(reason) => Some(reason.to_owned()),
+        None => {
+            let store = Store::Redis {
+                url: redis_url.to_owned(),
+            };
+            match gateway(files, "G", phase, &store, upstreams) {
+                Ok(subject) => {
+                    subjects.push(subject);
+                    None
+                }
+                Err(BenchError::NotStarted { log, .. }) => {
+                    let reason = log
+                        .lines()
+                        .rev()
+                        .find(|line| line.contains("ERROR"))
+                        .unwrap_or(log.as_str())
+                        .to_owned();
+                    eprintln!("G did not start: {reason}");
+                    Some(format!("the gateway refused Redis: {reason}"))
+                }
+                Err(error) => return Err(error),
+            }
+        }
     };
+    let file = format!("gs-{phase}.db");
+    let store = Store::Sqlite { file: file.clone() };
+    let mut gs = gateway(files, "GS", phase, &store, upstreams)?;
+    gs.store_file = Some(file);
+    subjects.push(gs);
+    Ok((subjects, g_skipped))
+}
+
+/// Starts the gateway `label` on `store` with a config of its own.
+fn gateway(
+    files: &RunFiles,
+    label: &'static str,
+    phase: &str,
+    store: &Store,
+    upstreams: &Upstreams,
+) -> Result<Subject, BenchError> {
     let (config, key) = files.gateway_config(
-        &format!("g-{phase}"),
-        &store,
+        &format!("{}-{phase}", label.to_lowercase()),
+        store,
         upstreams.instant,
         upstreams.streaming,
     )?;
-    match Proc::start("gateway G", setup::gateway_command(&config)) {
-        Ok(gateway) => {
-            subjects.push(Subject::new(
-                "G",
-                Target::new("G", gateway.addr, &key.raw)?,
-                Some(gateway),
-                Some(key),
-            ));
-            Ok((subjects, None))
-        }
-        Err(BenchError::NotStarted { log, .. }) => {
-            let reason = log
-                .lines()
-                .rev()
-                .find(|line| line.contains("ERROR"))
-                .unwrap_or(log.as_str())
-                .to_owned();
-            eprintln!("G did not start: {reason}");
-            Ok((
-                subjects,
-                Some(format!("the gateway refused Redis: {reason}")),
-            ))
-        }
-        Err(error) => Err(error),
-    }
+    let process = Proc::start(&format!("gateway {label}"), setup::gateway_command(&config))?;
+    Ok(Subject::new(
+        label,
+        Target::new(label, process.addr, &key.raw)?,
+        Some(process),
+        Some(key),
+    ))
 }
 
 /// CPU ticks of the three processes a call crosses.

@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
-use rusqlite::Connection;
+use chrono::{TimeDelta, TimeZone, Utc};
+use rusqlite::{Connection, StatementStatus};
 
-use super::schema::{lock_path, SCHEMA_VERSION};
-use super::{SqliteOpenError, SqliteStore};
+use super::books::{self, Rules};
+use super::schema::{self, lock_path, SCHEMA_VERSION};
+use super::{SqliteOpenError, SqliteStore, LAZY_SWEEP_LIMIT};
 use crate::budget::memory::testing::ManualClock;
 use crate::budget::{
     LedgerStatus, OnExpiry, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind, Settlement,
@@ -80,6 +81,29 @@ async fn reopen(path: &Path) -> SqliteStore {
         }
     }
     panic!("{} stayed locked", path.display());
+}
+
+#[test]
+fn the_lazy_sweep_of_every_reserve_is_compiled_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (conn, _lock) = schema::open_owner(&db(&dir)).unwrap();
+    let rules = Rules {
+        epsilon: 100,
+        on_expiry: OnExpiry::Charge,
+    };
+    let now = Utc::now();
+    for n in 0..5 {
+        let at = now + TimeDelta::milliseconds(n);
+        books::expire_due(&conn, rules, at, LAZY_SWEEP_LIMIT).unwrap();
+        books::forget_due(&conn, at, LAZY_SWEEP_LIMIT).unwrap();
+    }
+    for sql in [
+        books::expire_due_sql(LAZY_SWEEP_LIMIT),
+        books::forget_due_sql(LAZY_SWEEP_LIMIT),
+    ] {
+        let statement = conn.prepare_cached(&sql).unwrap();
+        assert_eq!(statement.get_status(StatementStatus::RePrepare), 0, "{sql}");
+    }
 }
 
 #[tokio::test]
