@@ -90,6 +90,7 @@ fn the_lazy_sweep_of_every_reserve_is_compiled_once() {
     let rules = Rules {
         epsilon: 100,
         on_expiry: OnExpiry::Charge,
+        closed_ms: 120_000,
     };
     let now = Utc::now();
     for n in 0..5 {
