@@ -24,6 +24,7 @@ use crate::hosted::HostedTool;
 use crate::money::{parse_usd, Cost, Price, UsdMicros};
 use crate::usage::Usage;
 
+pub mod import;
 mod litellm;
 mod tiers;
 
@@ -666,6 +667,17 @@ mod tests {
         assert_eq!(mini.tool_call(HostedTool::FileSearch), Some(2_500));
         assert_eq!(mini.tool_call(HostedTool::CodeInterpreter), Some(30_000));
         assert_eq!(mini.tool_call(HostedTool::ImageGeneration), None);
+        let priority = mini.priority.unwrap();
+        assert_eq!(
+            (priority.input, priority.output),
+            (price("0.25"), price("1"))
+        );
+        let sonnet_4_5 = table.get("claude-sonnet-4-5").unwrap();
+        assert_eq!(sonnet_4_5.cache_write_1h, Some(price("6")));
+        assert_eq!(
+            sonnet_4_5.long_context.map(|long| long.threshold_tokens),
+            Some(200_000)
+        );
         let o3 = table.get("o3").unwrap();
         assert_eq!(o3.tool_call(HostedTool::WebSearchPreview), Some(10_000));
         assert_eq!(

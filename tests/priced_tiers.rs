@@ -157,7 +157,7 @@ async fn an_unpriced_option_is_refused_in_the_callers_shape() {
         ),
         (
             "/v1/messages",
-            hour_cached("claude-haiku-4-5", "hello"),
+            hour_cached("claude-3-5-haiku-latest", "hello"),
             None,
             "cache_write_1h_per_mtok",
         ),

@@ -28,7 +28,7 @@ pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
 /// One priced entry of a LiteLLM file, with what LiteLLM says of its
 /// provider and kind (`chat`, `embedding`, …).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LiteLlmEntry {
+pub(crate) struct LiteLlmEntry {
     pub model: String,
     pub price: ModelPrice,
     pub provider: Option<String>,
