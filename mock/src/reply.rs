@@ -450,6 +450,7 @@ mod tests {
                 cache_write: 2,
                 output: 3,
                 tool_calls: 0,
+                cache_write_1h: 0,
             }
         );
     }
