@@ -96,7 +96,7 @@ async fn cache_directives_split_the_input() {
 #[tokio::test]
 async fn hour_long_cache_writes_are_reported_apart() {
     let server = start().await;
-    let mut body = message("hello mock:cache_write=20");
+    let mut body = message(&format!("{} mock:cache_write=20", "hello ".repeat(40)));
     body["system"] = json!([{"type": "text", "text": "be brief",
                              "cache_control": {"type": "ephemeral", "ttl": "1h"}}]);
     let response = post(&server, "/v1/messages", body).await;
