@@ -292,6 +292,7 @@ fn sqlite_reserve_and_settle(c: &mut Criterion) {
         &dir.path().join("micro.db"),
         100,
         Duration::from_secs(30 * 24 * 3600),
+        tollgate::budget::DEFAULT_CLOSED_RECORD,
         OnExpiry::Charge,
     ) else {
         unreachable!("the benchmark's store opens in its own temp dir");

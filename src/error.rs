@@ -41,7 +41,7 @@ pub enum GatewayError {
     BodyTooLarge { limit: usize },
     #[error("model `{model}` is not allowed for key `{key}`")]
     ModelNotAllowed { model: String, key: String },
-    #[error("model `{model}` is not available through this gateway: it has no configured price or provider")]
+    #[error("model `{model}` is not available through this gateway: it has no configured price or provider. The operator can add its price to the price file (`tollgate prices import` writes entries from LiteLLM's price list) and a provider whose `models` match it")]
     UnknownModel { model: String },
     #[error("{}", budget_message(.0))]
     BudgetExceeded(Denial),

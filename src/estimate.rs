@@ -8,14 +8,16 @@
 //! cannot see — files, server-side conversation state — gets a fixed
 //! allowance. Output is the call's output limit times its choices. The
 //! bound is priced at the dearest input rate, so prompt-cache writes cannot
-//! push a call past it.
+//! push a call past it, and at the rates of every tier the call can be
+//! billed at: the priority tier it asked for, the hour-long cache it asked
+//! for, the long context tier when its input bound passes the threshold.
 
 use serde_json::{Map, Value};
 use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer as Encoding};
 
 use crate::api::{Api, Call};
 use crate::money::{Cost, UsdMicros};
-use crate::prices::ModelPrice;
+use crate::prices::{ModelPrice, PricedOptions};
 use crate::provider::ProviderKind;
 use crate::tokenizer::Tokenizer;
 use crate::usage::Usage;
@@ -101,6 +103,9 @@ pub struct Estimate {
     pub amount: UsdMicros,
     /// What the call's hosted tools may add (see [`ToolBound`]).
     pub tools: ToolBound,
+    /// The priced options it asked for, which fill in what its usage
+    /// report leaves out ([`PricedOptions::complete`]).
+    pub options: PricedOptions,
 }
 
 impl Estimate {
@@ -134,16 +139,23 @@ pub fn estimate(call: &Call, price: &ModelPrice, counter: TokenCounter) -> Estim
         context_window,
     );
     let input_tokens = input_tokens.saturating_add(tools.result_tokens);
-    let input_price = price.input.max(price.cache_write).max(price.cached_input);
+    let options = call.options;
+    let rates = price.rates(options.priority, input_tokens);
+    let input_price = if options.hour_cache {
+        rates.dearest_input()
+    } else {
+        rates.input.max(rates.cached_input).max(rates.cache_write)
+    };
     let mut cost = Cost::default();
     cost.add(input_tokens, input_price);
-    cost.add(output_tokens, price.output);
+    cost.add(output_tokens, rates.output);
     tools.add_fees(&mut cost, price);
     Estimate {
         input_tokens,
         output_tokens,
         amount: cost.usd_micros(),
         tools,
+        options,
     }
 }
 
@@ -246,6 +258,7 @@ mod tests {
             context_window: Some(10_000),
             reasoning: false,
             tool_call_usd: Default::default(),
+            ..ModelPrice::default()
         }
     }
 
@@ -312,6 +325,65 @@ mod tests {
         );
         cost.add(3000, crate::money::Price::per_mtok("5").unwrap());
         assert_eq!(e.amount, cost.usd_micros());
+    }
+
+    #[test]
+    fn tiers_asked_for_bound_the_call_at_their_rates() {
+        use crate::money::Price;
+        use crate::prices::{LongContextPrices, PriorityPrices};
+        let p = |text: &str| Price::per_mtok(text).unwrap();
+        let tiered = ModelPrice {
+            cache_write_1h: Some(p("2")),
+            priority: Some(PriorityPrices {
+                input: p("3"),
+                output: p("9"),
+                cached_input: None,
+            }),
+            long_context: Some(LongContextPrices {
+                threshold_tokens: 1_000,
+                input: p("4"),
+                output: p("7.5"),
+            }),
+            ..price()
+        };
+        let bound = |api: Api, body: serde_json::Value, long_context: bool| {
+            let mut c = call(api, body);
+            c.options.long_context = long_context;
+            let e = estimate(&c, &tiered, TokenCounter::Heuristic);
+            (e.input_tokens, e.output_tokens, e.amount, e.options)
+        };
+        let amount = |input: u64, input_price: &str, output: u64, output_price: &str| {
+            let mut cost = Cost::default();
+            cost.add(input, p(input_price));
+            cost.add(output, p(output_price));
+            cost.usd_micros()
+        };
+        let short = serde_json::json!({"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]});
+        // Standard: the 5-minute write rate bounds input.
+        let (input, output, standard, _) = bound(Api::Messages, short.clone(), false);
+        assert_eq!(standard, amount(input, "1.25", output, "5"));
+        // The hour-long cache: its write rate.
+        let mut hour = short.clone();
+        hour["system"] = serde_json::json!([{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]);
+        let (input, output, amount_hour, options) = bound(Api::Messages, hour, false);
+        assert!(options.hour_cache);
+        assert_eq!(amount_hour, amount(input, "2", output, "5"));
+        // Priority: every class at the priority multiplier (3×).
+        let mut priority = short.clone();
+        priority["service_tier"] = "priority".into();
+        let (input, output, amount_priority, options) =
+            bound(Api::ChatCompletions, priority, false);
+        assert!(options.priority);
+        assert_eq!(amount_priority, amount(input, "3.75", output, "9"));
+        // Long context: only when the input bound passes the threshold.
+        let (_, _, amount_short, options) = bound(Api::Messages, short.clone(), true);
+        assert!(options.long_context);
+        assert_eq!(amount_short, standard);
+        let mut long = short;
+        long["messages"][0]["content"] = "x".repeat(4_000).into();
+        let (input, output, amount_long, _) = bound(Api::Messages, long, true);
+        assert!(input > 1_000);
+        assert_eq!(amount_long, amount(input, "5", output, "7.5"));
     }
 
     #[test]
@@ -467,6 +539,7 @@ mod tests {
             output_tokens: 5,
             amount: 1,
             tools: ToolBound::default(),
+            options: PricedOptions::NONE,
         };
         assert_eq!(
             e.fallback_usage(9),

@@ -75,10 +75,32 @@ enum Command {
         #[arg(long, value_parser = ["max_tokens", "max_completion_tokens"])]
         chat_limit_field: Option<String>,
     },
+    /// Work with price tables.
+    Prices {
+        #[command(subcommand)]
+        command: PricesCommand,
+    },
     /// Administer the gateway.
     Admin {
         #[command(subcommand)]
         command: AdminCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PricesCommand {
+    /// Write LiteLLM's model_prices_and_context_window.json as a tollgate
+    /// price file (OpenAI and Anthropic chat, completion and embedding
+    /// models).
+    Import {
+        /// LiteLLM's price file.
+        file: PathBuf,
+        /// Import only models matching these globs (e.g. "gpt-5*").
+        #[arg(long, num_args = 1..)]
+        models: Vec<String>,
+        /// Write here instead of to standard output.
+        #[arg(long)]
+        output: Option<PathBuf>,
     },
 }
 
@@ -149,6 +171,14 @@ fn main() -> ExitCode {
             };
             runtime().and_then(|rt| rt.block_on(mock_upstream(listen, options)))
         }
+        Command::Prices {
+            command:
+                PricesCommand::Import {
+                    file,
+                    models,
+                    output,
+                },
+        } => import_prices(&file, &models, output.as_deref()),
         Command::Admin {
             command:
                 AdminCommand::Store {
@@ -162,6 +192,22 @@ fn main() -> ExitCode {
             tracing::error!("{message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+fn import_prices(file: &Path, models: &[String], output: Option<&Path>) -> Result<(), String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("{}: cannot read the price file: {e}", file.display()))?;
+    let toml =
+        tollgate::prices::import::litellm_to_toml(&text, &file.display().to_string(), models)
+            .map_err(|e| e.to_string())?;
+    match output {
+        Some(path) => {
+            std::fs::write(path, toml).map_err(|e| format!("{}: cannot write: {e}", path.display()))
+        }
+        None => std::io::stdout()
+            .write_all(toml.as_bytes())
+            .map_err(|e| e.to_string()),
     }
 }
 

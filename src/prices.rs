@@ -7,6 +7,10 @@
 //! that cannot be held exactly is rounded up, never down, so the gateway
 //! never under-charges.
 //!
+//! Beside the standard rates an entry may price Anthropic's 1-hour cache
+//! writes, a long context tier and OpenAI's priority tier (the `tiers`
+//! module); a request asking for one its model's entry lacks is refused.
+//!
 //! Hosted tools are priced per use (`tool_call_usd = { web_search =
 //! "0.01" }`, decimal USD): a tool a model's entry does not price is
 //! refused for that model.
@@ -20,15 +24,27 @@ use crate::hosted::HostedTool;
 use crate::money::{parse_usd, Cost, Price, UsdMicros};
 use crate::usage::Usage;
 
+pub mod import;
 mod litellm;
+mod tiers;
+
+pub use tiers::{LongContextPrices, PricedOptions, PriorityPrices, Rates, Unpriced};
 
 /// What one model charges per token class, and its token limits.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModelPrice {
     pub input: Price,
     pub cached_input: Price,
+    /// Cache writes kept for the default 5 minutes.
     pub cache_write: Price,
+    /// Anthropic's hour-long cache writes; `None` refuses requests for them.
+    pub cache_write_1h: Option<Price>,
     pub output: Price,
+    /// OpenAI's priority tier; `None` refuses requests for it.
+    pub priority: Option<PriorityPrices>,
+    /// The long context tier; `None` refuses requests for the long
+    /// context (input past it cannot then be sent).
+    pub long_context: Option<LongContextPrices>,
     /// The model's own output ceiling: the output allowance when a request
     /// sets no limit.
     pub max_output_tokens: Option<u64>,
@@ -57,11 +73,14 @@ impl ModelPrice {
     }
 
     fn sum(&self, usage: &Usage) -> Cost {
+        let rates = self.rates_for(usage);
+        let hour_long = usage.cache_write_1h.unwrap_or(0).min(usage.cache_write);
         let mut cost = Cost::default();
-        cost.add(usage.input, self.input);
-        cost.add(usage.cached_input, self.cached_input);
-        cost.add(usage.cache_write, self.cache_write);
-        cost.add(usage.output, self.output);
+        cost.add(usage.input, rates.input);
+        cost.add(usage.cached_input, rates.cached_input);
+        cost.add(usage.cache_write - hour_long, rates.cache_write);
+        cost.add(hour_long, rates.cache_write_1h);
+        cost.add(usage.output, rates.output);
         // A use of a tool without a price adds nothing: requests declaring
         // one are refused, so only a use the request never declared can
         // be reported here.
@@ -197,6 +216,13 @@ struct RawModelPrice {
     output_per_mtok: toml::Value,
     cached_input_per_mtok: Option<toml::Value>,
     cache_write_per_mtok: Option<toml::Value>,
+    cache_write_1h_per_mtok: Option<toml::Value>,
+    priority_input_per_mtok: Option<toml::Value>,
+    priority_output_per_mtok: Option<toml::Value>,
+    priority_cached_input_per_mtok: Option<toml::Value>,
+    long_context_threshold_tokens: Option<toml::Value>,
+    long_context_input_per_mtok: Option<toml::Value>,
+    long_context_output_per_mtok: Option<toml::Value>,
     max_output_tokens: Option<toml::Value>,
     context_window: Option<toml::Value>,
     #[serde(default)]
@@ -240,6 +266,71 @@ fn parse_toml(text: &str, file: &str) -> Result<PriceTable, PriceError> {
             Some(value) => price("cache_write_per_mtok", value)?,
             None => input,
         };
+        let optional = |field: &str, value: Option<&toml::Value>| {
+            value.map(|value| price(field, value)).transpose()
+        };
+        let cache_write_1h = optional(
+            "cache_write_1h_per_mtok",
+            raw.cache_write_1h_per_mtok.as_ref(),
+        )?;
+        let priority = match (
+            optional(
+                "priority_input_per_mtok",
+                raw.priority_input_per_mtok.as_ref(),
+            )?,
+            optional(
+                "priority_output_per_mtok",
+                raw.priority_output_per_mtok.as_ref(),
+            )?,
+            optional(
+                "priority_cached_input_per_mtok",
+                raw.priority_cached_input_per_mtok.as_ref(),
+            )?,
+        ) {
+            (None, None, None) => None,
+            (Some(input), Some(output), cached_input) => Some(PriorityPrices {
+                input,
+                output,
+                cached_input,
+            }),
+            _ => {
+                return Err(field_error(
+                    "priority_input_per_mtok",
+                    "the priority tier needs both priority_input_per_mtok and \
+                     priority_output_per_mtok"
+                        .into(),
+                ))
+            }
+        };
+        let long_context = match (
+            tokens(
+                "long_context_threshold_tokens",
+                raw.long_context_threshold_tokens.as_ref(),
+            )?,
+            optional(
+                "long_context_input_per_mtok",
+                raw.long_context_input_per_mtok.as_ref(),
+            )?,
+            optional(
+                "long_context_output_per_mtok",
+                raw.long_context_output_per_mtok.as_ref(),
+            )?,
+        ) {
+            (None, None, None) => None,
+            (Some(threshold_tokens), Some(input), Some(output)) => Some(LongContextPrices {
+                threshold_tokens,
+                input,
+                output,
+            }),
+            _ => {
+                return Err(field_error(
+                    "long_context_threshold_tokens",
+                    "the long context tier needs long_context_threshold_tokens, \
+                     long_context_input_per_mtok and long_context_output_per_mtok together"
+                        .into(),
+                ))
+            }
+        };
         let max_output_tokens = tokens("max_output_tokens", raw.max_output_tokens.as_ref())?;
         let context_window = tokens("context_window", raw.context_window.as_ref())?;
         let mut tool_call_usd = BTreeMap::new();
@@ -259,7 +350,10 @@ fn parse_toml(text: &str, file: &str) -> Result<PriceTable, PriceError> {
             input,
             cached_input,
             cache_write,
+            cache_write_1h,
             output,
+            priority,
+            long_context,
             max_output_tokens,
             context_window,
             reasoning: raw.reasoning,
@@ -573,6 +667,17 @@ mod tests {
         assert_eq!(mini.tool_call(HostedTool::FileSearch), Some(2_500));
         assert_eq!(mini.tool_call(HostedTool::CodeInterpreter), Some(30_000));
         assert_eq!(mini.tool_call(HostedTool::ImageGeneration), None);
+        let priority = mini.priority.unwrap();
+        assert_eq!(
+            (priority.input, priority.output),
+            (price("0.25"), price("1"))
+        );
+        let sonnet_4_5 = table.get("claude-sonnet-4-5").unwrap();
+        assert_eq!(sonnet_4_5.cache_write_1h, Some(price("6")));
+        assert_eq!(
+            sonnet_4_5.long_context.map(|long| long.threshold_tokens),
+            Some(200_000)
+        );
         let o3 = table.get("o3").unwrap();
         assert_eq!(o3.tool_call(HostedTool::WebSearchPreview), Some(10_000));
         assert_eq!(

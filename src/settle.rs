@@ -335,7 +335,7 @@ impl MeteredCall {
             key: self.key.clone(),
             org: self.org.clone(),
             model: self.model.clone(),
-            usage,
+            usage: usage.counts(),
             actual,
             estimated,
         }
@@ -362,13 +362,16 @@ impl MeteredCall {
 
     async fn settle(self, charge: Charge) -> Option<SettleOutcome> {
         let (mut settlement, mut charging_bound) = match charge {
-            Charge::Usage { usage, estimated } => match self.price.checked_cost(&usage) {
-                Some(actual) => (self.settlement(usage, actual, estimated), false),
-                None => (
-                    self.bound(&format!("{usage:?}"), "its cost reaches 2^53 µUSD"),
-                    true,
-                ),
-            },
+            Charge::Usage { usage, estimated } => {
+                let usage = self.estimate.options.complete(usage);
+                match self.price.checked_cost(&usage) {
+                    Some(actual) => (self.settlement(usage, actual, estimated), false),
+                    None => (
+                        self.bound(&format!("{usage:?}"), "its cost reaches 2^53 µUSD"),
+                        true,
+                    ),
+                }
+            }
             Charge::Bound { reported } => (self.bound(&reported, "a count no call can have"), true),
         };
         let mut backoff = Duration::from_millis(50);

@@ -9,6 +9,11 @@
 //! Anthropic's `usage.server_tool_use`, the Responses API's tool-call
 //! output items (`web_search_call`, `file_search_call`, …).
 //!
+//! Two details of a report move the rates rather than the counts:
+//! Anthropic's split of cache writes by lifetime
+//! (`usage.cache_creation.ephemeral_1h_input_tokens`), and the
+//! `service_tier` OpenAI reports billing the call at.
+//!
 //! Parsing uses small typed structs that name only the fields read, so the
 //! rest of a body (the generated text, tool definitions) is skipped, never
 //! built into a tree.
@@ -42,12 +47,63 @@ pub struct Usage {
     pub input: u64,
     /// Input tokens read from the provider's prompt cache.
     pub cached_input: u64,
-    /// Input tokens written to the provider's prompt cache.
+    /// Input tokens written to the provider's prompt cache, for any
+    /// lifetime.
     pub cache_write: u64,
     /// Output tokens, reasoning included.
     pub output: u64,
     /// Billed uses of hosted tools (web searches, file searches, …).
     pub tool_calls: ToolCalls,
+    /// How many of the cache writes are kept for an hour (billed dearer
+    /// than the default 5 minutes); `None` when the provider did not split
+    /// them. A rate detail: the ledger keeps the counts above.
+    pub cache_write_1h: Option<u64>,
+    /// The tier the provider reports billing the call at; `None` when it
+    /// did not say. A rate detail, like `cache_write_1h`.
+    pub service_tier: Option<ServiceTier>,
+}
+
+/// The rates a provider reports billing a call at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceTier {
+    /// The model's standard rates (OpenAI's `default`, and `flex`, which
+    /// costs less).
+    Standard,
+    /// OpenAI's `priority` processing.
+    Priority,
+}
+
+impl ServiceTier {
+    /// A reported `service_tier`: `priority` in any spelling is the
+    /// priority tier, any other string the standard one, and anything else
+    /// says nothing.
+    fn from_reported(value: Option<&serde_json::Value>) -> Option<ServiceTier> {
+        let tier = value?.as_str()?.trim();
+        Some(if tier.eq_ignore_ascii_case("priority") {
+            ServiceTier::Priority
+        } else {
+            ServiceTier::Standard
+        })
+    }
+}
+
+impl Usage {
+    /// Every input token, from the cache or not: what decides a long
+    /// context tier.
+    pub fn total_input(&self) -> u64 {
+        self.input
+            .saturating_add(self.cached_input)
+            .saturating_add(self.cache_write)
+    }
+
+    /// The counts alone, without the rate details: what a ledger keeps.
+    pub fn counts(&self) -> Usage {
+        Usage {
+            cache_write_1h: None,
+            service_tier: None,
+            ..*self
+        }
+    }
 }
 
 /// The API shape of a proxied call, fixed by its path.
@@ -70,22 +126,40 @@ pub enum ApiKind {
 pub fn parse_body_usage(api: ApiKind, body: &[u8]) -> Option<Reported> {
     match api {
         ApiKind::ChatCompletions | ApiKind::Completions | ApiKind::Embeddings => {
-            usage_field::<OpenAiUsage>(body).map(|usage| usage.to_usage())
+            let WithUsage {
+                usage,
+                service_tier,
+            } = with_usage::<OpenAiUsage>(body)?;
+            let tier = ServiceTier::from_reported(service_tier.as_ref());
+            usage.map(|usage| usage.to_usage().map(|usage| with_tier(usage, tier)))
         }
         ApiKind::Responses => serde_json::from_slice::<ResponseObject>(body)
             .ok()?
             .into_usage(),
-        ApiKind::Messages => usage_field::<AnthropicUsage>(body).map(|usage| usage.to_usage()),
+        ApiKind::Messages => with_usage::<AnthropicUsage>(body)?
+            .usage
+            .map(|usage| usage.to_usage()),
     }
 }
 
-/// The top-level `usage` object of a JSON body, nothing else.
-fn usage_field<U: for<'de> Deserialize<'de>>(body: &[u8]) -> Option<U> {
-    #[derive(Deserialize)]
-    struct WithUsage<U> {
-        usage: Option<U>,
+/// The top-level `usage` object of a JSON body and the `service_tier`
+/// beside it, nothing else.
+#[derive(Deserialize)]
+struct WithUsage<U> {
+    usage: Option<U>,
+    service_tier: Option<serde_json::Value>,
+}
+
+fn with_usage<U: for<'de> Deserialize<'de>>(body: &[u8]) -> Option<WithUsage<U>> {
+    serde_json::from_slice::<WithUsage<U>>(body).ok()
+}
+
+/// `usage` with the tier reported beside it.
+fn with_tier(usage: Usage, service_tier: Option<ServiceTier>) -> Usage {
+    Usage {
+        service_tier,
+        ..usage
     }
-    serde_json::from_slice::<WithUsage<U>>(body).ok()?.usage
 }
 
 // Token counts are `Option` so that an explicit `null`, which some
@@ -114,13 +188,17 @@ struct ResponseObject {
     usage: Option<ResponsesUsage>,
     /// Its output items, read only for the hosted tool calls among them.
     output: Option<ToolItems>,
+    service_tier: Option<serde_json::Value>,
 }
 
 impl ResponseObject {
     fn into_usage(self) -> Option<Reported> {
         let mut usage = self.usage?.to_usage();
-        if let (Ok(usage), Some(items)) = (&mut usage, self.output) {
-            usage.tool_calls = items.0;
+        if let Ok(usage) = &mut usage {
+            if let Some(items) = self.output {
+                usage.tool_calls = items.0;
+            }
+            usage.service_tier = ServiceTier::from_reported(self.service_tier.as_ref());
         }
         Some(usage)
     }
@@ -141,6 +219,14 @@ struct AnthropicUsage {
     cache_creation_input_tokens: Option<Count>,
     output_tokens: Option<Count>,
     server_tool_use: Option<ServerToolUse>,
+    cache_creation: Option<CacheCreation>,
+}
+
+/// `usage.cache_creation`: Anthropic's split of the cache writes by how
+/// long they are kept.
+#[derive(Clone, Debug, Deserialize)]
+struct CacheCreation {
+    ephemeral_1h_input_tokens: Option<Count>,
 }
 
 /// `usage.server_tool_use`: Anthropic's count of its server tools' uses.
@@ -192,7 +278,7 @@ impl OpenAiUsage {
             cached_input: cached,
             cache_write: 0,
             output: Count::read("completion_tokens", self.completion_tokens.as_ref())?,
-            tool_calls: ToolCalls::default(),
+            ..Usage::default()
         })
     }
 }
@@ -208,7 +294,7 @@ impl ResponsesUsage {
             cached_input: cached,
             cache_write: 0,
             output: Count::read("output_tokens", self.output_tokens.as_ref())?,
-            tool_calls: ToolCalls::default(),
+            ..Usage::default()
         })
     }
 }
@@ -225,7 +311,24 @@ impl AnthropicUsage {
             cache_write: self.cache_creation_input_tokens()?,
             output: self.output_tokens()?,
             tool_calls,
+            cache_write_1h: self.cache_write_1h()?,
+            service_tier: None,
         })
+    }
+
+    /// The hour-long part of the cache writes, when the split is reported;
+    /// never more than the writes (a larger count is billed as all of
+    /// them at the hour's rate).
+    fn cache_write_1h(&self) -> Result<Option<u64>, AbsurdUsage> {
+        self.cache_creation
+            .as_ref()
+            .map(|split| {
+                Count::read(
+                    "cache_creation.ephemeral_1h_input_tokens",
+                    split.ephemeral_1h_input_tokens.as_ref(),
+                )
+            })
+            .transpose()
     }
 
     fn input_tokens(&self) -> Result<u64, AbsurdUsage> {
@@ -261,7 +364,7 @@ mod tests {
             cached_input,
             cache_write,
             output,
-            tool_calls: ToolCalls::default(),
+            ..Usage::default()
         }
     }
 
@@ -305,7 +408,10 @@ mod tests {
 }"#;
         assert_eq!(
             parse_body_usage(ApiKind::ChatCompletions, body),
-            Some(Ok(usage(93, 1024, 0, 46)))
+            Some(Ok(Usage {
+                service_tier: Some(ServiceTier::Standard),
+                ..usage(93, 1024, 0, 46)
+            }))
         );
     }
 
@@ -404,11 +510,49 @@ mod tests {
     }
 
     #[test]
+    fn bodies_report_their_tier_and_cache_lifetimes() {
+        let tier = |api, body: &[u8]| parse_body_usage(api, body).unwrap().unwrap().service_tier;
+        let chat =
+            br#"{"usage":{"prompt_tokens":10,"completion_tokens":2},"service_tier":"priority"}"#;
+        assert_eq!(
+            tier(ApiKind::ChatCompletions, chat),
+            Some(ServiceTier::Priority)
+        );
+        let flex = br#"{"usage":{"prompt_tokens":10,"completion_tokens":2},"service_tier":"flex"}"#;
+        assert_eq!(
+            tier(ApiKind::ChatCompletions, flex),
+            Some(ServiceTier::Standard)
+        );
+        let odd = br#"{"usage":{"prompt_tokens":10,"completion_tokens":2},"service_tier":7}"#;
+        assert_eq!(tier(ApiKind::ChatCompletions, odd), None);
+        let response = br#"{"usage":{"input_tokens":10,"output_tokens":2},"service_tier":"priority","output":[]}"#;
+        assert_eq!(
+            tier(ApiKind::Responses, response),
+            Some(ServiceTier::Priority)
+        );
+        let messages = br#"{"usage":{"input_tokens":1,"cache_creation_input_tokens":30,"cache_creation":{"ephemeral_5m_input_tokens":10,"ephemeral_1h_input_tokens":20},"output_tokens":2}}"#;
+        let usage = parse_body_usage(ApiKind::Messages, messages)
+            .unwrap()
+            .unwrap();
+        assert_eq!((usage.cache_write, usage.cache_write_1h), (30, Some(20)));
+        let unsplit =
+            br#"{"usage":{"input_tokens":1,"cache_creation_input_tokens":30,"output_tokens":2}}"#;
+        let usage = parse_body_usage(ApiKind::Messages, unsplit)
+            .unwrap()
+            .unwrap();
+        assert_eq!(usage.cache_write_1h, None);
+        assert_eq!(usage.counts(), usage);
+    }
+
+    #[test]
     fn anthropic_body_keeps_cache_classes_apart() {
         let body = br#"{"id":"msg_01XFDUDYJgAACzvnptvVoYEL","type":"message","role":"assistant","model":"claude-sonnet-4-20250514","content":[{"type":"text","text":"Hello! How can I help you today?"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":21,"cache_creation_input_tokens":188086,"cache_read_input_tokens":2048,"cache_creation":{"ephemeral_5m_input_tokens":188086,"ephemeral_1h_input_tokens":0},"output_tokens":393,"service_tier":"standard"}}"#;
         assert_eq!(
             parse_body_usage(ApiKind::Messages, body),
-            Some(Ok(usage(21, 2048, 188086, 393)))
+            Some(Ok(Usage {
+                cache_write_1h: Some(0),
+                ..usage(21, 2048, 188086, 393)
+            }))
         );
     }
 

@@ -207,11 +207,11 @@ fn cases() -> Vec<Case> {
             path: "/v1/chat/completions",
             key: Some(ALICE),
             body: json_body(
-                json!({"model": "gpt-4o-mini", "service_tier": "priority", "messages": [{"role": "user", "content": "hi"}]}),
+                json!({"model": "gpt-5-nano", "service_tier": "priority", "messages": [{"role": "user", "content": "hi"}]}),
             ),
             status: 400,
             expect: Expect::OpenAi {
-                code: None,
+                code: Some("option_not_priced"),
                 param: Some("service_tier"),
             },
         },
@@ -220,7 +220,7 @@ fn cases() -> Vec<Case> {
             path: "/v1/messages",
             key: Some(ALICE),
             body: json_body(
-                json!({"model": "claude-haiku-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": [
+                json!({"model": "claude-3-5-haiku-latest", "max_tokens": 5, "messages": [{"role": "user", "content": [
                 {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]}),
             ),
             status: 400,
@@ -425,7 +425,7 @@ async fn unpriced_anthropic_beta_is_refused() {
         .header("x-api-key", ALICE)
         .header("anthropic-version", "2023-06-01")
         .header("anthropic-beta", "context-1m-2025-08-07")
-        .json(&messages("claude-sonnet-4-5", "hi", 10))
+        .json(&messages("claude-haiku-4-5", "hi", 10))
         .send()
         .await
         .unwrap();

@@ -166,13 +166,13 @@ async fn variants_of_refused_options_are_refused() {
     assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
 
     // The 1-hour cache asked for at the top level of the body.
-    let mut body = messages("claude-haiku-4-5", "hi", 16);
+    let mut body = messages("claude-3-5-haiku-latest", "hi", 16);
     body["cache_control"] = json!({"type": "ephemeral", "ttl": "1h"});
     let response = h.post("/v1/messages", ALICE, &body).await;
     assert_eq!(response.status(), 400);
 
     // An unpriced tier in another spelling.
-    let mut body = chat("gpt-4o-mini", "hi");
+    let mut body = chat("gpt-5-nano", "hi");
     body["service_tier"] = json!(" Priority");
     let response = h.post("/v1/chat/completions", ALICE, &body).await;
     refused(&h, response).await;

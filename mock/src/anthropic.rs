@@ -59,12 +59,13 @@ pub(crate) fn messages(body: &Value, opts: &MockOptions) -> Result<Answer, ApiEr
         directives.tool_calls.unwrap_or(0).min(tool.max_uses)
     });
     let output = call.as_ref().map_or(reply.tokens, FunctionCall::tokens);
-    let tally = Tally::new(
+    let mut tally = Tally::new(
         prompt_tokens(body.get("system"), messages),
         &directives,
         output,
     )
     .with_tool_calls(uses);
+    tally.hour_cache = super::reply::asks_for_hour_cache(body);
     let tool_blocks = tool.map(|tool| tool.blocks(uses)).unwrap_or_default();
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     if let Some(answer) = directed_answer(&directives, stream, tally) {
@@ -296,8 +297,8 @@ impl Message {
                 "cache_creation_input_tokens": self.tally.cache_write,
                 "cache_read_input_tokens": self.tally.cached,
                 "cache_creation": {
-                    "ephemeral_5m_input_tokens": self.tally.cache_write,
-                    "ephemeral_1h_input_tokens": 0,
+                    "ephemeral_5m_input_tokens": self.tally.cache_write - self.tally.usage().cache_write_1h,
+                    "ephemeral_1h_input_tokens": self.tally.usage().cache_write_1h,
                 },
                 "output_tokens": output_tokens,
                 "service_tier": "standard",

@@ -56,8 +56,13 @@
 //!   its connection closed without a response.
 //! - `mock:cached=N`: report N input tokens (at most all) as cache reads.
 //! - `mock:cache_write=N`: report N input tokens as cache writes
-//!   (`/v1/messages` only).
+//!   (`/v1/messages` only); when the request asks for a `cache_control`
+//!   ttl of `"1h"` they are all reported as hour-long
+//!   (`cache_creation.ephemeral_1h_input_tokens`).
 //! - `mock:sleep_ms=N`: pause N ms between streamed tokens.
+//! - `mock:downgrade=N`: serve a request for OpenAI's priority tier at the
+//!   default one (the answer's `service_tier` says which; it is the
+//!   request's `priority`, else `default`).
 //! - `mock:tool_calls=N`: use the request's first hosted tool N times
 //!   before replying, at most as often as the request allows
 //!   (`max_tool_calls` on `/v1/responses`, the tool's `max_uses` on

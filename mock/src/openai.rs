@@ -63,6 +63,7 @@ pub(crate) fn chat(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError>
         created: unix_now(),
         model,
         include_usage: stream && include_usage(body),
+        service_tier: Some(super::reply::served_tier(body, &directives)),
     };
     if let Some(call) = call {
         return Ok(tool_call_answer(
@@ -99,7 +100,7 @@ pub(crate) fn chat(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError>
             "finish_reason": finish_reason(reply),
         })).collect::<Vec<_>>(),
         "usage": chat_usage(&tally),
-        "service_tier": "default",
+        "service_tier": super::reply::served_tier(body, &directives),
         "system_fingerprint": SYSTEM_FINGERPRINT,
     });
     Ok(Answer::Json { body, tally })
@@ -131,6 +132,7 @@ pub(crate) fn completions(body: &Value, opts: &MockOptions) -> Result<Answer, Ap
         created: unix_now(),
         model,
         include_usage: stream && include_usage(body),
+        service_tier: None,
     };
     if stream {
         return Ok(stream_answer(
@@ -340,6 +342,8 @@ struct Chunks {
     /// The client asked for usage: every chunk carries `"usage": null`
     /// until the usage-only chunk, as OpenAI sends them.
     include_usage: bool,
+    /// The tier every chat chunk names.
+    service_tier: Option<&'static str>,
 }
 
 impl Chunks {
@@ -352,6 +356,9 @@ impl Chunks {
             "system_fingerprint": SYSTEM_FINGERPRINT,
             "choices": choices,
         });
+        if let Some(tier) = self.service_tier {
+            chunk["service_tier"] = tier.into();
+        }
         if self.include_usage {
             chunk["usage"] = usage.unwrap_or(Value::Null);
         }

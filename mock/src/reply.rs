@@ -95,6 +95,9 @@ pub(crate) struct Directives {
     /// `mock:tool_calls=N`: use the request's first hosted tool N times
     /// (at most as often as the request allows).
     pub tool_calls: Option<u64>,
+    /// `mock:downgrade=1`: serve a request for the priority tier at the
+    /// default one, as OpenAI does past a priority ramp limit.
+    pub downgrade: Option<u64>,
 }
 
 impl Directives {
@@ -124,6 +127,7 @@ impl Directives {
                 "sleep_ms" => directives.sleep_ms = Some(value),
                 "hidden" => directives.hidden = Some(value),
                 "tool_calls" => directives.tool_calls = Some(value),
+                "downgrade" => directives.downgrade = Some(value),
                 _ => {}
             }
         }
@@ -193,6 +197,9 @@ pub(crate) struct Tally {
     pub hidden: u64,
     /// Hosted tool uses, billed per use.
     pub tool_calls: u64,
+    /// The cache writes are kept for an hour (the request asked for a
+    /// `cache_control` ttl of `"1h"`).
+    pub hour_cache: bool,
 }
 
 impl Tally {
@@ -209,6 +216,7 @@ impl Tally {
             output: output.saturating_add(hidden),
             hidden,
             tool_calls: 0,
+            hour_cache: false,
         }
     }
 
@@ -252,7 +260,34 @@ impl Tally {
             cache_write: self.cache_write,
             output: self.output,
             tool_calls: self.tool_calls,
+            cache_write_1h: if self.hour_cache { self.cache_write } else { 0 },
         }
+    }
+}
+
+/// The OpenAI service tier an answer is served at: `priority` when the
+/// request asks for it (unless `mock:downgrade`), else `default`.
+pub(crate) fn served_tier(body: &Value, directives: &Directives) -> &'static str {
+    let asked = body
+        .get("service_tier")
+        .and_then(Value::as_str)
+        .is_some_and(|tier| tier == "priority");
+    if asked && directives.downgrade.is_none() {
+        "priority"
+    } else {
+        "default"
+    }
+}
+
+/// Whether any `cache_control` of a body asks for the hour-long cache.
+pub(crate) fn asks_for_hour_cache(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => map.iter().any(|(key, value)| {
+            (key == "cache_control" && value.get("ttl").and_then(Value::as_str) == Some("1h"))
+                || asks_for_hour_cache(value)
+        }),
+        Value::Array(items) => items.iter().any(asks_for_hour_cache),
+        _ => false,
     }
 }
 
@@ -415,6 +450,7 @@ mod tests {
                 cache_write: 2,
                 output: 3,
                 tool_calls: 0,
+                cache_write_1h: 0,
             }
         );
     }

@@ -57,7 +57,12 @@ pub(crate) fn create(body: &Value, opts: &MockOptions) -> Result<Answer, ApiErro
         return answer;
     }
     let response = Arc::new(Responder {
-        base: base_object(body, model),
+        base: {
+            let mut base = base_object(body, model);
+            let tier = super::reply::served_tier(body, &directives);
+            base.insert("service_tier".into(), tier.into());
+            base
+        },
         item_id: new_id(if call.is_some() { "fc_" } else { "msg_" }),
         reply,
         tally,

@@ -12,6 +12,8 @@ pub struct Usage {
     pub cached_input: u64,
     /// Input tokens written to the prompt cache.
     pub cache_write: u64,
+    /// The part of `cache_write` kept for an hour.
+    pub cache_write_1h: u64,
     /// Output tokens.
     pub output: u64,
     /// Uses of a hosted tool (web searches, fetches, file searches, …),
@@ -26,6 +28,7 @@ impl Usage {
             input: self.input.saturating_add(other.input),
             cached_input: self.cached_input.saturating_add(other.cached_input),
             cache_write: self.cache_write.saturating_add(other.cache_write),
+            cache_write_1h: self.cache_write_1h.saturating_add(other.cache_write_1h),
             output: self.output.saturating_add(other.output),
             tool_calls: self.tool_calls.saturating_add(other.tool_calls),
         }

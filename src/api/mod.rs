@@ -15,11 +15,12 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::error::{GatewayError, Shape};
+use crate::prices::PricedOptions;
 use crate::provider::OUTPUT_LIMIT_FIELDS;
 use crate::usage::{ApiKind, StreamKind};
 
 pub(crate) use json::parse_unambiguous;
-pub use rules::{check_api_matches, check_headers, check_hosted_tools};
+pub use rules::{check_api_matches, check_headers, check_hosted_tools, check_priced_options};
 pub use tools::{DeclaredTool, HostedTools, DEFAULT_MAX_TOOL_CALLS, DEFAULT_MAX_USES};
 
 /// A proxied route.
@@ -110,6 +111,9 @@ pub struct Call {
     /// The hosted tools it declares, each with the most uses the forwarded
     /// body allows ([`Call::bound_tool_uses`] sets the limits it lacks).
     pub tools: HostedTools,
+    /// The options it asks for that are billed at other rates; the long
+    /// context is asked for in a header, and set once headers are read.
+    pub options: PricedOptions,
     /// The client did not ask for stream usage; the gateway asked for it
     /// upstream and hides the usage-only chunk from the client.
     pub hide_usage_chunk: bool,
@@ -152,7 +156,7 @@ impl Call {
             ));
         }
         check_input(api, &body)?;
-        rules::check_body(api, &body)?;
+        let options = rules::check_body(api, &body)?;
         let tools = HostedTools::of(api, &body)?;
         let choices = choices(api, &body)?;
         let client_limit = client_output_limit(api, &body)?;
@@ -169,6 +173,7 @@ impl Call {
             thinking_budget,
             choices,
             tools,
+            options,
             hide_usage_chunk: false,
             body,
             original: bytes,

@@ -2,15 +2,18 @@
 //! can reach, work the gateway could not settle, and options providers
 //! bill at rates the price table does not hold, which would charge a call
 //! less than it costs (hosted tools the model's entry does not price among
-//! them). Values are normalised before they are checked, so a variant of a
-//! refused option is refused too.
+//! them). Options billed at other rates (the priority tier, the hour-long
+//! cache, the long context) are read into [`PricedOptions`] and refused
+//! only for a model whose entry lacks their prices. Values are normalised
+//! before they are checked, so a variant of a refused option is refused
+//! too.
 
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
 use super::{bad, Api, Call};
 use crate::error::GatewayError;
-use crate::prices::ModelPrice;
+use crate::prices::{ModelPrice, PricedOptions};
 use crate::provider::ProviderKind;
 
 /// An OpenAI-shaped route can only reach an OpenAI-compatible provider, and
@@ -59,18 +62,50 @@ pub fn check_hosted_tools(call: &Call, price: &ModelPrice) -> Result<(), Gateway
     }
 }
 
-/// The rules a body must pass whatever its provider.
-pub(super) fn check_body(api: Api, body: &Map<String, Value>) -> Result<(), GatewayError> {
-    check_background(api, body)?;
-    check_service_tier(body)?;
-    if api == Api::Messages && asks_for_hour_long_cache(body) {
-        return Err(bad(
-            "cache_control ttl \"1h\" is billed at a cache-write rate this gateway \
-             does not price; use the default 5-minute cache",
-            None,
-        ));
+/// Refuses an option billed at rates the model's price entry does not
+/// hold, naming the option and the missing price fields.
+pub fn check_priced_options(call: &Call, price: &ModelPrice) -> Result<(), GatewayError> {
+    match call.options.unpriced(price) {
+        None => Ok(()),
+        Some(unpriced) => Err(GatewayError::BadRequest {
+            message: format!(
+                "{} is billed at rates this gateway has no price for on model `{}` ({} in \
+                 its price table); remove the option, or ask the operator to price it",
+                unpriced.option, call.model, unpriced.field,
+            ),
+            param: unpriced.param,
+            code: Some("option_not_priced"),
+        }),
     }
-    Ok(())
+}
+
+/// The rules a body must pass whatever its provider, and the priced
+/// options it asks for.
+pub(super) fn check_body(
+    api: Api,
+    body: &Map<String, Value>,
+) -> Result<PricedOptions, GatewayError> {
+    check_background(api, body)?;
+    let priority = check_service_tier(api, body)?;
+    let hour_cache = match api {
+        Api::Messages => match cache_lifetimes(body) {
+            CacheLifetimes::Default => false,
+            CacheLifetimes::Hour => true,
+            CacheLifetimes::Other => {
+                return Err(bad(
+                    "a cache_control ttl other than \"5m\" or \"1h\" is billed at a \
+                     cache-write rate this gateway does not price; use \"5m\" or \"1h\"",
+                    None,
+                ))
+            }
+        },
+        _ => false,
+    };
+    Ok(PricedOptions {
+        priority,
+        hour_cache,
+        long_context: false,
+    })
 }
 
 /// OpenAI's background mode runs a response after its connection closes,
@@ -93,36 +128,38 @@ fn check_background(api: Api, body: &Map<String, Value>) -> Result<(), GatewayEr
     }
 }
 
-/// The service tiers billed at the standard rates (flex costs less). Any
-/// other, in any spelling, may be billed more.
-fn check_service_tier(body: &Map<String, Value>) -> Result<(), GatewayError> {
-    let refused = match body.get("service_tier") {
-        None | Some(Value::Null) => return Ok(()),
+/// Whether the call asks for OpenAI's priority tier (in any spelling,
+/// so that no variant is billed at priority rates while reserved at
+/// standard ones). The other tiers allowed are billed at the standard
+/// rates (flex costs less); any other may be billed more.
+fn check_service_tier(api: Api, body: &Map<String, Value>) -> Result<bool, GatewayError> {
+    let tier = match body.get("service_tier") {
+        None | Some(Value::Null) => return Ok(false),
         Some(Value::String(tier)) => tier.trim().to_ascii_lowercase(),
         Some(_) => return Err(bad("`service_tier` must be a string", Some("service_tier"))),
     };
-    if matches!(
-        refused.as_str(),
-        "auto" | "default" | "flex" | "standard_only"
-    ) {
-        return Ok(());
+    match tier.as_str() {
+        "auto" | "default" | "flex" | "standard_only" => Ok(false),
+        "priority" if api != Api::Messages => Ok(true),
+        _ => Err(bad(
+            &format!(
+                "service_tier {tier:?} is billed at rates this gateway does not price; \
+                 use \"auto\", \"default\", \"flex\" or, where priced, \"priority\""
+            ),
+            Some("service_tier"),
+        )),
     }
-    Err(bad(
-        &format!(
-            "service_tier {refused:?} is billed at rates this gateway does not price; \
-             use \"auto\", \"default\" or \"flex\""
-        ),
-        Some("service_tier"),
-    ))
 }
 
-/// Refuses Anthropic beta options billed at rates the price table does not
-/// hold (the 1M-token context). The header must be a plain list of beta
-/// names, so that no spelling of a refused one slips through.
-pub fn check_headers(api: Api, headers: &HeaderMap) -> Result<(), GatewayError> {
+/// Whether the request asks for Anthropic's long context (the
+/// `context-1m` beta), billed at the long context rates; refused later for
+/// a model whose entry lacks them. The header must be a plain list of beta
+/// names, so that no spelling of it slips through.
+pub fn check_headers(api: Api, headers: &HeaderMap) -> Result<bool, GatewayError> {
     if api != Api::Messages {
-        return Ok(());
+        return Ok(false);
     }
+    let mut long_context = false;
     for value in headers.get_all("anthropic-beta") {
         let names = value
             .to_str()
@@ -140,40 +177,61 @@ pub fn check_headers(api: Api, headers: &HeaderMap) -> Result<(), GatewayError> 
                     None,
                 )
             })?;
-        if names
+        long_context |= names
             .split(',')
-            .any(|name| name.trim().to_ascii_lowercase().starts_with("context-1m"))
-        {
-            return Err(bad(
-                "the anthropic-beta context-1m option is billed at rates this gateway does \
-                 not price; remove it from the anthropic-beta header",
-                None,
-            ));
-        }
+            .any(|name| name.trim().to_ascii_lowercase().starts_with("context-1m"));
     }
-    Ok(())
+    Ok(long_context)
 }
 
-/// Whether any `cache_control` in the body, the top level included, asks
-/// for a cache other than Anthropic's default 5 minutes: the 1-hour cache
-/// writes at twice the input price instead of 1.25 times.
-fn asks_for_hour_long_cache(body: &Map<String, Value>) -> bool {
-    fn object(map: &Map<String, Value>) -> bool {
+/// The longest cache lifetime any `cache_control` of a body asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum CacheLifetimes {
+    /// Anthropic's default 5 minutes, or no cache.
+    Default,
+    /// The 1-hour cache: writes at twice the input price instead of 1.25
+    /// times.
+    Hour,
+    /// A lifetime no price covers.
+    Other,
+}
+
+/// The cache lifetimes any `cache_control` in the body asks for, the top
+/// level included: the dearest of them.
+fn cache_lifetimes(body: &Map<String, Value>) -> CacheLifetimes {
+    fn object(map: &Map<String, Value>) -> CacheLifetimes {
         map.iter()
-            .any(|(key, value)| (key == "cache_control" && !is_default_cache(value)) || any(value))
+            .map(|(key, value)| {
+                let own = match key.as_str() {
+                    "cache_control" => lifetime(value),
+                    _ => CacheLifetimes::Default,
+                };
+                own.max(any(value))
+            })
+            .max()
+            .unwrap_or(CacheLifetimes::Default)
     }
-    fn any(value: &Value) -> bool {
+    fn any(value: &Value) -> CacheLifetimes {
         match value {
-            Value::Array(items) => items.iter().any(any),
+            Value::Array(items) => items
+                .iter()
+                .map(any)
+                .max()
+                .unwrap_or(CacheLifetimes::Default),
             Value::Object(map) => object(map),
-            _ => false,
+            _ => CacheLifetimes::Default,
         }
     }
-    fn is_default_cache(cache_control: &Value) -> bool {
+    fn lifetime(cache_control: &Value) -> CacheLifetimes {
         match cache_control.get("ttl") {
-            None | Some(Value::Null) => true,
-            Some(Value::String(ttl)) => ttl.trim().eq_ignore_ascii_case("5m"),
-            Some(_) => false,
+            None | Some(Value::Null) => CacheLifetimes::Default,
+            Some(Value::String(ttl)) if ttl.trim().eq_ignore_ascii_case("5m") => {
+                CacheLifetimes::Default
+            }
+            Some(Value::String(ttl)) if ttl.trim().eq_ignore_ascii_case("1h") => {
+                CacheLifetimes::Hour
+            }
+            Some(_) => CacheLifetimes::Other,
         }
     }
     object(body)
@@ -214,23 +272,42 @@ mod tests {
     }
 
     #[test]
-    fn any_spelling_of_an_unpriced_tier_is_refused() {
-        for tier in ["priority", "Priority", " priority", "scale", "PRIORITY "] {
-            let error = check_body(Api::ChatCompletions, &body(json!({"service_tier": tier})));
-            assert!(error.is_err(), "{tier}");
+    fn any_spelling_of_priority_asks_for_it_and_other_tiers_are_refused() {
+        let options = |api: Api, tier: &str| check_body(api, &body(json!({"service_tier": tier})));
+        for tier in ["priority", "Priority", " priority", "PRIORITY "] {
+            assert!(
+                options(Api::ChatCompletions, tier).unwrap().priority,
+                "{tier}"
+            );
+            assert!(options(Api::Responses, tier).unwrap().priority, "{tier}");
+            assert!(options(Api::Messages, tier).is_err(), "{tier}");
+        }
+        for tier in ["scale", "turbo"] {
+            assert!(options(Api::ChatCompletions, tier).is_err(), "{tier}");
         }
         for tier in ["auto", "default", "flex", "Default"] {
-            check_body(Api::ChatCompletions, &body(json!({"service_tier": tier}))).unwrap();
+            assert_eq!(
+                options(Api::ChatCompletions, tier).unwrap(),
+                PricedOptions::NONE
+            );
         }
     }
 
     #[test]
-    fn an_hour_long_cache_is_refused_at_any_depth() {
-        let refused = [
+    fn an_hour_long_cache_is_found_at_any_depth() {
+        let hour = [
             json!({"cache_control": {"type": "ephemeral", "ttl": "1h"}}),
             json!({"system": [{"type": "text", "text": "x", "cache_control": {"ttl": "1H"}}]}),
             json!({"messages": [{"content": [{"cache_control": {"ttl": " 1h"}}]}]}),
+            json!({"system": [{"cache_control": {"ttl": "5m"}}], "tools": [{"cache_control": {"ttl": "1h"}}]}),
+        ];
+        for value in hour {
+            let options = check_body(Api::Messages, &body(value.clone())).unwrap();
+            assert!(options.hour_cache, "{value}");
+        }
+        let refused = [
             json!({"tools": [{"cache_control": {"ttl": 3600}}]}),
+            json!({"tools": [{"cache_control": {"ttl": "1h"}}, {"cache_control": {"ttl": "2h"}}]}),
         ];
         for value in refused {
             assert!(
@@ -238,8 +315,47 @@ mod tests {
                 "{value}"
             );
         }
-        let allowed = json!({"cache_control": {"type": "ephemeral"}, "system": [{"cache_control": {"ttl": "5m"}}]});
-        check_body(Api::Messages, &body(allowed)).unwrap();
+        let default = json!({"cache_control": {"type": "ephemeral"}, "system": [{"cache_control": {"ttl": "5m"}}]});
+        assert!(
+            !check_body(Api::Messages, &body(default))
+                .unwrap()
+                .hour_cache
+        );
+    }
+
+    #[test]
+    fn an_unpriced_option_is_refused_naming_its_price_field() {
+        let table = crate::prices::PriceTable::from_toml_str(
+            r#"
+            [models."plain"]
+            input_per_mtok = "1"
+            output_per_mtok = "1"
+            "#,
+        )
+        .unwrap();
+        let price = table.get("plain").unwrap();
+        let body = json!({
+            "model": "plain",
+            "messages": [{"role": "user", "content": "hi"}],
+            "service_tier": "priority",
+        });
+        let call = Call::parse(Api::ChatCompletions, bytes::Bytes::from(body.to_string())).unwrap();
+        let Err(GatewayError::BadRequest {
+            message,
+            param,
+            code,
+        }) = check_priced_options(&call, price)
+        else {
+            panic!("not a bad request")
+        };
+        assert!(
+            message.contains("priority") && message.contains("priority_input_per_mtok"),
+            "{message}"
+        );
+        assert_eq!(
+            (param, code),
+            (Some("service_tier"), Some("option_not_priced"))
+        );
     }
 
     #[test]
@@ -287,11 +403,15 @@ mod tests {
             headers.insert("anthropic-beta", HeaderValue::from_bytes(value).unwrap());
             check_headers(Api::Messages, &headers)
         };
-        check(b"prompt-caching-2024-07-31, token-efficient-tools-2025-02-19").unwrap();
-        for refused in [
+        assert!(!check(b"prompt-caching-2024-07-31, token-efficient-tools-2025-02-19").unwrap());
+        for long in [
             &b"context-1m-2025-08-07"[..],
             b"tools-2024, Context-1M-2025-08-07",
-            b"context-1m-2025-08-07\xc3\xa9",
+        ] {
+            assert!(check(long).unwrap(), "{}", String::from_utf8_lossy(long));
+        }
+        for refused in [
+            &b"context-1m-2025-08-07\xc3\xa9"[..],
             b"context-1m-2025-08-07;x",
             b"a b",
         ] {

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{non_empty, ModelPrice, PriceError, PriceTable};
+use super::{non_empty, LongContextPrices, ModelPrice, PriceError, PriceTable, PriorityPrices};
 use crate::hosted::HostedTool;
 use crate::money::{Price, UsdMicros};
 
@@ -18,12 +18,32 @@ use crate::money::{Price, UsdMicros};
 const LITELLM_SAMPLE_ENTRY: &str = "sample_spec";
 
 pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
+    let models = entries(text, file)?
+        .into_iter()
+        .map(|entry| (entry.model, entry.price))
+        .collect();
+    non_empty(models, file)
+}
+
+/// One priced entry of a LiteLLM file, with what LiteLLM says of its
+/// provider and kind (`chat`, `embedding`, …).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LiteLlmEntry {
+    pub model: String,
+    pub price: ModelPrice,
+    pub provider: Option<String>,
+    pub mode: Option<String>,
+}
+
+/// Every entry of a LiteLLM file that prices tokens, in the file's order
+/// of names.
+pub(crate) fn entries(text: &str, file: &str) -> Result<Vec<LiteLlmEntry>, PriceError> {
     let entries: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(text).map_err(|e| PriceError::Parse {
             file: file.to_owned(),
             message: format!("not a LiteLLM price file: {e}"),
         })?;
-    let mut models = BTreeMap::new();
+    let mut priced = Vec::new();
     for (model, entry) in &entries {
         if model == LITELLM_SAMPLE_ENTRY {
             continue;
@@ -55,11 +75,26 @@ pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
                 .and_then(serde_json::Value::as_u64)
                 .filter(|n| *n > 0)
         };
+        let priority = match (
+            cost("input_cost_per_token_priority")?,
+            cost("output_cost_per_token_priority")?,
+        ) {
+            (Some(input), Some(output)) => Some(PriorityPrices {
+                input,
+                output,
+                cached_input: cost("cache_read_input_token_cost_priority")?,
+            }),
+            _ => None,
+        };
         let entry_price = ModelPrice {
             input,
             cached_input: cost("cache_read_input_token_cost")?.unwrap_or(input),
             cache_write: cost("cache_creation_input_token_cost")?.unwrap_or(input),
+            cache_write_1h: cost("cache_creation_input_token_cost_above_1hr")?,
             output,
+            priority,
+            long_context: long_context(entry, input, output)
+                .map_err(|(field, message)| field_error(&field, message))?,
             max_output_tokens: tokens("max_output_tokens"),
             context_window: tokens("max_input_tokens").or_else(|| tokens("max_tokens")),
             reasoning: entry
@@ -69,9 +104,62 @@ pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
             tool_call_usd: tool_prices(entry)
                 .map_err(|(field, message)| field_error(field, message))?,
         };
-        models.insert(model.clone(), entry_price);
+        let text_of = |field: &str| {
+            entry
+                .get(field)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        priced.push(LiteLlmEntry {
+            model: model.clone(),
+            price: entry_price,
+            provider: text_of("litellm_provider"),
+            mode: text_of("mode"),
+        });
     }
-    non_empty(models, file)
+    Ok(priced)
+}
+
+/// The long context tier of an entry: LiteLLM writes it as
+/// `input_cost_per_token_above_272k_tokens` (and the same for output).
+/// Were there several thresholds, the lowest with the dearest prices
+/// bounds them all; a class without a price above the threshold keeps its
+/// standard price there.
+fn long_context(
+    entry: &serde_json::Value,
+    input: Price,
+    output: Price,
+) -> Result<Option<LongContextPrices>, (String, String)> {
+    const INPUT: &str = "input_cost_per_token_above_";
+    const OUTPUT: &str = "output_cost_per_token_above_";
+    let Some(fields) = entry.as_object() else {
+        return Ok(None);
+    };
+    let mut tier: Option<LongContextPrices> = None;
+    for (field, value) in fields.iter().filter(|(_, value)| !value.is_null()) {
+        let threshold = |prefix: &str| {
+            let thousands = field.strip_prefix(prefix)?.strip_suffix("k_tokens")?;
+            thousands.parse::<u64>().ok()?.checked_mul(1_000)
+        };
+        let (is_input, threshold_tokens) = match (threshold(INPUT), threshold(OUTPUT)) {
+            (Some(tokens), _) => (true, tokens),
+            (None, Some(tokens)) => (false, tokens),
+            (None, None) => continue,
+        };
+        let price = per_token_price(value).map_err(|message| (field.clone(), message))?;
+        let current = tier.get_or_insert(LongContextPrices {
+            threshold_tokens,
+            input,
+            output,
+        });
+        current.threshold_tokens = current.threshold_tokens.min(threshold_tokens);
+        if is_input {
+            current.input = current.input.max(price);
+        } else {
+            current.output = current.output.max(price);
+        }
+    }
+    Ok(tier)
 }
 
 /// The hosted tool prices of one entry, in µUSD per use.

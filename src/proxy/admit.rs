@@ -8,7 +8,9 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
-use crate::api::{check_api_matches, check_headers, check_hosted_tools, Api, Call};
+use crate::api::{
+    check_api_matches, check_headers, check_hosted_tools, check_priced_options, Api, Call,
+};
 use crate::config::{KeyConfig, Provider, Secret};
 use crate::error::GatewayError;
 use crate::estimate::{estimate, Estimate, TokenCounter};
@@ -74,7 +76,8 @@ pub async fn admit<'g>(
         .provider_for(&call.model)
         .ok_or_else(unknown)?;
     check_api_matches(api, provider.kind, &call.model)?;
-    check_headers(api, headers)?;
+    call.options.long_context = check_headers(api, headers)?;
+    check_priced_options(&call, price)?;
     check_hosted_tools(&call, price)?;
     call.bound_output(
         price.max_output_tokens.unwrap_or(DEFAULT_OUTPUT_LIMIT),

@@ -88,6 +88,7 @@ const BOUND: Estimate = Estimate {
     output_tokens: 50,
     amount: 2_000,
     tools: crate::estimate::ToolBound::NONE,
+    options: crate::prices::PricedOptions::NONE,
 };
 
 fn price() -> ModelPrice {
@@ -100,6 +101,7 @@ fn price() -> ModelPrice {
         context_window: None,
         reasoning: false,
         tool_call_usd: Default::default(),
+        ..ModelPrice::default()
     }
 }
 

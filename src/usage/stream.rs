@@ -14,7 +14,9 @@ use std::marker::PhantomData;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::{AbsurdUsage, AnthropicUsage, OpenAiUsage, Reported, ResponseObject, Usage};
+use super::{
+    AbsurdUsage, AnthropicUsage, OpenAiUsage, Reported, ResponseObject, ServiceTier, Usage,
+};
 use crate::sse;
 
 /// The event format of a streamed response.
@@ -73,6 +75,8 @@ pub struct StreamMeter {
     /// The first count the provider reported that no call can have: its
     /// report is then not believed at all, however the stream ends.
     absurd: Option<AbsurdUsage>,
+    /// The latest tier an OpenAI chunk reported (every chunk carries it).
+    service_tier: Option<ServiceTier>,
 }
 
 impl StreamMeter {
@@ -84,6 +88,7 @@ impl StreamMeter {
             output_reported: false,
             text_bytes: 0,
             absurd: None,
+            service_tier: None,
         }
     }
 
@@ -108,7 +113,15 @@ impl StreamMeter {
         if let Some(absurd) = &self.absurd {
             return Some(Err(absurd.clone()));
         }
-        (self.input_reported && self.output_reported).then_some(Ok(self.usage))
+        (self.input_reported && self.output_reported).then_some(Ok(self.with_tier(self.usage)))
+    }
+
+    /// `usage` with the tier the chunks reported, if it names none itself.
+    fn with_tier(&self, usage: Usage) -> Usage {
+        Usage {
+            service_tier: usage.service_tier.or(self.service_tier),
+            ..usage
+        }
     }
 
     /// The first absurd count the provider reported, if any: a stream cut
@@ -129,10 +142,10 @@ impl StreamMeter {
     /// as output, the larger of the latest reported output count and the
     /// tokens counted from the text seen.
     pub fn partial_usage(&self) -> Usage {
-        Usage {
+        self.with_tier(Usage {
             output: self.usage.output.max(count_output_tokens(self.text_bytes)),
             ..self.usage
-        }
+        })
     }
 
     /// Decoded UTF-8 bytes of generated text seen so far.
@@ -176,6 +189,9 @@ impl StreamMeter {
         };
         let choices = chunk.choices.unwrap_or_default();
         self.count_text(choices.text_bytes);
+        if let Some(tier) = ServiceTier::from_reported(chunk.service_tier.as_ref()) {
+            self.service_tier = Some(tier);
+        }
         match chunk.usage {
             Some(usage) => {
                 self.report(usage.to_usage());
@@ -277,6 +293,9 @@ impl StreamMeter {
         if delta.cache_creation_input_tokens.is_some() {
             self.usage.cache_write = delta.cache_creation_input_tokens()?;
         }
+        if delta.cache_creation.is_some() {
+            self.usage.cache_write_1h = delta.cache_write_1h()?;
+        }
         Ok(())
     }
 }
@@ -310,6 +329,7 @@ fn is_responses_terminal(name: &str) -> bool {
 struct ChatChunk {
     choices: Option<Folded<Choice>>,
     usage: Option<OpenAiUsage>,
+    service_tier: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]

@@ -88,8 +88,25 @@ async fn cache_directives_split_the_input() {
             cache_write: 20,
             output: 12,
             tool_calls: 0,
+            cache_write_1h: 0,
         }
     );
+}
+
+#[tokio::test]
+async fn hour_long_cache_writes_are_reported_apart() {
+    let server = start().await;
+    let mut body = message(&format!("{} mock:cache_write=20", "hello ".repeat(40)));
+    body["system"] = json!([{"type": "text", "text": "be brief",
+                             "cache_control": {"type": "ephemeral", "ttl": "1h"}}]);
+    let response = post(&server, "/v1/messages", body).await;
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["usage"]["cache_creation_input_tokens"], 20);
+    assert_eq!(
+        body["usage"]["cache_creation"],
+        json!({"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 20})
+    );
+    assert_eq!(server.stats.billed().cache_write_1h, 20);
 }
 
 #[tokio::test]

@@ -373,3 +373,18 @@ async fn stats_record_the_last_request() {
     assert_eq!(last.headers["content-type"], "application/json");
     assert_eq!(server.stats.requests(), 1);
 }
+
+#[tokio::test]
+async fn chat_serves_the_priority_tier_it_is_asked_for() {
+    let server = start().await;
+    let tier = |body: &Value| body["service_tier"].as_str().unwrap().to_owned();
+    let mut request = chat("hello");
+    let (_, body) = post_json(&server, "/v1/chat/completions", request.clone()).await;
+    assert_eq!(tier(&body), "default");
+    request["service_tier"] = "priority".into();
+    let (_, body) = post_json(&server, "/v1/chat/completions", request.clone()).await;
+    assert_eq!(tier(&body), "priority");
+    request["messages"][0]["content"] = "hello mock:downgrade=1".into();
+    let (_, body) = post_json(&server, "/v1/chat/completions", request).await;
+    assert_eq!(tier(&body), "default");
+}

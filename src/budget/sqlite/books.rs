@@ -696,6 +696,7 @@ pub(super) fn ledger(conn: &Connection) -> Sql<Vec<LedgerEntry>> {
                 cache_write: row.get(6)?,
                 output: row.get(7)?,
                 tool_calls: tool_calls_from(row.get::<_, Option<String>>(8)?.as_deref())?,
+                ..Usage::default()
             },
             reserved: row.get(9)?,
             actual: row.get(10)?,

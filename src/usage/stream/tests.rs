@@ -54,6 +54,23 @@ fn meter_at_every_split(kind: StreamKind, input: &[u8]) -> Metered {
     whole
 }
 
+/// `usage` as OpenAI reports it, at its `default` tier.
+fn at_standard(usage: Usage) -> Usage {
+    Usage {
+        service_tier: Some(crate::usage::ServiceTier::Standard),
+        ..usage
+    }
+}
+
+/// `usage` as Anthropic reports it, with none of its cache writes kept
+/// for an hour.
+fn unsplit_hour(usage: Usage) -> Usage {
+    Usage {
+        cache_write_1h: Some(0),
+        ..usage
+    }
+}
+
 fn usage(input: u64, cached_input: u64, cache_write: u64, output: u64) -> Usage {
     Usage {
         input,
@@ -101,7 +118,10 @@ fn chat_stream_with_include_usage() {
         metered.actions,
         forwards(26, &[(25, EventAction::Terminal)])
     );
-    assert_eq!(metered.reported, Some(Ok(usage(109, 1024, 0, 24))));
+    assert_eq!(
+        metered.reported,
+        Some(Ok(at_standard(usage(109, 1024, 0, 24))))
+    );
     // The text, with its `\n`, `"` and `\u2014` escapes decoded.
     assert_eq!(metered.text_bytes, 94);
 }
@@ -113,7 +133,10 @@ fn injected_usage_chunk_is_dropped() {
         metered.actions,
         forwards(26, &[(24, EventAction::Drop), (25, EventAction::Terminal)])
     );
-    assert_eq!(metered.reported, Some(Ok(usage(109, 1024, 0, 24))));
+    assert_eq!(
+        metered.reported,
+        Some(Ok(at_standard(usage(109, 1024, 0, 24))))
+    );
 }
 
 #[test]
@@ -123,7 +146,7 @@ fn chat_tool_call_arguments_are_counted() {
         metered.actions,
         forwards(11, &[(9, EventAction::Drop), (10, EventAction::Terminal)])
     );
-    assert_eq!(metered.reported, Some(Ok(usage(68, 0, 0, 17))));
+    assert_eq!(metered.reported, Some(Ok(at_standard(usage(68, 0, 0, 17)))));
     assert_eq!(
         metered.text_bytes,
         br#"{"location":"Paris, France"}"#.len() as u64
@@ -169,7 +192,10 @@ fn chat_stream_cut_before_usage_counts_text_seen() {
     assert_eq!(metered.reported, None);
     let seen = "Here's a haiku:\n\nAutumn moonlight\u{2014}\na worm".len() as u64;
     assert_eq!(metered.text_bytes, seen);
-    assert_eq!(metered.partial, usage(0, 0, 0, seen.div_ceil(3)));
+    assert_eq!(
+        metered.partial,
+        at_standard(usage(0, 0, 0, seen.div_ceil(3)))
+    );
 }
 
 #[test]
@@ -235,7 +261,10 @@ fn responses_stream() {
         metered.actions,
         forwards(20, &[(19, EventAction::Terminal)])
     );
-    assert_eq!(metered.reported, Some(Ok(usage(270, 2048, 0, 19))));
+    assert_eq!(
+        metered.reported,
+        Some(Ok(at_standard(usage(270, 2048, 0, 19))))
+    );
     assert_eq!(metered.text_bytes, 47);
 }
 
@@ -300,7 +329,10 @@ fn anthropic_stream() {
         metered.actions,
         forwards(19, &[(18, EventAction::Terminal)])
     );
-    assert_eq!(metered.reported, Some(Ok(usage(472, 8192, 1536, 89))));
+    assert_eq!(
+        metered.reported,
+        Some(Ok(unsplit_hour(usage(472, 8192, 1536, 89))))
+    );
     // Thinking, text and tool input; the signature is not counted.
     assert_eq!(metered.text_bytes, 147);
 }
@@ -386,7 +418,10 @@ fn anthropic_stream_cut_after_start_keeps_reported_input() {
     assert_eq!(metered.reported, None);
     let seen = "The user wants the weather in Paris.\nI should call get_weather.I'll check the weather in Paris".len() as u64;
     assert_eq!(metered.text_bytes, seen);
-    assert_eq!(metered.partial, usage(472, 8192, 1536, seen.div_ceil(3)));
+    assert_eq!(
+        metered.partial,
+        unsplit_hour(usage(472, 8192, 1536, seen.div_ceil(3)))
+    );
 
     let mut meter = StreamMeter::new(StreamKind::AnthropicMessages);
     assert!(!meter.input_reported());
@@ -543,5 +578,48 @@ data: {"type":"response.completed","sequence_number":9,"response":{"id":"resp_1"
     assert_eq!(
         calls,
         [(HostedTool::WebSearch, 2), (HostedTool::FileSearch, 1)]
+    );
+}
+
+#[test]
+fn streams_report_their_tier_and_cache_lifetimes() {
+    let chat = b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"service_tier\":\"priority\",\"usage\":null}\n\n\
+data: {\"choices\":[],\"service_tier\":\"priority\",\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2}}\n\n\
+data: [DONE]\n\n";
+    let metered = meter(
+        StreamKind::OpenAiChat {
+            hide_usage_chunk: false,
+        },
+        [&chat[..]],
+    );
+    let priority = Some(crate::usage::ServiceTier::Priority);
+    assert_eq!(
+        metered.reported.unwrap().unwrap().service_tier,
+        priority,
+        "the usage chunk's tier"
+    );
+    // Cut before the usage chunk: the tier the chunks reported.
+    let cut = meter(
+        StreamKind::OpenAiChat {
+            hide_usage_chunk: false,
+        },
+        [&chat[..chat.iter().position(|b| *b == b'\n').unwrap() + 2]],
+    );
+    assert_eq!(cut.reported, None);
+    assert_eq!(cut.partial.service_tier, priority);
+
+    let anthropic = b"event: message_start\n\
+data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"cache_creation_input_tokens\":300,\"cache_creation\":{\"ephemeral_5m_input_tokens\":100,\"ephemeral_1h_input_tokens\":200},\"output_tokens\":1}}}\n\n\
+event: message_delta\n\
+data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n\n\
+event: message_stop\n\
+data: {\"type\":\"message_stop\"}\n\n";
+    let metered = meter(StreamKind::AnthropicMessages, [&anthropic[..]]);
+    assert_eq!(
+        metered.reported,
+        Some(Ok(Usage {
+            cache_write_1h: Some(200),
+            ..usage(5, 0, 300, 7)
+        }))
     );
 }
