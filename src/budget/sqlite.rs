@@ -12,6 +12,7 @@
 //! protocol's rules as statements.
 
 mod books;
+mod checkpoint;
 mod schema;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -141,12 +142,19 @@ impl SqliteStore {
         let (queue, jobs) = mpsc::channel();
         let label = path.display().to_string();
         let lock = lock.into();
+        // The owner checkpoints its file; a reader leaves that to it.
+        let checkpointing = lock.is_some().then(|| {
+            let (writer_alive, writer_gone) = mpsc::channel::<()>();
+            checkpoint::spawn(path.to_owned(), writer_gone);
+            writer_alive
+        });
         // The thread owns the lock: it is released only once the last
         // transaction is done, not when the last handle drops.
         let spawned = std::thread::Builder::new()
             .name("tollgate-sqlite".to_owned())
             .spawn(move || {
                 let _lock = lock;
+                let _checkpointing = checkpointing;
                 writer::run(conn, clock, behavior, jobs, label);
             });
         if let Err(error) = spawned {

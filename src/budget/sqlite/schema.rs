@@ -264,6 +264,10 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
         tracing::warn!(journal_mode = %mode, "the store's file could not switch to WAL");
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // Checkpoints run on their own thread (`checkpoint`), never inside a
+    // call's commit; a log grown by a burst is cut back once copied.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(())
 }

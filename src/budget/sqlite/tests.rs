@@ -449,3 +449,36 @@ async fn the_ledger_is_a_table_an_operator_can_query() {
         .unwrap();
     assert_eq!(spent, 640);
 }
+
+#[tokio::test]
+async fn the_log_is_copied_into_the_database_file_off_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let store = open(&path).unwrap();
+    for i in 0..200 {
+        let id = format!("call-{i}");
+        store.reserve(&request(&id, 10)).await.unwrap();
+        store.settle(&settlement(&id, 7)).await.unwrap();
+    }
+    // Read the database file alone, ignoring the log: the ledger reaches
+    // it without anyone but the checkpoint thread copying it there.
+    let uri = format!("file:{}?immutable=1", path.display());
+    let in_file = || -> i64 {
+        let conn = Connection::open_with_flags(
+            &uri,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+        )
+        .unwrap();
+        conn.query_row("SELECT COUNT(*) FROM ledger", [], |row| row.get(0))
+            .unwrap_or(0)
+    };
+    let mut copied = 0;
+    for _ in 0..100 {
+        copied = in_file();
+        if copied == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(copied, 200, "the log was not checkpointed");
+}
