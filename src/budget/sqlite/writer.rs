@@ -18,6 +18,17 @@ use crate::budget::StoreError;
 /// enough that one commit never holds a call up for long.
 const MAX_BATCH: usize = 512;
 
+/// The checkpoint thread copies the log into the database without holding
+/// the writer up, but the log starts again from its beginning only when a
+/// commit finds it all copied, which a writer that never pauses never
+/// does. Past this size the writer itself copies the rest and starts the
+/// log again: one short stall per this many bytes of calls, instead of a
+/// log that grows as long as the load lasts.
+const MAX_LOG_BYTES: u64 = 32 * 1024 * 1024;
+
+/// How often (in transactions) the writer looks at the log's size.
+const LOG_LOOK_EVERY: u32 = 64;
+
 /// What a call does in the writer's transaction: `Err` is SQLite failing
 /// (the whole transaction is rolled back), `Ok` the store's answer.
 type Op<T> = Box<dyn FnOnce(&Connection, &Clock) -> rusqlite::Result<Result<T, StoreError>> + Send>;
@@ -106,7 +117,16 @@ pub(super) fn run(
     queue: mpsc::Receiver<Box<dyn Job>>,
     label: String,
 ) {
+    let log = matches!(behavior, TransactionBehavior::Immediate).then(|| format!("{label}-wal"));
+    let mut since_look = 0u32;
     while let Ok(first) = queue.recv() {
+        since_look += 1;
+        if since_look >= LOG_LOOK_EVERY {
+            since_look = 0;
+            if let Some(log) = &log {
+                restart_long_log(&conn, log, &label);
+            }
+        }
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
@@ -147,6 +167,18 @@ pub(super) fn run(
         if let Err(error) = committed {
             jobs.for_each(|job| job.fail(error));
         }
+    }
+}
+
+/// Copies what is left of a log grown past [`MAX_LOG_BYTES`] into the
+/// database and starts it again from its beginning.
+fn restart_long_log(conn: &Connection, log: &str, label: &str) {
+    let long = std::fs::metadata(log).is_ok_and(|meta| meta.len() > MAX_LOG_BYTES);
+    if !long {
+        return;
+    }
+    if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
+        tracing::warn!(file = label, %error, "could not restart the store's log");
     }
 }
 
