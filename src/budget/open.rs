@@ -26,9 +26,13 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
                 "budget store: memory; every counter, hold and ledger entry is lost when \
                  this process stops (for tests and benchmarks; use sqlite or redis to keep the books)"
             );
+            // Its ledger dies with the process, so keeping it for weeks
+            // would only grow the process by every call served: entries are
+            // folded once a retry of their call can no longer arrive, and
+            // the folded sums keep `counter == folded + ledger + open`.
             BudgetStore::Memory(
                 MemoryStore::new(store.settle_epsilon, store.on_expiry)
-                    .with_ledger_retention(store.ledger_retention)
+                    .with_ledger_retention(store.ledger_retention.min(store.closed_record))
                     .with_closed_record(store.closed_record),
             )
         }
