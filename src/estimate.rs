@@ -9,8 +9,10 @@
 //! allowance. Output is the call's output limit times its choices. The
 //! bound is priced at the dearest input rate, so prompt-cache writes cannot
 //! push a call past it, and at the rates of every tier the call can be
-//! billed at: the priority tier it asked for, the hour-long cache it asked
-//! for, the long context tier when its input bound passes the threshold.
+//! billed at: the priority tier it asked for, or left to a project default
+//! that may be priority (no `service_tier`, or `"auto"`, on a model with
+//! priority prices), the hour-long cache it asked for, the long context
+//! tier when its input bound passes the threshold.
 
 use serde_json::{Map, Value};
 use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer as Encoding};
@@ -140,7 +142,9 @@ pub fn estimate(call: &Call, price: &ModelPrice, counter: TokenCounter) -> Estim
     );
     let input_tokens = input_tokens.saturating_add(tools.result_tokens);
     let options = call.options;
-    let rates = price.rates(options.priority, input_tokens);
+    // A tier left open is served at the project's default, which the
+    // gateway cannot see and may be priority.
+    let rates = price.rates(options.tier.may_be_priority(), input_tokens);
     let input_price = if options.hour_cache {
         rates.dearest_input()
     } else {
@@ -330,7 +334,7 @@ mod tests {
     #[test]
     fn tiers_asked_for_bound_the_call_at_their_rates() {
         use crate::money::Price;
-        use crate::prices::{LongContextPrices, PriorityPrices};
+        use crate::prices::{LongContextPrices, PriorityPrices, TierRequest};
         let p = |text: &str| Price::per_mtok(text).unwrap();
         let tiered = ModelPrice {
             cache_write_1h: Some(p("2")),
@@ -358,7 +362,8 @@ mod tests {
             cost.add(output, p(output_price));
             cost.usd_micros()
         };
-        let short = serde_json::json!({"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]});
+        let short = serde_json::json!({"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}],
+            "service_tier": "default"});
         // Standard: the 5-minute write rate bounds input.
         let (input, output, standard, _) = bound(Api::Messages, short.clone(), false);
         assert_eq!(standard, amount(input, "1.25", output, "5"));
@@ -373,8 +378,40 @@ mod tests {
         priority["service_tier"] = "priority".into();
         let (input, output, amount_priority, options) =
             bound(Api::ChatCompletions, priority, false);
-        assert!(options.priority);
+        assert_eq!(options.tier, TierRequest::Priority);
         assert_eq!(amount_priority, amount(input, "3.75", output, "9"));
+        // No tier, or "auto": the project's default, which may be
+        // priority, so priority rates too.
+        for open in [None, Some("auto"), Some(" Auto")] {
+            let mut body = short.clone();
+            match open {
+                Some(tier) => body["service_tier"] = tier.into(),
+                None => {
+                    body.as_object_mut().unwrap().remove("service_tier");
+                }
+            }
+            let (input, output, amount_open, options) = bound(Api::ChatCompletions, body, false);
+            assert_eq!(options.tier, TierRequest::Open);
+            assert_eq!(amount_open, amount(input, "3.75", output, "9"));
+            assert!(amount_open > amount(input, "1.25", output, "5"));
+        }
+        // "flex" and "standard_only" are billed at standard rates at most.
+        for pinned in ["flex", "standard_only"] {
+            let mut body = short.clone();
+            body["service_tier"] = pinned.into();
+            let (input, output, amount_pinned, options) = bound(Api::ChatCompletions, body, false);
+            assert_eq!(options.tier, TierRequest::Standard);
+            assert_eq!(amount_pinned, amount(input, "1.25", output, "5"));
+        }
+        // A model without priority prices: a tier left open is standard.
+        let mut open = short.clone();
+        open.as_object_mut().unwrap().remove("service_tier");
+        let c = call(Api::ChatCompletions, open);
+        let e = estimate(&c, &price(), TokenCounter::Heuristic);
+        assert_eq!(
+            e.amount,
+            amount(e.input_tokens, "1.25", e.output_tokens, "5")
+        );
         // Long context: only when the input bound passes the threshold.
         let (_, _, amount_short, options) = bound(Api::Messages, short.clone(), true);
         assert!(options.long_context);
@@ -539,7 +576,7 @@ mod tests {
             output_tokens: 5,
             amount: 1,
             tools: ToolBound::default(),
-            options: PricedOptions::NONE,
+            options: PricedOptions::STANDARD,
         };
         assert_eq!(
             e.fallback_usage(9),

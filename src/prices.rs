@@ -28,7 +28,7 @@ pub mod import;
 mod litellm;
 mod tiers;
 
-pub use tiers::{LongContextPrices, PricedOptions, PriorityPrices, Rates, Unpriced};
+pub use tiers::{LongContextPrices, PricedOptions, PriorityPrices, Rates, TierRequest, Unpriced};
 
 /// What one model charges per token class, and its token limits.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -40,7 +40,9 @@ pub struct ModelPrice {
     /// Anthropic's hour-long cache writes; `None` refuses requests for them.
     pub cache_write_1h: Option<Price>,
     pub output: Price,
-    /// OpenAI's priority tier; `None` refuses requests for it.
+    /// OpenAI's priority tier; `None` refuses requests for it. With it, a
+    /// request that leaves its tier to the project's default is bounded at
+    /// it too ([`TierRequest::Open`]).
     pub priority: Option<PriorityPrices>,
     /// The long context tier; `None` refuses requests for the long
     /// context (input past it cannot then be sent).

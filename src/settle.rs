@@ -296,8 +296,20 @@ impl Drop for SettleTicket {
 }
 
 impl MeteredCall {
-    /// The usage charged when the provider's never came.
+    /// The usage charged when the provider's never came, at the tier the
+    /// response reported, if it reported one before it ended (an OpenAI
+    /// stream's chunks do): that is the tier the provider bills.
     fn fallback(&self, seen: Usage) -> (Usage, bool) {
+        let (usage, estimated) = self.fallback_counts(seen);
+        let usage = Usage {
+            service_tier: seen.service_tier,
+            ..usage
+        };
+        (usage, estimated)
+    }
+
+    /// The counts of [`MeteredCall::fallback`].
+    fn fallback_counts(&self, seen: Usage) -> (Usage, bool) {
         let bound = || self.estimate.fallback_usage(self.estimate.output_tokens);
         match self.stage {
             Stage::Reserving => (Usage::default(), false),

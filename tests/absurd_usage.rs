@@ -8,7 +8,8 @@
 //!
 //! The mock provider reports only sane usage, so the provider here is a
 //! tiny one of this file's own: it answers every chat completion with the
-//! usage its request's last message spells, verbatim.
+//! usage its request's last message spells, verbatim, served at the
+//! default tier (and says so, as OpenAI does).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -65,12 +66,12 @@ async fn answer(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Inf
         .unwrap()
         .to_owned();
     let (content_type, text) = if body["stream"] == json!(true) {
-        let chunk = r#"{"id":"c1","object":"chat.completion.chunk","model":"gpt-4o","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}"#;
+        let chunk = r#"{"id":"c1","object":"chat.completion.chunk","model":"gpt-4o","service_tier":"default","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}"#;
         (
             "text/event-stream",
             format!(
                 "data: {chunk}\n\n\
-                 data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o\",\"choices\":[],\"usage\":{usage}}}\n\n\
+                 data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o\",\"service_tier\":\"default\",\"choices\":[],\"usage\":{usage}}}\n\n\
                  data: [DONE]\n\n"
             ),
         )
@@ -78,7 +79,7 @@ async fn answer(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Inf
         (
             "application/json",
             format!(
-                r#"{{"id":"c1","object":"chat.completion","model":"gpt-4o","choices":[{{"index":0,"message":{{"role":"assistant","content":"Hi"}},"finish_reason":"stop"}}],"usage":{usage}}}"#
+                r#"{{"id":"c1","object":"chat.completion","model":"gpt-4o","service_tier":"default","choices":[{{"index":0,"message":{{"role":"assistant","content":"Hi"}},"finish_reason":"stop"}}],"usage":{usage}}}"#
             ),
         )
     };

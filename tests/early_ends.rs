@@ -11,6 +11,7 @@ use common::*;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tollgate::budget::LedgerStatus;
+use tollgate::usage::{ServiceTier, Usage};
 
 #[tokio::test]
 async fn upstream_errors_pass_through_and_cost_nothing() {
@@ -278,9 +279,20 @@ async fn provider_timeout_is_504_and_charges_the_bound_once() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "upstream_timeout");
     // The provider had the call and may bill it: the whole bound, once.
-    let entry = only_entry(&h);
+    // No answer said which tier served it, and the request left that to
+    // the project's default: the bound is at priority rates.
+    h.settled().await;
+    let ledger = h.ledger();
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    let entry = &ledger[0];
     assert_eq!(entry.status, LedgerStatus::Estimated);
     assert_eq!(entry.actual, delta(entry.reserved));
+    let at_priority = Usage {
+        service_tier: Some(ServiceTier::Priority),
+        ..entry.usage
+    };
+    assert_eq!(entry.actual, delta(cost("gpt-4o-mini", &at_priority)));
+    assert!(entry.actual > delta(cost("gpt-4o-mini", &entry.usage)));
     assert_eq!(delta(spent(&h, ALICE).await), entry.actual);
     assert_eq!(h.store.open_reservations(), (0, 0));
 }

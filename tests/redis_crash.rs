@@ -22,9 +22,10 @@ use tollgate::budget::LedgerStatus;
 /// machine.
 const TTL: Duration = Duration::from_secs(4);
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
-/// Room for one call of [`BIG_CALL_TOKENS`] output tokens on gpt-4o
-/// ($10/Mtok: about 20,050 µUSD with its input), not two.
-const CRASH_KEY_CAP: u64 = 30_000;
+/// Room for one call of [`BIG_CALL_TOKENS`] output tokens on gpt-4o, not
+/// two. Its calls name no service tier, so they are reserved at priority
+/// rates ($17/Mtok output: about 34,300 µUSD with its input).
+const CRASH_KEY_CAP: u64 = 50_000;
 const BIG_CALL_TOKENS: u64 = 2_000;
 
 fn crash_config(provider: std::net::SocketAddr, on_expiry: &'static str) -> GatewayConfig {
@@ -33,7 +34,7 @@ fn crash_config(provider: std::net::SocketAddr, on_expiry: &'static str) -> Gate
         cap: "1.00",
         period: "month",
     };
-    let key = KeySpec::new("carol", Some(&org), "0.030000", "day");
+    let key = KeySpec::new("carol", Some(&org), "0.050000", "day");
     let mut config = GatewayConfig::new(SHARED_REDIS, provider);
     config.upstream_timeout_secs = UPSTREAM_TIMEOUT.as_secs();
     config.reservation_ttl_secs = TTL.as_secs();

@@ -63,6 +63,13 @@
 //! - `mock:downgrade=N`: serve a request for OpenAI's priority tier at the
 //!   default one (the answer's `service_tier` says which; it is the
 //!   request's `priority`, else `default`).
+//! - `mock:project_priority=N`: answer as a project whose default tier is
+//!   priority: a request that names no `service_tier`, or `"auto"`, is
+//!   served at priority, and the answer's `service_tier` says
+//!   `priority` (chat and Responses, streamed or not; legacy completions
+//!   report no tier). A tier named otherwise is served as named;
+//!   `mock:downgrade` still serves at `default`. Tiers are read with case
+//!   and surrounding spaces ignored.
 //! - `mock:tool_calls=N`: use the request's first hosted tool N times
 //!   before replying, at most as often as the request allows
 //!   (`max_tool_calls` on `/v1/responses`, the tool's `max_uses` on

@@ -507,7 +507,7 @@ fn tool_call_answer(
                 "finish_reason": "tool_calls",
             })).collect::<Vec<_>>(),
             "usage": chat_usage(&tally),
-            "service_tier": "default",
+            "service_tier": chunks.service_tier,
             "system_fingerprint": SYSTEM_FINGERPRINT,
         });
         return Answer::Json { body, tally };

@@ -98,6 +98,10 @@ pub(crate) struct Directives {
     /// `mock:downgrade=1`: serve a request for the priority tier at the
     /// default one, as OpenAI does past a priority ramp limit.
     pub downgrade: Option<u64>,
+    /// `mock:project_priority=1`: serve a request that names no tier, or
+    /// `"auto"`, at priority, as OpenAI does for a project whose default
+    /// tier is priority.
+    pub project_priority: Option<u64>,
 }
 
 impl Directives {
@@ -128,6 +132,7 @@ impl Directives {
                 "hidden" => directives.hidden = Some(value),
                 "tool_calls" => directives.tool_calls = Some(value),
                 "downgrade" => directives.downgrade = Some(value),
+                "project_priority" => directives.project_priority = Some(value),
                 _ => {}
             }
         }
@@ -266,13 +271,23 @@ impl Tally {
 }
 
 /// The OpenAI service tier an answer is served at: `priority` when the
-/// request asks for it (unless `mock:downgrade`), else `default`.
+/// request asks for it, or leaves the tier to the project's default (no
+/// tier, or `"auto"`) under `mock:project_priority`, unless
+/// `mock:downgrade`; else `default`. A tier's case and surrounding spaces
+/// are ignored, as the gateway ignores them, so that an odd spelling is
+/// served at the dearer tier it may mean.
 pub(crate) fn served_tier(body: &Value, directives: &Directives) -> &'static str {
-    let asked = body
-        .get("service_tier")
-        .and_then(Value::as_str)
-        .is_some_and(|tier| tier == "priority");
-    if asked && directives.downgrade.is_none() {
+    let project_default = directives.project_priority.is_some();
+    let priority = match body.get("service_tier") {
+        None | Some(Value::Null) => project_default,
+        Some(Value::String(tier)) => match tier.trim().to_ascii_lowercase().as_str() {
+            "auto" => project_default,
+            "priority" => true,
+            _ => false,
+        },
+        Some(_) => false,
+    };
+    if priority && directives.downgrade.is_none() {
         "priority"
     } else {
         "default"
@@ -402,6 +417,35 @@ mod tests {
         assert_eq!(
             Directives::parse("mock:tokens=x mock:nope=1"),
             Directives::default()
+        );
+    }
+
+    #[test]
+    fn a_project_default_of_priority_serves_an_open_tier_at_priority() {
+        let project = Directives::parse("hi mock:project_priority=1");
+        assert_eq!(project.project_priority, Some(1));
+        let downgraded = Directives {
+            downgrade: Some(1),
+            ..project
+        };
+        let served = |tier: Value, directives: &Directives| {
+            let mut body = json!({"model": "m"});
+            if tier != json!("absent") {
+                body["service_tier"] = tier;
+            }
+            served_tier(&body, directives)
+        };
+        for open in [json!("absent"), Value::Null, json!("auto"), json!(" Auto")] {
+            assert_eq!(served(open.clone(), &Directives::default()), "default");
+            assert_eq!(served(open.clone(), &project), "priority", "{open}");
+            assert_eq!(served(open, &downgraded), "default");
+        }
+        for pinned in ["default", "flex"] {
+            assert_eq!(served(json!(pinned), &project), "default", "{pinned}");
+        }
+        assert_eq!(
+            served(json!("priority"), &Directives::default()),
+            "priority"
         );
     }
 

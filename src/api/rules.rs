@@ -4,16 +4,17 @@
 //! less than it costs (hosted tools the model's entry does not price among
 //! them). Options billed at other rates (the priority tier, the hour-long
 //! cache, the long context) are read into [`PricedOptions`] and refused
-//! only for a model whose entry lacks their prices. Values are normalised
-//! before they are checked, so a variant of a refused option is refused
-//! too.
+//! only for a model whose entry lacks their prices; a tier left to the
+//! project's default is no such option, and never refused. Values are
+//! normalised before they are checked, so a variant of a refused option
+//! is refused too.
 
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
 use super::{bad, Api, Call};
 use crate::error::GatewayError;
-use crate::prices::{ModelPrice, PricedOptions};
+use crate::prices::{ModelPrice, PricedOptions, TierRequest};
 use crate::provider::ProviderKind;
 
 /// An OpenAI-shaped route can only reach an OpenAI-compatible provider, and
@@ -86,7 +87,7 @@ pub(super) fn check_body(
     body: &Map<String, Value>,
 ) -> Result<PricedOptions, GatewayError> {
     check_background(api, body)?;
-    let priority = check_service_tier(api, body)?;
+    let tier = check_service_tier(api, body)?;
     let hour_cache = match api {
         Api::Messages => match cache_lifetimes(body) {
             CacheLifetimes::Default => false,
@@ -102,7 +103,7 @@ pub(super) fn check_body(
         _ => false,
     };
     Ok(PricedOptions {
-        priority,
+        tier,
         hour_cache,
         long_context: false,
     })
@@ -128,19 +129,22 @@ fn check_background(api: Api, body: &Map<String, Value>) -> Result<(), GatewayEr
     }
 }
 
-/// Whether the call asks for OpenAI's priority tier (in any spelling,
-/// so that no variant is billed at priority rates while reserved at
-/// standard ones). The other tiers allowed are billed at the standard
-/// rates (flex costs less); any other may be billed more.
-fn check_service_tier(api: Api, body: &Map<String, Value>) -> Result<bool, GatewayError> {
+/// The tier the call names, in any spelling, so that no variant is billed
+/// at priority rates while reserved at standard ones: `"priority"` asks
+/// for OpenAI's priority tier; none, or `"auto"`, leaves it to the
+/// project's default, which may be priority; the other tiers allowed are
+/// billed at the standard rates (flex costs less); any other may be
+/// billed more.
+fn check_service_tier(api: Api, body: &Map<String, Value>) -> Result<TierRequest, GatewayError> {
     let tier = match body.get("service_tier") {
-        None | Some(Value::Null) => return Ok(false),
+        None | Some(Value::Null) => return Ok(TierRequest::Open),
         Some(Value::String(tier)) => tier.trim().to_ascii_lowercase(),
         Some(_) => return Err(bad("`service_tier` must be a string", Some("service_tier"))),
     };
     match tier.as_str() {
-        "auto" | "default" | "flex" | "standard_only" => Ok(false),
-        "priority" if api != Api::Messages => Ok(true),
+        "auto" => Ok(TierRequest::Open),
+        "default" | "flex" | "standard_only" => Ok(TierRequest::Standard),
+        "priority" if api != Api::Messages => Ok(TierRequest::Priority),
         _ => Err(bad(
             &format!(
                 "service_tier {tier:?} is billed at rates this gateway does not price; \
@@ -272,24 +276,42 @@ mod tests {
     }
 
     #[test]
-    fn any_spelling_of_priority_asks_for_it_and_other_tiers_are_refused() {
+    fn any_spelling_of_a_tier_is_read_and_other_tiers_are_refused() {
         let options = |api: Api, tier: &str| check_body(api, &body(json!({"service_tier": tier})));
         for tier in ["priority", "Priority", " priority", "PRIORITY "] {
-            assert!(
-                options(Api::ChatCompletions, tier).unwrap().priority,
-                "{tier}"
-            );
-            assert!(options(Api::Responses, tier).unwrap().priority, "{tier}");
+            for api in [Api::ChatCompletions, Api::Responses, Api::Completions] {
+                assert_eq!(
+                    options(api, tier).unwrap().tier,
+                    TierRequest::Priority,
+                    "{tier}"
+                );
+            }
             assert!(options(Api::Messages, tier).is_err(), "{tier}");
         }
         for tier in ["scale", "turbo"] {
             assert!(options(Api::ChatCompletions, tier).is_err(), "{tier}");
         }
-        for tier in ["auto", "default", "flex", "Default"] {
+        for tier in ["default", "flex", "Default", " FLEX", "standard_only"] {
             assert_eq!(
                 options(Api::ChatCompletions, tier).unwrap(),
-                PricedOptions::NONE
+                PricedOptions::STANDARD,
+                "{tier}"
             );
+        }
+        // Left to the project's default tier, which may be priority.
+        for tier in ["auto", "Auto", " AUTO "] {
+            for api in [Api::ChatCompletions, Api::Responses, Api::Messages] {
+                assert_eq!(
+                    options(api, tier).unwrap().tier,
+                    TierRequest::Open,
+                    "{tier}"
+                );
+            }
+        }
+        for unnamed in [json!({}), json!({"service_tier": null})] {
+            let options = check_body(Api::ChatCompletions, &body(unnamed)).unwrap();
+            assert_eq!(options, PricedOptions::default());
+            assert_eq!(options.tier, TierRequest::Open);
         }
     }
 
@@ -356,6 +378,22 @@ mod tests {
             (param, code),
             (Some("service_tier"), Some("option_not_priced"))
         );
+        // A tier left open, or a standard one named, is no option to price.
+        for tier in [
+            None,
+            Some(Value::Null),
+            Some(json!("auto")),
+            Some(json!("default")),
+        ] {
+            let mut body = body.clone();
+            match tier {
+                Some(tier) => body["service_tier"] = tier,
+                None => body = json!({"model": "plain", "messages": body["messages"]}),
+            }
+            let call =
+                Call::parse(Api::ChatCompletions, bytes::Bytes::from(body.to_string())).unwrap();
+            check_priced_options(&call, price).unwrap();
+        }
     }
 
     #[test]

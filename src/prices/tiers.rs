@@ -4,10 +4,14 @@
 //!
 //! A request option that would be billed at one of these is priced only
 //! when the model's entry has its prices ([`PricedOptions::unpriced`]);
-//! otherwise it is refused. A token class a tier gives no price of its own
-//! (cache reads and writes under long context, say) costs its standard
-//! price times the tier's input multiplier, rounded up, as the providers
-//! bill it.
+//! otherwise it is refused. A request that names no OpenAI tier (or
+//! `"auto"`) is served at its project's default tier, which the project's
+//! owner may have set to priority: on a model with priority prices it is
+//! bounded, and charged when unreported, at them ([`TierRequest::Open`]).
+//!
+//! A token class a tier gives no price of its own (cache reads and writes
+//! under long context, say) costs its standard price times the tier's
+//! input multiplier, rounded up, as the providers bill it.
 
 use crate::money::Price;
 use crate::usage::{ServiceTier, Usage};
@@ -34,12 +38,39 @@ pub struct LongContextPrices {
     pub output: Price,
 }
 
+/// The OpenAI service tier a request names, as far as it moves the rates
+/// the provider can bill.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TierRequest {
+    /// No `service_tier`, or `"auto"`: the provider serves the call at the
+    /// project's default tier, which can be priority. The gateway cannot
+    /// see that setting, so a model with priority prices is bounded at
+    /// them; a model OpenAI offers no priority processing for (no priority
+    /// prices in its entry) is served at standard rates and not refused.
+    #[default]
+    Open,
+    /// `"default"`, `"flex"` or `"standard_only"`: standard rates at most
+    /// (flex costs less).
+    Standard,
+    /// `"priority"`: priority rates, refused for a model without them.
+    Priority,
+}
+
+impl TierRequest {
+    /// Whether the provider may bill the call at the priority tier: it
+    /// asked for it, or left the tier to a project default that may be
+    /// priority.
+    pub fn may_be_priority(self) -> bool {
+        self != TierRequest::Standard
+    }
+}
+
 /// What a request asked for that moves its rates, fixed before it is
 /// sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PricedOptions {
-    /// `service_tier: "priority"` (OpenAI).
-    pub priority: bool,
+    /// The OpenAI `service_tier` it names, or leaves open.
+    pub tier: TierRequest,
     /// A `cache_control` with `ttl: "1h"` (Anthropic).
     pub hour_cache: bool,
     /// The `context-1m` beta in the `anthropic-beta` header: input past
@@ -58,16 +89,18 @@ pub struct Unpriced {
 }
 
 impl PricedOptions {
-    /// No priced option: the standard rates.
-    pub const NONE: PricedOptions = PricedOptions {
-        priority: false,
+    /// No priced option and the standard tier named: the standard rates.
+    pub const STANDARD: PricedOptions = PricedOptions {
+        tier: TierRequest::Standard,
         hour_cache: false,
         long_context: false,
     };
 
-    /// The first option `price` has no rates for.
+    /// The first option `price` has no rates for. Only a tier asked for
+    /// by name is an option: one left open is served at standard rates on
+    /// a model without priority prices.
     pub fn unpriced(&self, price: &ModelPrice) -> Option<Unpriced> {
-        if self.priority && price.priority.is_none() {
+        if self.tier == TierRequest::Priority && price.priority.is_none() {
             return Some(Unpriced {
                 option: "service_tier \"priority\"",
                 field: "priority_input_per_mtok and priority_output_per_mtok",
@@ -93,13 +126,15 @@ impl PricedOptions {
     }
 
     /// `usage` with what the request asked for filling in what the
-    /// provider did not report: a call that asked for priority and whose
-    /// tier is unreported was priority; cache writes of a call that asked
-    /// for the hour-long cache, unsplit, were all hour-long. Never below
-    /// what the provider could have billed.
+    /// provider did not report: a call that asked for priority, or left
+    /// its tier to the project's default, and whose tier is unreported may
+    /// have been priority (a model without priority prices bills it at
+    /// standard rates all the same); cache writes of a call that asked for
+    /// the hour-long cache, unsplit, were all hour-long. Never below what
+    /// the provider could have billed.
     pub fn complete(&self, usage: Usage) -> Usage {
         let mut usage = usage;
-        if self.priority && usage.service_tier.is_none() {
+        if self.tier.may_be_priority() && usage.service_tier.is_none() {
             usage.service_tier = Some(ServiceTier::Priority);
         }
         if self.hour_cache && usage.cache_write_1h.is_none() {
@@ -132,7 +167,11 @@ impl Rates {
 
 impl ModelPrice {
     /// The rates of a call at the priority tier or not, and with `input`
-    /// tokens of input in all.
+    /// tokens of input in all. Priority on a model without priority prices
+    /// is its standard rates: a request naming the tier there is refused,
+    /// and one left to the project's default is served at standard, as
+    /// OpenAI serves a model it offers no priority processing for (the
+    /// price table gives priority prices to those it does).
     pub fn rates(&self, priority: bool, input_tokens: u64) -> Rates {
         let standard = Rates {
             input: self.input,
@@ -317,7 +356,7 @@ mod tests {
         assert_eq!(gpt5().cost(&standard), 1_250_000 + 125_000 + 10_000_000);
         // Unreported: what the request asked for.
         let asked = PricedOptions {
-            priority: true,
+            tier: TierRequest::Priority,
             ..PricedOptions::default()
         };
         assert_eq!(gpt5().cost(&asked.complete(usage)), gpt5().cost(&priority));
@@ -325,10 +364,56 @@ mod tests {
             gpt5().cost(&asked.complete(standard)),
             gpt5().cost(&standard)
         );
+        assert_eq!(
+            gpt5().cost(&PricedOptions::STANDARD.complete(usage)),
+            gpt5().cost(&standard)
+        );
         assert_eq!(gpt5().cost(&usage), gpt5().cost(&standard));
         // A model without the tier bills a reported priority at standard
         // rates: requests for it are refused.
         assert_eq!(sonnet().rates(true, 0), sonnet().rates(false, 0));
+    }
+
+    #[test]
+    fn a_tier_left_open_is_charged_at_priority_unless_reported() {
+        let usage = Usage {
+            input: 1_000_000,
+            cached_input: 1_000_000,
+            output: 1_000_000,
+            ..Usage::default()
+        };
+        let open = PricedOptions::default();
+        assert_eq!(open.tier, TierRequest::Open);
+        assert!(open.tier.may_be_priority());
+        assert!(!TierRequest::Standard.may_be_priority());
+        // Unreported: the project's default may have been priority.
+        assert_eq!(
+            open.complete(usage).service_tier,
+            Some(ServiceTier::Priority)
+        );
+        assert_eq!(
+            gpt5().cost(&open.complete(usage)),
+            2_500_000 + 250_000 + 20_000_000
+        );
+        // Reported: that tier, whichever it is.
+        for tier in [ServiceTier::Standard, ServiceTier::Priority] {
+            let reported = Usage {
+                service_tier: Some(tier),
+                ..usage
+            };
+            assert_eq!(open.complete(reported), reported);
+        }
+        // A model without priority prices: standard rates, and a tier
+        // left open is no unpriced option.
+        let plain = ModelPrice {
+            priority: None,
+            ..gpt5()
+        };
+        assert_eq!(
+            plain.cost(&open.complete(usage)),
+            1_250_000 + 125_000 + 10_000_000
+        );
+        assert_eq!(open.unpriced(&plain), None);
     }
 
     #[test]
@@ -344,7 +429,7 @@ mod tests {
     #[test]
     fn options_without_prices_are_named() {
         let all = PricedOptions {
-            priority: true,
+            tier: TierRequest::Priority,
             hour_cache: true,
             long_context: true,
         };
@@ -352,10 +437,18 @@ mod tests {
         assert_eq!(unpriced.param, Some("service_tier"));
         assert!(unpriced.field.contains("priority_input_per_mtok"));
         let no_priority = PricedOptions {
-            priority: false,
+            tier: TierRequest::Open,
             ..all
         };
         assert_eq!(no_priority.unpriced(&sonnet()), None);
+        assert_eq!(
+            PricedOptions {
+                tier: TierRequest::Standard,
+                ..no_priority
+            }
+            .unpriced(&sonnet()),
+            None
+        );
         assert_eq!(
             no_priority.unpriced(&gpt5()).map(|u| u.field),
             Some("cache_write_1h_per_mtok")

@@ -88,7 +88,7 @@ const BOUND: Estimate = Estimate {
     output_tokens: 50,
     amount: 2_000,
     tools: crate::estimate::ToolBound::NONE,
-    options: crate::prices::PricedOptions::NONE,
+    options: crate::prices::PricedOptions::STANDARD,
 };
 
 fn price() -> ModelPrice {
@@ -231,4 +231,57 @@ async fn a_settle_the_store_refuses_as_out_of_range_is_charged_the_bound_at_once
     assert!(started.elapsed() < Duration::from_secs(1), "retried");
     assert_charged_the_bound(&store, outcome);
     assert_eq!(absurd_count(&metrics), "1");
+}
+
+// === The tier of a call whose usage never came ===
+
+/// A stream cut before its usage is charged at the tier its chunks
+/// reported; a call that left its tier to the project's default and
+/// reported none is charged at priority, as it may have been served.
+#[tokio::test]
+async fn a_cut_stream_is_charged_at_the_tier_it_reported() {
+    use crate::prices::{PricedOptions, PriorityPrices};
+    use crate::usage::ServiceTier;
+    let priced = ModelPrice {
+        priority: Some(PriorityPrices {
+            input: Price::per_mtok("20").unwrap(),
+            output: Price::per_mtok("40").unwrap(),
+            cached_input: None,
+        }),
+        ..price()
+    };
+    // 100 input tokens at $20/Mtok and 50 output at $40/Mtok.
+    let open = Estimate {
+        amount: 4_000,
+        options: PricedOptions::default(),
+        ..BOUND
+    };
+    let store = MemoryStore::new(0, OnExpiry::Charge);
+    let settler = Settler::new(
+        BudgetStore::Memory(store.clone()),
+        Arc::new(Metrics::new()),
+        Duration::from_secs(60),
+    );
+    for (exec_id, reported, charged) in [
+        ("standard", Some(ServiceTier::Standard), BOUND.amount),
+        ("priority", Some(ServiceTier::Priority), open.amount),
+        ("unreported", None, open.amount),
+    ] {
+        let mut ticket = settler.ticket(exec_id, &alice(), "gpt-test", &priced, open);
+        reserve(&store, exec_id, open.amount);
+        ticket.sent(true, false);
+        // Ten tokens seen, no input reported: the estimated input, and
+        // the output limit once the in-flight margin is added.
+        let seen = Usage {
+            output: 10,
+            service_tier: reported,
+            ..Usage::default()
+        };
+        let outcome = ticket.settle_seen(seen).unwrap().await.unwrap();
+        assert_eq!(
+            (outcome.status, outcome.actual),
+            (LedgerStatus::Estimated, charged),
+            "{exec_id}"
+        );
+    }
 }

@@ -388,3 +388,52 @@ async fn chat_serves_the_priority_tier_it_is_asked_for() {
     let (_, body) = post_json(&server, "/v1/chat/completions", request).await;
     assert_eq!(tier(&body), "default");
 }
+
+#[tokio::test]
+async fn a_project_default_of_priority_is_reported_on_every_route() {
+    let server = start().await;
+    let chat_request = chat("hello mock:project_priority=1");
+    let responses_request =
+        json!({"model": "gpt-4o-mini", "input": "hello mock:project_priority=1"});
+    for (path, request) in [
+        ("/v1/chat/completions", chat_request),
+        ("/v1/responses", responses_request),
+    ] {
+        for tier in [None, Some("auto"), Some("default")] {
+            let mut request = request.clone();
+            if let Some(tier) = tier {
+                request["service_tier"] = tier.into();
+            }
+            let expected = if tier == Some("default") {
+                "default"
+            } else {
+                "priority"
+            };
+            let (_, body) = post_json(&server, path, request.clone()).await;
+            assert_eq!(body["service_tier"], expected, "{path} {tier:?}");
+            request["stream"] = true.into();
+            request["stream_options"] = json!({"include_usage": true});
+            if path == "/v1/responses" {
+                request.as_object_mut().unwrap().remove("stream_options");
+            }
+            let events = post_sse(&server, path, request).await;
+            let tiers: Vec<Value> = events
+                .iter()
+                .filter(|event| event.data != "[DONE]")
+                .map(|event| {
+                    let event = event.json();
+                    match path {
+                        "/v1/responses" => event["response"]["service_tier"].clone(),
+                        _ => event["service_tier"].clone(),
+                    }
+                })
+                .filter(|tier| !tier.is_null())
+                .collect();
+            assert!(!tiers.is_empty(), "{path} {tier:?}");
+            assert!(
+                tiers.iter().all(|tier| tier == expected),
+                "{path} {tier:?}: {tiers:?}"
+            );
+        }
+    }
+}
