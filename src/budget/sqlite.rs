@@ -2,12 +2,11 @@
 //! SQLite file that survives a restart and a `kill -9` at any instant
 //! (DESIGN.md, "Stores").
 //!
-//! One connection writes the file (`writer`): a call that finds it free
-//! runs its own transaction on its own thread, and calls that come together
-//! queue for the writer thread, which runs them in one transaction with one
-//! commit. A call is answered only once its change is committed, so an
-//! answered reserve or settle is never lost by a crash. Time is the
-//! gateway's clock: with one process per file, it is the store's clock.
+//! One thread owns the file (`writer`): every call is a job on its queue,
+//! and concurrent calls share one transaction and one commit. A call is
+//! answered only once its change is committed, so an answered reserve or
+//! settle is never lost by a crash. Time is the gateway's clock, read on
+//! that thread: with one process per file, it is the store's clock.
 //!
 //! `schema` opens the file (and locks it to one gateway), `books` holds the
 //! protocol's rules as statements.
@@ -37,20 +36,20 @@ use super::{
 };
 use crate::money::UsdMicros;
 use books::Rules;
-use writer::{Answered, Calls, Writer};
+use writer::Job;
 
 /// How many due reservations one `reserve` expires (and closed records it
 /// forgets) before its own work; the periodic sweep takes the rest.
 const LAZY_SWEEP_LIMIT: usize = 64;
 
-/// A handle to the store; clones share the same file and connection.
+/// A handle to the store; clones share the same file and writer.
 #[derive(Clone)]
 pub struct SqliteStore {
     shared: Arc<Shared>,
 }
 
 struct Shared {
-    calls: Calls,
+    queue: mpsc::Sender<Box<dyn Job>>,
     path: PathBuf,
     rules: Rules,
     ledger_retention: TimeDelta,
@@ -140,21 +139,31 @@ impl SqliteStore {
         settings: Settings,
         lock: impl Into<Option<schema::OwnerLock>>,
     ) -> Self {
+        let (queue, jobs) = mpsc::channel();
+        let label = path.display().to_string();
         let lock = lock.into();
         // The owner checkpoints its file; a reader leaves that to it.
         let checkpointing = lock.is_some().then(|| {
-            let (store_alive, store_gone) = mpsc::channel::<()>();
-            checkpoint::spawn(path.to_owned(), store_gone);
-            store_alive
+            let (writer_alive, writer_gone) = mpsc::channel::<()>();
+            checkpoint::spawn(path.to_owned(), writer_gone);
+            writer_alive
         });
-        let writer = Writer::new(conn, clock, behavior, path.display().to_string());
-        // The writer thread keeps the lock (and the checkpoint thread): the
-        // file is let go only once the last transaction is done and the
-        // connection closed, not when the last handle drops.
-        let calls = writer.start((lock, checkpointing));
+        // The thread owns the lock: it is released only once the last
+        // transaction is done, not when the last handle drops.
+        let spawned = std::thread::Builder::new()
+            .name("tollgate-sqlite".to_owned())
+            .spawn(move || {
+                let _lock = lock;
+                let _checkpointing = checkpointing;
+                writer::run(conn, clock, behavior, jobs, label);
+            });
+        if let Err(error) = spawned {
+            // Every call then finds the queue closed and fails closed.
+            tracing::error!(%error, "could not start the store's writer thread");
+        }
         SqliteStore {
             shared: Arc::new(Shared {
-                calls,
+                queue,
                 path: path.to_owned(),
                 rules: settings.rules,
                 ledger_retention: to_delta(settings.ledger_retention),
@@ -167,22 +176,15 @@ impl SqliteStore {
         &self.shared.path
     }
 
-    /// Runs `op` in a transaction: on this thread if the connection is
-    /// free, else in the writer thread's next one.
+    /// Runs `op` on the writer thread, in its next transaction.
     async fn call<T: Send + 'static>(
         &self,
         op: impl FnOnce(&Connection, &Clock) -> rusqlite::Result<Result<T, StoreError>> + Send + 'static,
     ) -> Result<T, StoreError> {
-        answered(self.shared.calls.call(op)).await
-    }
-
-    /// Runs `op` on the writer thread: for work over the whole file (the
-    /// sweep, reconcile), which would hold a runtime worker too long.
-    async fn call_aside<T: Send + 'static>(
-        &self,
-        op: impl FnOnce(&Connection, &Clock) -> rusqlite::Result<Result<T, StoreError>> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        answered(self.shared.calls.queue(op)).await
+        let answer = writer::call(&self.shared.queue, op)?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("the store's writer has stopped".to_owned()))?
     }
 
     /// Reserves `req.amount` against the key and its org, all or nothing;
@@ -242,7 +244,7 @@ impl SqliteStore {
             .await
     }
 
-    /// Whether the file can be read.
+    /// Whether the writer answers and the file can be read.
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.call(|conn, _| {
             conn.query_row("SELECT 1", [], |_| Ok(()))?;
@@ -258,7 +260,7 @@ impl SqliteStore {
         let rules = self.shared.rules;
         let retention = self.shared.ledger_retention;
         let expired = self
-            .call_aside(move |conn, clock| {
+            .call(move |conn, clock| {
                 let now = clock.now();
                 let expired = books::expire_due(conn, rules, now, usize::MAX)?;
                 books::forget_due(conn, now, usize::MAX)?;
@@ -272,15 +274,14 @@ impl SqliteStore {
 
     /// How many reservations are open and the sum of their amounts.
     pub async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
-        self.call_aside(|conn, _| books::open_reservations(conn).map(Ok))
+        self.call(|conn, _| books::open_reservations(conn).map(Ok))
             .await
     }
 
     /// Every scope and period in the file with its counter, folded sum,
     /// ledger sum and open sum, sorted by scope and period.
     pub async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
-        self.call_aside(|conn, _| books::reconcile(conn).map(Ok))
-            .await
+        self.call(|conn, _| books::reconcile(conn).map(Ok)).await
     }
 
     fn log_expired(&self, expired: usize) {
@@ -296,14 +297,6 @@ impl fmt::Debug for SqliteStore {
             .field("path", &self.shared.path)
             .finish_non_exhaustive()
     }
-}
-
-/// A call's answer; none comes only if the transaction running it
-/// panicked, which rolled it back.
-async fn answered<T>(answer: Answered<T>) -> Result<T, StoreError> {
-    answer
-        .await
-        .map_err(|_| StoreError::Unavailable("the store's transaction did not finish".to_owned()))?
 }
 
 fn millis(duration: Duration) -> i64 {

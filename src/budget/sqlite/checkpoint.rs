@@ -3,8 +3,8 @@
 //! A commit appends its pages to the write-ahead log without a disk flush
 //! (`synchronous = NORMAL`); a checkpoint copies the log into the database
 //! file and flushes both, which takes milliseconds, and SQLite would run it
-//! inside whichever commit crossed its threshold, holding up the call that
-//! made it and every call queued behind it. So the writer never checkpoints
+//! inside whichever commit crossed its threshold, holding every call queued
+//! behind that commit. So the writer never checkpoints
 //! (`wal_autocheckpoint = 0`) and this thread does, on its own connection,
 //! every two seconds. A `PASSIVE` checkpoint never waits for the writer
 //! nor holds it up; once it has copied the whole log, the writer's next
@@ -21,18 +21,18 @@ use rusqlite::{Connection, OpenFlags};
 /// How often the log is copied into the database file.
 const EVERY: Duration = Duration::from_secs(2);
 
-/// Starts checkpointing the file at `path` until `store_gone`'s sender is
-/// dropped (the store's last handle is gone).
-pub(super) fn spawn(path: PathBuf, store_gone: Receiver<()>) {
+/// Starts checkpointing the file at `path` until `writer_gone`'s sender is
+/// dropped (the writer thread ended).
+pub(super) fn spawn(path: PathBuf, writer_gone: Receiver<()>) {
     let spawned = std::thread::Builder::new()
         .name("tollgate-sqlite-checkpoint".to_owned())
-        .spawn(move || run(&path, &store_gone));
+        .spawn(move || run(&path, &writer_gone));
     if let Err(error) = spawned {
         tracing::error!(%error, "could not start the store's checkpoint thread; its log will grow");
     }
 }
 
-fn run(path: &std::path::Path, store_gone: &Receiver<()>) {
+fn run(path: &std::path::Path, writer_gone: &Receiver<()>) {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = match Connection::open_with_flags(path, flags).and_then(|conn| {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -45,7 +45,7 @@ fn run(path: &std::path::Path, store_gone: &Receiver<()>) {
         }
     };
     let mut failing = false;
-    while let Err(RecvTimeoutError::Timeout) = store_gone.recv_timeout(EVERY) {
+    while let Err(RecvTimeoutError::Timeout) = writer_gone.recv_timeout(EVERY) {
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             Ok(()) => failing = false,
             // A full disk fails the checkpoint as it fails the calls; said

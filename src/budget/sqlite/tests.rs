@@ -303,7 +303,7 @@ async fn damaged_pages_are_refused_at_start() {
             store.reserve(&request(&id, 10)).await.unwrap();
         }
     }
-    // Let the store go, checkpoint the WAL into the file, then
+    // Let the writer finish, checkpoint the WAL into the file, then
     // scribble over the middle of it.
     let _ = reopen(&path).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -451,7 +451,7 @@ async fn the_ledger_is_a_table_an_operator_can_query() {
 }
 
 #[tokio::test]
-async fn the_log_is_copied_into_the_database_file_by_the_checkpoint_thread() {
+async fn the_log_is_copied_into_the_database_file_off_the_writer() {
     let dir = tempfile::tempdir().unwrap();
     let path = db(&dir);
     let store = open(&path).unwrap();
@@ -483,39 +483,39 @@ async fn the_log_is_copied_into_the_database_file_by_the_checkpoint_thread() {
     assert_eq!(copied, 200, "the log was not checkpointed");
 }
 
-/// Calls from many threads at once: each is run exactly once, on its own
-/// thread or in a transaction of the writer thread, and every one is
-/// answered.
+/// Calls queued from many threads at once: each is run exactly once, in
+/// one of the writer's transactions, and every one is answered.
 #[test]
-fn calls_racing_for_the_connection_are_each_run_once_and_all_answered() {
-    use super::writer::Writer;
-    use super::Clock;
+fn calls_queued_from_many_threads_are_each_run_once_and_all_answered() {
+    use super::{writer, Clock};
 
     let dir = tempfile::tempdir().unwrap();
     let (conn, _lock) = schema::open_owner(&db(&dir)).unwrap();
     conn.execute_batch("CREATE TABLE hits (thread INTEGER, n INTEGER)")
         .unwrap();
-    let writer = Arc::new(
-        Writer::new(
+    let (queue, jobs) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        writer::run(
             conn,
             Clock::Wall,
             rusqlite::TransactionBehavior::Immediate,
+            jobs,
             "racing".to_owned(),
         )
-        .start(()),
-    );
+    });
     const THREADS: i64 = 8;
     const CALLS: i64 = 400;
-    let threads: Vec<_> = (0..THREADS)
-        .map(|thread| {
-            let writer = Arc::clone(&writer);
+    let callers: Vec<_> = (0..THREADS)
+        .map(|caller| {
+            let queue = queue.clone();
             std::thread::spawn(move || {
                 let answers: Vec<_> = (0..CALLS)
                     .map(|n| {
-                        writer.call(move |conn, _| {
-                            conn.execute("INSERT INTO hits VALUES (?1, ?2)", [thread, n])?;
+                        writer::call(&queue, move |conn, _| {
+                            conn.execute("INSERT INTO hits VALUES (?1, ?2)", [caller, n])?;
                             Ok(Ok(n))
                         })
+                        .unwrap()
                     })
                     .collect();
                 for (n, answer) in answers.into_iter().enumerate() {
@@ -527,21 +527,23 @@ fn calls_racing_for_the_connection_are_each_run_once_and_all_answered() {
             })
         })
         .collect();
-    for thread in threads {
-        thread.join().unwrap();
+    for caller in callers {
+        caller.join().unwrap();
     }
-    let counted = writer
-        .call(|conn, _| {
-            let rows: i64 = conn.query_row(
-                "SELECT COUNT(*) FROM (SELECT DISTINCT thread, n FROM hits)",
-                [],
-                |row| row.get(0),
-            )?;
-            let all: i64 = conn.query_row("SELECT COUNT(*) FROM hits", [], |row| row.get(0))?;
-            Ok(Ok((rows, all)))
-        })
-        .blocking_recv()
-        .unwrap()
-        .unwrap();
+    let counted = writer::call(&queue, |conn, _| {
+        let distinct: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM (SELECT DISTINCT thread, n FROM hits)",
+            [],
+            |row| row.get(0),
+        )?;
+        let all: i64 = conn.query_row("SELECT COUNT(*) FROM hits", [], |row| row.get(0))?;
+        Ok(Ok((distinct, all)))
+    })
+    .unwrap()
+    .blocking_recv()
+    .unwrap()
+    .unwrap();
     assert_eq!(counted, (THREADS * CALLS, THREADS * CALLS));
+    drop(queue);
+    thread.join().unwrap();
 }
