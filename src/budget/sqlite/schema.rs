@@ -249,6 +249,12 @@ pub(super) fn lock_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The page size of a new file (SQLite's default is 4096). Measured in the
+/// load benchmark against 2048 and 4096: the fewest bytes written per call
+/// and the shortest tail at concurrency 1. A file made with another size
+/// keeps it.
+const PAGE_BYTES: u32 = 1024;
+
 /// The settings every owner connection runs with.
 ///
 /// WAL with `synchronous = NORMAL`: a commit is written to the WAL file
@@ -259,6 +265,11 @@ pub(super) fn lock_path(path: &Path) -> PathBuf {
 /// (`FULL`) would cost a disk flush per call.
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(Duration::from_secs(5))?;
+    // Set before the file has content, else ignored: a commit appends
+    // every page it changed to the log, and a call changes a few rows in
+    // a few tables, so small pages cut the bytes each commit writes (and
+    // how often the log fills and must be copied back) about threefold.
+    conn.pragma_update(None, "page_size", PAGE_BYTES)?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!(journal_mode = %mode, "the store's file could not switch to WAL");

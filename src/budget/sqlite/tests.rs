@@ -547,3 +547,29 @@ fn calls_queued_from_many_threads_are_each_run_once_and_all_answered() {
     drop(queue);
     thread.join().unwrap();
 }
+
+#[tokio::test]
+async fn a_new_file_has_small_pages_and_an_older_file_keeps_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let page_size = |path: &Path| -> i64 {
+        Connection::open(path)
+            .unwrap()
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .unwrap()
+    };
+    let path = db(&dir);
+    drop(open(&path).unwrap());
+    assert_eq!(page_size(&path), 1024);
+
+    // A file made with SQLite's default size is opened as it is.
+    let older = dir.path().join("older.db");
+    {
+        let conn = Connection::open(&older).unwrap();
+        conn.execute_batch("PRAGMA page_size = 4096; VACUUM;")
+            .unwrap();
+    }
+    drop(open(&older).unwrap());
+    assert_eq!(page_size(&older), 4096);
+    let store = reopen(&older).await;
+    store.reserve(&request("after", 10)).await.unwrap();
+}
