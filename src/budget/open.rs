@@ -76,3 +76,79 @@ pub fn tags(config: &Config) -> Vec<String> {
         .map(|key| tag_for(None, &key.id));
     orgs.chain(keys_alone).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::budget::{Period, ReserveRequest, Scope, ScopeKind, Settlement};
+    use crate::usage::Usage;
+
+    #[tokio::test]
+    async fn the_memory_store_folds_its_ledger_once_a_retry_can_no_longer_arrive() {
+        let config = Config::from_toml_str(
+            r#"
+[store]
+backend = "memory"
+closed_record_secs = 1
+
+[[providers]]
+name = "openai"
+kind = "openai"
+base_url = "https://api.openai.com/"
+api_key_env = "OPENAI_API_KEY"
+models = ["gpt-*"]
+
+[[keys]]
+id = "alice"
+key_sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
+cap_usd = "1"
+period = "day"
+"#,
+            Path::new("test.toml"),
+        )
+        .unwrap();
+        let store = open(&config).await.unwrap();
+        let BudgetStore::Memory(memory) = &store else {
+            panic!("the config names the memory store");
+        };
+        let key = Scope {
+            kind: ScopeKind::Key,
+            id: "alice".to_owned(),
+            cap: 1_000_000,
+            period: Period::Day,
+        };
+        store
+            .reserve(&ReserveRequest {
+                exec_id: "call-1".to_owned(),
+                key,
+                org: None,
+                amount: 500,
+                ttl: Duration::from_secs(60),
+            })
+            .await
+            .unwrap();
+        store
+            .settle(&Settlement {
+                exec_id: "call-1".to_owned(),
+                key: "alice".to_owned(),
+                org: None,
+                model: "gpt-4o-mini".to_owned(),
+                usage: Usage::default(),
+                actual: 300,
+                estimated: false,
+            })
+            .await
+            .unwrap();
+        assert_eq!(memory.ledger().len(), 1);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        store.sweep(&tags(&config)).await.unwrap();
+        assert!(memory.ledger().is_empty(), "the entry was not folded");
+        let books = store.reconcile(&tags(&config)).await.unwrap();
+        assert_eq!(books.len(), 1);
+        assert_eq!(books[0].counter, 300);
+        assert_eq!(books[0].folded, 300);
+    }
+}
