@@ -3,6 +3,9 @@
 //! ```sh
 //! cargo bench --bench load              # the full run (a few minutes)
 //! cargo bench --bench load -- --smoke   # a few seconds: does it all still work?
+//! cargo bench --bench load -- --soak 20m --soak-store redis,memory,sqlite
+//!                                       # one gateway per store at a steady rate:
+//!                                       # does its memory stay flat?
 //! cargo bench --bench load -- --help    # every knob
 //! ```
 //!
@@ -13,6 +16,9 @@
 //! the mock (D) with a closed loop, a concurrency-1 loop, an open loop and
 //! many concurrent streams, and prints one table per mode with the targets. See `load/run.rs` for the
 //! order of events and `load/report.rs` for how figures are computed.
+//! `--soak` runs instead one gateway under the open loop for a long time
+//! and prints a line per interval and verdicts on its memory
+//! (`load/soak.rs`, `load/soak_report.rs`).
 //!
 //! Traffic goes only to 127.0.0.1; every loop is bounded in count and
 //! time; every process started is killed when the run ends, fails or
@@ -45,6 +51,10 @@ mod report;
 mod run;
 #[path = "load/setup.rs"]
 mod setup;
+#[path = "load/soak.rs"]
+mod soak;
+#[path = "load/soak_report.rs"]
+mod soak_report;
 #[path = "load/streams.rs"]
 mod streams;
 #[path = "load/subjects.rs"]
@@ -57,6 +67,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use error::BenchError;
+use soak::{SoakPlan, SoakStore};
 
 /// The argument that turns this binary into the pass-through proxy.
 pub const SERVE_PASSTHROUGH: &str = "--serve-passthrough";
@@ -131,6 +142,17 @@ struct Cli {
     /// Redis for the G configuration.
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
+    /// Soak instead of running the modes: one gateway under a steady open
+    /// loop for this long (90s, 20m, 1h), a line a minute (every 10 s
+    /// under 3 minutes): does its memory stay flat?
+    #[arg(long, value_parser = soak::parse_duration, conflicts_with_all = ["smoke", "modes"])]
+    soak: Option<Duration>,
+    /// Calls per second of the soak.
+    #[arg(long, default_value_t = 2000)]
+    soak_rate: u32,
+    /// Stores to soak, comma-separated, one after another.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "redis")]
+    soak_store: Vec<SoakStore>,
     /// Worker threads of the load generator's runtime (1: a current-thread
     /// runtime, the cheapest client).
     #[arg(long, default_value_t = 1)]
@@ -263,6 +285,15 @@ fn bench(cli: &Cli) -> Result<bool, BenchError> {
         builder
     };
     let runtime = builder.enable_all().build()?;
+    if let Some(duration) = cli.soak {
+        let plan = SoakPlan::new(
+            duration,
+            cli.soak_rate,
+            cli.soak_store.clone(),
+            cli.redis_url.clone(),
+        )?;
+        return soak::run(&plan, &runtime);
+    }
     let outcome = run::run(&settings, &runtime)?;
     let report = report::render(&settings, &outcome);
     let mut stdout = std::io::stdout().lock();

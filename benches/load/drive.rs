@@ -185,13 +185,13 @@ async fn closed_loop_worker(
 }
 
 /// What the open loop's requests share: idle connections, the cap on
-/// requests in flight, and the results.
+/// requests in flight, and where results go.
 struct OpenLoop {
     target: Target,
     calls: Arc<Calls>,
     idle: Mutex<Vec<Conn>>,
     in_flight: Semaphore,
-    sample: Mutex<Sample>,
+    tally: Arc<Mutex<Sample>>,
 }
 
 /// `rate` requests per second for `duration`, each timed from its intended
@@ -204,6 +204,25 @@ pub async fn open_loop(
     duration: Duration,
     max_in_flight: usize,
 ) -> Result<Sample, BenchError> {
+    let tally = Arc::new(Mutex::new(Sample::empty()));
+    let elapsed = open_loop_into(target, calls, rate, duration, max_in_flight, &tally).await?;
+    let mut sample = take(&tally);
+    sample.elapsed = elapsed;
+    Ok(sample)
+}
+
+/// The open loop of [`open_loop`], recording each completed call and each
+/// pacer lag into `tally` as they happen, so that another thread can take
+/// the results part way (the soak's interval lines). Returns the time from
+/// the first intended start to the last completion.
+pub async fn open_loop_into(
+    target: &Target,
+    calls: &Arc<Calls>,
+    rate: u32,
+    duration: Duration,
+    max_in_flight: usize,
+    tally: &Arc<Mutex<Sample>>,
+) -> Result<Duration, BenchError> {
     let rate = rate.max(1);
     let count = ((f64::from(rate) * duration.as_secs_f64()).ceil() as u64).max(1);
     let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
@@ -212,7 +231,7 @@ pub async fn open_loop(
         calls: calls.clone(),
         idle: Mutex::new(Vec::new()),
         in_flight: Semaphore::new(max_in_flight.max(1)),
-        sample: Mutex::new(Sample::empty()),
+        tally: tally.clone(),
     });
     // A few warm connections so the first requests do not all pay a
     // connect; more are opened as load requires.
@@ -222,44 +241,59 @@ pub async fn open_loop(
     }
     let runtime = tokio::runtime::Handle::current();
     let start = Instant::now() + Duration::from_millis(5);
+    // Requests are awaited as they are started rather than gathered until
+    // the end: a finished task's memory stays allocated until its handle
+    // goes, which over a long soak would grow the client by every call.
+    let (started, mut requests) = tokio::sync::mpsc::unbounded_channel();
     let pacer_shared = shared.clone();
     let pacer = thread::spawn(move || {
-        let mut requests = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
-        let mut lag = histogram();
         for n in 0..count {
             let intended = start + interval.mul_f64(n as f64);
             let now = Instant::now();
             if intended > now {
                 thread::sleep(intended - now);
             }
-            lag.saturating_record(nanos(intended.elapsed()));
-            requests.push(runtime.spawn(open_loop_request(pacer_shared.clone(), intended)));
+            lock(&pacer_shared.tally)
+                .pacer_lag
+                .saturating_record(nanos(intended.elapsed()));
+            let request = runtime.spawn(open_loop_request(pacer_shared.clone(), intended));
+            if started.send(request).is_err() {
+                break;
+            }
         }
-        (requests, lag)
     });
-    let (requests, lag) = tokio::task::spawn_blocking(move || pacer.join())
-        .await
-        .map_err(|e| BenchError::Invalid(format!("pacer task: {e}")))?
-        .map_err(|_| BenchError::Invalid("the pacer thread panicked".to_owned()))?;
     let wait_all = async {
-        for request in requests {
+        while let Some(request) = requests.recv().await {
             let _ = request.await;
         }
     };
-    tokio::time::timeout(duration + OVERRUN, wait_all)
-        .await
-        .map_err(|_| BenchError::Timeout("an open-loop phase", duration + OVERRUN))?;
-    let mut sample = std::mem::replace(&mut *lock(&shared.sample), Sample::empty());
-    sample.elapsed = start.elapsed();
-    sample.pacer_lag = lag;
-    Ok(sample)
+    let waited = tokio::time::timeout(duration + OVERRUN, wait_all).await;
+    // The pacer has returned by now (its last request was due at
+    // `duration`), or panicked: joining does not wait.
+    pacer
+        .join()
+        .map_err(|_| BenchError::Invalid("the pacer thread panicked".to_owned()))?;
+    waited.map_err(|_| BenchError::Timeout("an open-loop phase", duration + OVERRUN))?;
+    Ok(start.elapsed())
+}
+
+/// Takes the results recorded so far, leaving an empty sample in their
+/// place.
+pub fn take(tally: &Mutex<Sample>) -> Sample {
+    std::mem::replace(&mut *lock(tally), Sample::empty())
 }
 
 async fn open_loop_request(shared: Arc<OpenLoop>, intended: Instant) {
     let Ok(_permit) = shared.in_flight.acquire().await else {
         return;
     };
-    let pooled = lock(&shared.idle).pop();
+    // A connection left idle past the gateway's keep-alive timeout (a
+    // soak's quiet spell after a burst) has been closed by the gateway;
+    // sending on it would fail the call for the client's sake.
+    let pooled = {
+        let mut idle = lock(&shared.idle);
+        std::iter::from_fn(|| idle.pop()).find(Conn::is_open)
+    };
     let conn = match pooled {
         Some(conn) => Ok(conn),
         None => Conn::open(shared.target.addr).await,
@@ -272,7 +306,7 @@ async fn open_loop_request(shared: Arc<OpenLoop>, intended: Instant) {
         Err(error) => (Err(error), None),
     };
     let latency = intended.elapsed();
-    lock(&shared.sample).record(outcome, latency);
+    lock(&shared.tally).record(outcome, latency);
     if let Some(conn) = conn.filter(Conn::is_open) {
         lock(&shared.idle).push(conn);
     }

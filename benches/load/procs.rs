@@ -131,10 +131,26 @@ fn listening_addr(line: &str) -> Option<SocketAddr> {
 
 /// Resident set size of a process (`VmRSS` in /proc/PID/status), in KiB.
 pub fn rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// The most the process has been resident since it started (`VmHWM`), KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+/// File descriptors the process holds open: mostly its connections, each
+/// of which keeps buffers resident.
+pub fn open_fds(pid: u32) -> Option<usize> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
+}
+
+/// A `kB` field of /proc/PID/status.
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .find_map(|line| line.strip_prefix(field))?
         .split_whitespace()
         .next()?
         .parse()

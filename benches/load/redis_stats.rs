@@ -1,8 +1,9 @@
 //! What Redis itself says about the gateway's use of it: script calls and
 //! the time Redis spent in them from `INFO commandstats`, socket reads from
 //! `INFO stats` (more script calls than reads means they arrived
-//! pipelined), the CPU time of the Redis process from `INFO cpu`, and the
-//! removal of the run's own keys.
+//! pipelined), the CPU time of the Redis process from `INFO cpu`, its
+//! memory from `INFO memory`, the size of the run's own keys, and their
+//! removal.
 //!
 //! `total_commands_processed` also counts the commands a script runs
 //! inside Redis, so per-read figures use the EVALSHA calls, which are what
@@ -101,12 +102,66 @@ impl RedisProbe {
         })
     }
 
+    /// `used_memory` of `INFO memory`: the bytes Redis has allocated, for
+    /// every client's data, not only this run's.
+    pub fn used_memory(&mut self) -> Result<u64, BenchError> {
+        let memory: String = redis::cmd("INFO").arg("memory").query(&mut self.conn)?;
+        info_fields(&memory)
+            .get("used_memory")
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| BenchError::Invalid("INFO memory has no used_memory".to_owned()))
+    }
+
+    /// Every key whose name holds `marker` (the run id), with its type, its
+    /// element count and Redis's estimate of its bytes (`MEMORY USAGE`,
+    /// which samples a few elements of a big key rather than reading all).
+    pub fn keys_with(&mut self, marker: &str) -> Result<Vec<KeySize>, BenchError> {
+        let mut sizes = Vec::new();
+        for name in self.names_with(marker)? {
+            let kind: String = redis::cmd("TYPE").arg(&name).query(&mut self.conn)?;
+            let count = match kind.as_str() {
+                // Gone since the SCAN (an emptied set is deleted).
+                "none" => continue,
+                "hash" => "HLEN",
+                "zset" => "ZCARD",
+                "stream" => "XLEN",
+                "set" => "SCARD",
+                "list" => "LLEN",
+                _ => "EXISTS",
+            };
+            let entries: u64 = redis::cmd(count).arg(&name).query(&mut self.conn)?;
+            let bytes: Option<u64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&name)
+                .query(&mut self.conn)?;
+            sizes.push(KeySize {
+                name,
+                kind,
+                entries,
+                bytes: bytes.unwrap_or(0),
+            });
+        }
+        Ok(sizes)
+    }
+
     /// Deletes every key whose name holds `marker` (the run id); returns
     /// how many. Keys of anyone else are never touched.
     pub fn delete_keys_with(&mut self, marker: &str) -> Result<usize, BenchError> {
+        let names = self.names_with(marker)?;
+        let mut deleted = 0;
+        for batch in names.chunks(SCAN_COUNT) {
+            deleted += redis::cmd("UNLINK")
+                .arg(batch)
+                .query::<usize>(&mut self.conn)?;
+        }
+        Ok(deleted)
+    }
+
+    /// The names of the keys that hold `marker`.
+    fn names_with(&mut self, marker: &str) -> Result<Vec<String>, BenchError> {
         let pattern = format!("*{marker}*");
         let mut cursor: u64 = 0;
-        let mut deleted = 0;
+        let mut names = Vec::new();
         for _ in 0..MAX_SCAN_STEPS {
             let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
                 .arg(cursor)
@@ -115,18 +170,28 @@ impl RedisProbe {
                 .arg("COUNT")
                 .arg(SCAN_COUNT)
                 .query(&mut self.conn)?;
-            if !keys.is_empty() {
-                deleted += redis::cmd("UNLINK")
-                    .arg(&keys)
-                    .query::<usize>(&mut self.conn)?;
-            }
+            names.extend(keys);
             cursor = next;
             if cursor == 0 {
                 break;
             }
         }
-        Ok(deleted)
+        // SCAN may return a key more than once.
+        names.sort_unstable();
+        names.dedup();
+        Ok(names)
     }
+}
+
+/// One of the run's keys, as Redis sizes it.
+#[derive(Clone, Debug)]
+pub struct KeySize {
+    pub name: String,
+    /// `hash`, `zset`, `stream`, …
+    pub kind: String,
+    /// Fields, members or entries.
+    pub entries: u64,
+    pub bytes: u64,
 }
 
 /// `key:value` lines of an INFO section.

@@ -27,11 +27,11 @@ use crate::subjects::{self, Subject, Ticks, Upstreams, LABELS};
 use crate::{Mode, Settings};
 
 /// Reply length of the instant mock, in tokens.
-const INSTANT_REPLY_TOKENS: u64 = 12;
+pub const INSTANT_REPLY_TOKENS: u64 = 12;
 /// How long a freshly started gateway sits before its idle memory is read.
 const SETTLE_IN: Duration = Duration::from_millis(300);
 /// Connections of the warm-up loop.
-const WARM_UP_CONNECTIONS: usize = 4;
+pub const WARM_UP_CONNECTIONS: usize = 4;
 
 /// What one configuration measured over the whole run.
 pub struct Measured {
@@ -480,7 +480,7 @@ fn merge_into(slot: &mut Option<Sample>, sample: Sample) {
 
 /// Counts a phase's calls and charges toward the books check; a phase with
 /// failed calls stops the run, since its figures would mean nothing.
-fn account(subject: &mut Subject, sample: &Sample, phase: &str) -> Result<(), BenchError> {
+pub fn account(subject: &mut Subject, sample: &Sample, phase: &str) -> Result<(), BenchError> {
     subject.charged = subject.charged.saturating_add(sample.charged);
     subject.calls += sample.ok;
     if sample.errors == 0 {
@@ -495,7 +495,8 @@ fn account(subject: &mut Subject, sample: &Sample, phase: &str) -> Result<(), Be
     )))
 }
 
-fn load_average() -> String {
+/// The 1, 5 and 15 minute load averages, as /proc/loadavg says them.
+pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|text| {

@@ -10,9 +10,10 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tempfile::TempDir;
+use tollgate::config::Config;
 use tollgate::prices::{ModelPrice, PriceTable};
 
 use crate::error::BenchError;
@@ -181,6 +182,17 @@ period = "total"
         std::fs::write(&path, text)?;
         Ok((path, key))
     }
+}
+
+/// How long the gateway on `config` keeps a closed call's record for its
+/// retries (`store.closed_record_secs`), read with the gateway's own loader
+/// so that the benchmark and the gateway cannot disagree about it.
+pub fn closed_record(config: &Path) -> Result<Duration, BenchError> {
+    let text = std::fs::read_to_string(config)?;
+    let env = |name: &str| (name == PROVIDER_KEY_ENV).then(|| PROVIDER_KEY.to_owned());
+    let config = Config::from_toml_str_with_env(&text, config, &env)
+        .map_err(|e| BenchError::Invalid(e.to_string()))?;
+    Ok(config.store.closed_record)
 }
 
 /// Runs `program` so that it is killed when this benchmark dies, even by a

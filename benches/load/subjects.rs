@@ -3,6 +3,7 @@
 //! own set, so the streaming gateways start fresh (GS on a new file).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use crate::client::Target;
 use crate::error::BenchError;
@@ -36,6 +37,8 @@ pub struct Subject {
     pub calls: u64,
     /// The store's file in the run's temp dir (GS).
     pub store_file: Option<String>,
+    /// The gateway's config file (gateways).
+    pub config: Option<PathBuf>,
 }
 
 impl Subject {
@@ -53,6 +56,7 @@ impl Subject {
             charged: 0,
             calls: 0,
             store_file: None,
+            config: None,
         }
     }
 
@@ -137,7 +141,7 @@ pub fn start(
 }
 
 /// Starts the gateway `label` on `store` with a config of its own.
-fn gateway(
+pub fn gateway(
     files: &RunFiles,
     label: &'static str,
     phase: &str,
@@ -151,12 +155,14 @@ fn gateway(
         upstreams.streaming,
     )?;
     let process = Proc::start(&format!("gateway {label}"), setup::gateway_command(&config))?;
-    Ok(Subject::new(
+    let mut subject = Subject::new(
         label,
         Target::new(label, process.addr, &key.raw)?,
         Some(process),
         Some(key),
-    ))
+    );
+    subject.config = Some(config);
+    Ok(subject)
 }
 
 /// CPU ticks of the three processes a call crosses.
