@@ -112,17 +112,7 @@ const ABSURD: [&str; 6] = [
 ];
 
 async fn absurd_usage_count(gateway: &str) -> u64 {
-    let text = reqwest::get(format!("{gateway}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix("tollgate_absurd_usage_total "))
-        .unwrap_or_else(|| panic!("no absurd usage counter in\n{text}"))
-        .parse()
-        .unwrap()
+    common::metric(gateway, "tollgate_absurd_usage_total").await
 }
 
 /// Sends `body` and reads the whole answer, within [`AT_ONCE`]; returns

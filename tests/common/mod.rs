@@ -308,3 +308,19 @@ pub async fn spent(h: &Harness, key: &str) -> u64 {
         .as_u64()
         .unwrap()
 }
+
+/// The value of one always-exported series of the gateway at `gateway`'s
+/// `/metrics`, named with its labels as the exposition writes it.
+pub async fn metric(gateway: &str, series: &str) -> u64 {
+    let text = reqwest::get(format!("{gateway}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        .parse()
+        .unwrap()
+}
