@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::records::{AuditEntry, RecordBook, RecordSet, RecordWrite, WriteOutcome};
 use super::{
     ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest, Scope,
     ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_CLOSED_RECORD,
@@ -51,6 +52,9 @@ struct Shared {
     /// would only add cost. Holding it for a whole operation is what makes
     /// a reservation all or nothing across the key and its org.
     state: Mutex<State>,
+    /// The admin API's keys and orgs, apart from the books: a change to
+    /// them never waits for a call's reserve, nor a reserve for them.
+    records: Mutex<RecordBook>,
     /// How far above its reservation a settle may land before it counts as
     /// an overrun, absorbing rounding between the estimate and the bill.
     settle_epsilon: UsdMicros,
@@ -220,6 +224,25 @@ impl MemoryStore {
     }
 }
 
+/// The admin API's keys and orgs.
+impl MemoryStore {
+    pub fn records_version(&self) -> u64 {
+        self.shared.records().version()
+    }
+
+    pub fn records(&self) -> RecordSet {
+        self.shared.records().all()
+    }
+
+    pub fn write_record(&self, write: &RecordWrite) -> WriteOutcome {
+        self.shared.records().write(write)
+    }
+
+    pub fn audit(&self, before: Option<u64>, limit: usize) -> Vec<AuditEntry> {
+        self.shared.records().audit(before, limit)
+    }
+}
+
 fn row<'a>(
     rows: &'a mut HashMap<CounterKey, Reconciliation>,
     key: &CounterKey,
@@ -252,6 +275,7 @@ impl Shared {
                 on_expiry,
                 ..State::default()
             }),
+            records: Mutex::new(RecordBook::default()),
             settle_epsilon,
             #[cfg(test)]
             clock: None,
@@ -274,6 +298,10 @@ impl Shared {
         // usable, and refusing all later calls would turn one bug into an
         // outage.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn records(&self) -> MutexGuard<'_, RecordBook> {
+        self.records.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

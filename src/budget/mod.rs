@@ -31,6 +31,7 @@
 mod contract;
 pub mod memory;
 mod open;
+pub mod records;
 pub mod redis;
 pub mod sqlite;
 
@@ -48,6 +49,7 @@ pub use open::{open, tags, OpenError};
 pub use sqlite::{SqliteOpenError, SqliteStore};
 
 use crate::money::{UsdMicros, UsdMicrosDelta};
+use records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 use crate::usage::Usage;
 
 /// How long a settled or denied call's record is kept once closed: as long
@@ -134,6 +136,65 @@ impl BudgetStore {
             BudgetStore::Memory(_) => Ok(()),
             BudgetStore::Sqlite(store) => store.ping().await,
             BudgetStore::Redis(store) => store.ping().await,
+        }
+    }
+
+    /// The version of the admin API's keys and orgs: one more on every
+    /// change, so a gateway polls it to learn of changes made elsewhere.
+    pub async fn records_version(&self) -> Result<u64, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.records_version()),
+            BudgetStore::Sqlite(store) => store.records_version().await,
+            BudgetStore::Redis(store) => store.records_version().await,
+        }
+    }
+
+    /// Every key and org document, and the version they were read at.
+    pub async fn records(&self) -> Result<RecordSet, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.records()),
+            BudgetStore::Sqlite(store) => store.records().await,
+            BudgetStore::Redis(store) => store.records().await,
+        }
+    }
+
+    /// Writes one document if it is still as the writer saw it, with its
+    /// audit entry, in one atomic step.
+    pub async fn write_record(&self, write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.write_record(write)),
+            BudgetStore::Sqlite(store) => store.write_record(write).await,
+            BudgetStore::Redis(store) => store.write_record(write).await,
+        }
+    }
+
+    /// Up to `limit` audit entries, newest first, older than `before`.
+    pub async fn audit(
+        &self,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.audit(before, limit)),
+            BudgetStore::Sqlite(store) => store.audit(before, limit).await,
+            BudgetStore::Redis(store) => store.audit(before, limit).await,
+        }
+    }
+
+    /// Makes the sweep and `reconcile` visit the tag a key's budget data
+    /// lives under (Redis; the other stores sweep everything).
+    pub fn track_key(&self, key: &str, org: Option<&str>) {
+        if let BudgetStore::Redis(store) = self {
+            store.track_key(key, org);
+        }
+    }
+
+    /// Every tag the sweep and `reconcile` visit (Redis; empty for the
+    /// other stores, which sweep everything).
+    pub fn tags(&self) -> Vec<String> {
+        match self {
+            BudgetStore::Redis(store) => store.tags(),
+            _ => Vec::new(),
         }
     }
 

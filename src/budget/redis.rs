@@ -63,6 +63,7 @@ use chrono::{DateTime, Utc};
 pub use connection::RedisUrlError;
 pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
 
+use super::records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 use super::{
     tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest,
     Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_CLOSED_RECORD,
@@ -615,6 +616,29 @@ impl Inner {
         // Nothing panics while the lock is held; a poisoned lock still
         // holds a usable set.
         self.tags.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The admin API's keys and orgs (see `budget::records`).
+impl RedisStore {
+    pub async fn records_version(&self) -> Result<u64, StoreError> {
+        Err(StoreError::Unavailable("records are not kept by this store yet".to_owned()))
+    }
+
+    pub async fn records(&self) -> Result<RecordSet, StoreError> {
+        Err(StoreError::Unavailable("records are not kept by this store yet".to_owned()))
+    }
+
+    pub async fn write_record(&self, _write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
+        Err(StoreError::Unavailable("records are not kept by this store yet".to_owned()))
+    }
+
+    pub async fn audit(
+        &self,
+        _before: Option<u64>,
+        _limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        Err(StoreError::Unavailable("records are not kept by this store yet".to_owned()))
     }
 }
 

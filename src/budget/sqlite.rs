@@ -30,6 +30,7 @@ use rusqlite::{Connection, TransactionBehavior};
 
 pub use schema::SqliteOpenError;
 
+use super::records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 use super::{
     ClaimedReserve, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeState,
     SettleOutcome, Settlement, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
@@ -288,6 +289,29 @@ impl SqliteStore {
         if expired > 0 {
             super::log_expired(None, expired, self.shared.rules.on_expiry);
         }
+    }
+}
+
+/// The admin API's keys and orgs (see `budget::records`).
+impl SqliteStore {
+    pub async fn records_version(&self) -> Result<u64, StoreError> {
+        Err(StoreError::Unavailable("records are not kept by this store yet".to_owned()))
+    }
+
+    pub async fn records(&self) -> Result<RecordSet, StoreError> {
+        Err(StoreError::Unavailable("records are not kept by this store yet".to_owned()))
+    }
+
+    pub async fn write_record(&self, _write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
+        Err(StoreError::Unavailable("records are not kept by this store yet".to_owned()))
+    }
+
+    pub async fn audit(
+        &self,
+        _before: Option<u64>,
+        _limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        Err(StoreError::Unavailable("records are not kept by this store yet".to_owned()))
     }
 }
 
