@@ -1,12 +1,12 @@
 //! The [`Gateway`]: what every request shares — the checked config, the
-//! keys, the budget store, the upstream pool, the metrics and the
-//! settlements still finishing — and the scopes a key spends from.
+//! keys and orgs, the budget store, the upstream pool, the metrics and the
+//! settlements still finishing.
 
 use std::sync::Arc;
 
-use crate::auth::Keys;
-use crate::budget::{self, BudgetStore, Scope, ScopeKind};
-use crate::config::{Config, KeyConfig};
+use crate::budget::BudgetStore;
+use crate::config::Config;
+use crate::directory::Directory;
 use crate::metrics::Metrics;
 use crate::settle::Settler;
 use crate::upstream::{self, UpstreamClient};
@@ -14,7 +14,8 @@ use crate::upstream::{self, UpstreamClient};
 /// Everything a request needs, shared by all connections.
 pub struct Gateway {
     pub config: Config,
-    pub keys: Keys,
+    /// The keys and orgs, from the config file and the store.
+    pub directory: Arc<Directory>,
     pub store: BudgetStore,
     pub client: UpstreamClient,
     pub metrics: Arc<Metrics>,
@@ -22,9 +23,6 @@ pub struct Gateway {
     /// settlements still finishing after their request is gone, which
     /// shutdown waits for.
     pub settler: Settler,
-    /// Every tag the configured scopes' budget data lives under (see
-    /// [`budget::tags`]): what the sweep and the metrics read.
-    pub budget_tags: Vec<String>,
 }
 
 impl Gateway {
@@ -42,36 +40,12 @@ impl Gateway {
         let metrics = Arc::new(Metrics::new());
         let settler = Settler::new(store.clone(), metrics.clone(), config.store.reservation_ttl);
         Ok(Gateway {
-            keys: Keys::new(config.keys.clone()),
+            directory: Arc::new(Directory::new(&config)),
             client: upstream::client()?,
             store,
             metrics,
             settler,
-            budget_tags: budget::tags(&config),
             config,
         })
-    }
-
-    /// The scopes a key spends from: itself and its org.
-    pub fn scopes(&self, key: &KeyConfig) -> (Scope, Option<Scope>) {
-        let key_scope = Scope {
-            kind: ScopeKind::Key,
-            id: key.id.clone(),
-            cap: key.cap,
-            period: key.period,
-        };
-        let org_scope = key.org.as_ref().and_then(|id| {
-            self.config
-                .orgs
-                .iter()
-                .find(|o| &o.id == id)
-                .map(|org| Scope {
-                    kind: ScopeKind::Org,
-                    id: org.id.clone(),
-                    cap: org.cap,
-                    period: org.period,
-                })
-        });
-        (key_scope, org_scope)
     }
 }

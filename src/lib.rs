@@ -13,14 +13,15 @@
 //! (`tests/module_loops.rs` keeps it so):
 //!
 //! - [`server`] accepts connections and routes each request: proxied calls
-//!   to [`proxy`], the rest to [`endpoints`] (health, metrics, models,
-//!   budget). [`gateway`] is the state they share.
+//!   to [`proxy`], the admin API to [`admin`], the rest to [`endpoints`]
+//!   (health, metrics, models, budget). [`gateway`] is the state they
+//!   share; [`directory`] the keys and orgs, from the config and the store.
 //! - [`proxy`] is the path of one call in named steps: admit, reserve,
 //!   forward, settle. [`settle`] holds the ticket that settles each call
 //!   exactly once; [`metered`] is the streaming body that reads usage on
 //!   the way; [`upstream`] is the shared pooled client to the providers.
 //! - [`api`] knows each provider API shape and its request rules;
-//!   [`error`] answers in the caller's shape; [`auth`] finds the key.
+//!   [`error`] answers in the caller's shape.
 //! - [`estimate`] bounds a call's cost before it is sent, counting OpenAI
 //!   models' tokens with [`tokenizer`]; [`usage`] reads token usage from
 //!   bodies and SSE events; [`sse`] splits an event stream in one pass.
@@ -35,11 +36,12 @@
 //! The fake provider the tests, demos and benchmarks use is its own crate,
 //! `tollgate-mock`, outside this library.
 
+pub mod admin;
 pub mod api;
-pub mod auth;
 pub mod body;
 pub mod budget;
 pub mod config;
+pub mod directory;
 pub mod endpoints;
 pub mod error;
 pub mod estimate;

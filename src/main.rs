@@ -240,16 +240,35 @@ async fn serve(path: PathBuf) -> Result<(), String> {
     let _sweeper = sweep::spawn(
         gateway.store.clone(),
         gateway.metrics.clone(),
-        gateway.budget_tags.clone(),
         Duration::from_secs(1),
     );
     server::raise_open_files_limit();
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let admin = match gateway.config.server.admin_listen {
+        Some(admin_listen) => {
+            let admin = TcpListener::bind(admin_listen).await.map_err(|e| {
+                format!("cannot listen on {admin_listen} (server.admin_listen): {e}")
+            })?;
+            let addr = admin.local_addr().map_err(|e| e.to_string())?;
+            tracing::info!("admin API listening on {addr}");
+            Some(admin)
+        }
+        None => None,
+    };
+    if gateway.config.server.admin_key.is_none() {
+        tracing::info!(
+            "admin API off: no admin key (server.admin_key_env or server.admin_key_sha256)"
+        );
+    }
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(store = gateway.store.backend_name(), "listening on {addr}");
-    server::run(listener, gateway, shutdown_signal())
+    let listeners = server::Listeners {
+        main: listener,
+        admin,
+    };
+    server::run(listeners, gateway, shutdown_signal())
         .await
         .map_err(|e| e.to_string())
 }

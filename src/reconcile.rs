@@ -1,9 +1,10 @@
-//! `tollgate reconcile`: every configured scope's counter, per period,
+//! `tollgate reconcile`: every scope's counter, per period,
 //! beside what its folded sums, ledger and open reservations say it should
 //! hold, as a table for people or JSON for machines.
 
 use crate::budget::{self, BudgetStore, Reconciliation, SqliteStore};
 use crate::config::{Config, StoreBackend};
+use crate::directory::Directory;
 
 /// Every configured scope's rows, read from the shared store the config
 /// names.
@@ -29,8 +30,17 @@ pub async fn read_books(config: &Config) -> Result<Vec<Reconciliation>, String> 
         .ping()
         .await
         .map_err(|e| format!("cannot reach the budget store at {endpoint}: {e}"))?;
+    // The keys the admin API made spend under tags of their own.
+    Directory::new(config)
+        .reload(&store)
+        .await
+        .map_err(|e| format!("cannot read the keys at {endpoint}: {e}"))?;
+    let mut tags = budget::tags(config);
+    tags.extend(store.tags());
+    tags.sort();
+    tags.dedup();
     store
-        .reconcile(&budget::tags(config))
+        .reconcile(&tags)
         .await
         .map_err(|e| format!("cannot read the books at {endpoint}: {e}"))
 }

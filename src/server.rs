@@ -1,6 +1,9 @@
-//! The gateway's HTTP server: accepts connections on a listener it is
+//! The gateway's HTTP server: accepts connections on the listeners it is
 //! given and routes each request — proxied calls to [`crate::proxy`], the
-//! gateway's own endpoints to [`crate::endpoints`]. On shutdown it stops
+//! admin API to [`crate::admin`] (on a listener of its own when
+//! `server.admin_listen` is set), the gateway's own endpoints to
+//! [`crate::endpoints`]. While it serves, the keys and orgs are kept up to
+//! date with the store ([`crate::directory`]). On shutdown it stops
 //! accepting and waits for every in-flight call to finish and settle.
 //!
 //! Connections are bounded: beyond `server.max_connections` a new one is
@@ -54,19 +57,53 @@ pub fn raise_open_files_limit() {
 /// in-flight calls finish for up to `grace`, cuts the rest (each settles
 /// what it saw) and waits for their settlements.
 pub async fn run(
-    listener: TcpListener,
+    listeners: impl Into<Listeners>,
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    run_with_grace(listener, gateway, shutdown, SHUTDOWN_GRACE).await
+    run_with_grace(listeners, gateway, shutdown, SHUTDOWN_GRACE).await
+}
+
+/// Where the gateway listens: every route on `main`, unless `admin` is
+/// set; then the admin API is served there alone (with `/healthz`), and
+/// not on `main`.
+pub struct Listeners {
+    pub main: TcpListener,
+    pub admin: Option<TcpListener>,
+}
+
+impl From<TcpListener> for Listeners {
+    fn from(main: TcpListener) -> Listeners {
+        Listeners { main, admin: None }
+    }
+}
+
+/// Which routes a connection is served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    All,
+    /// The main listener beside an admin listener: no admin API.
+    Public,
+    /// The admin listener: the admin API and `/healthz`.
+    Admin,
 }
 
 pub async fn run_with_grace(
-    listener: TcpListener,
+    listeners: impl Into<Listeners>,
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) -> std::io::Result<()> {
+    let Listeners {
+        main: listener,
+        admin,
+    } = listeners.into();
+    let _directory = keep_directory_up(&gateway).await;
+    let main_role = if admin.is_some() {
+        Role::Public
+    } else {
+        Role::All
+    };
     let graceful = GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());
     let server = &gateway.config.server;
@@ -78,18 +115,20 @@ pub async fn run_with_grace(
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(error) => {
-                    // Out of file descriptors and the like: back off, go on.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let (accepted, role) = tokio::select! {
+            accepted = listener.accept() => (accepted, main_role),
+            accepted = accept(admin.as_ref()) => (accepted, Role::Admin),
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(conn) => conn,
+            Err(error) => {
+                // Out of file descriptors and the like: back off, go on.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
         // Beyond the limit, a connection is closed at once: the file
         // descriptors left serve the calls (and health checks) under way.
@@ -110,7 +149,7 @@ pub async fn run_with_grace(
             // connection lives: the call's state (some 6 KB) is then freed
             // once the response head is out, not held through a stream.
             Box::pin(async move {
-                let response = route(&gateway, request).await;
+                let response = route(&gateway, request, role).await;
                 Ok::<_, Infallible>(response.map(|body| Tracked::new(body, call)))
             })
         });
@@ -130,6 +169,7 @@ pub async fn run_with_grace(
         });
     }
     drop(listener);
+    drop(admin);
     tracing::info!("shutting down: waiting for in-flight calls to finish");
     if tokio::time::timeout(grace, graceful.shutdown())
         .await
@@ -152,9 +192,33 @@ pub async fn run_with_grace(
     Ok(())
 }
 
-async fn route(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response<Body> {
+/// The next connection on the admin listener; never, without one.
+async fn accept(
+    listener: Option<&TcpListener>,
+) -> std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads the store's keys and orgs before the first request on a store in
+/// this process or on this machine (the memory and SQLite stores answer
+/// at once), and keeps them up to date while the server runs. On Redis,
+/// which may still be connecting, the first read happens in the
+/// background.
+async fn keep_directory_up(gateway: &Arc<Gateway>) -> crate::directory::KeepingUp {
+    if !matches!(gateway.store, crate::budget::BudgetStore::Redis(_)) {
+        if let Err(error) = gateway.directory.reload(&gateway.store).await {
+            tracing::error!(%error, "cannot read keys and orgs from the store");
+        }
+    }
+    crate::directory::KeepingUp::spawn(gateway.directory.clone(), gateway.store.clone())
+}
+
+async fn route(gateway: &Arc<Gateway>, request: Request<Incoming>, role: Role) -> Response<Body> {
     let route = route_label(request.uri().path());
-    let response = respond(gateway, request).await;
+    let response = respond(gateway, request, role).await;
     gateway.metrics.count_request(route, response.status());
     response
 }
@@ -172,6 +236,7 @@ fn route_label(path: &str) -> &'static str {
         "/v1/models" => "/v1/models",
         "/v1/budget" => "/v1/budget",
         count_tokens::PATH => count_tokens::PATH,
+        _ if crate::admin::is_admin_path(path) => "/admin",
         _ if model_id(path).is_some() => "/v1/models/{id}",
         _ => "other",
     }
@@ -183,8 +248,19 @@ fn model_id(path: &str) -> Option<&str> {
     path.strip_prefix("/v1/models/").filter(|id| !id.is_empty())
 }
 
-async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response<Body> {
+async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>, role: Role) -> Response<Body> {
     let path = request.uri().path();
+    let admin_path = crate::admin::is_admin_path(path);
+    if admin_path && role != Role::Public {
+        return crate::admin::handle(gateway, request).await;
+    }
+    if role == Role::Admin && path != "/healthz" {
+        let not_found = GatewayError::NotFound {
+            method: request.method().to_string(),
+            path: path.to_owned(),
+        };
+        return not_found.into_response(Shape::OpenAi, "");
+    }
     if request.method() == Method::POST {
         if let Some(api) = Api::from_path(path) {
             return crate::proxy::handle(gateway, api, request).await;

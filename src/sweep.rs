@@ -1,5 +1,5 @@
 //! The periodic sweep: every tick, reservations past their deadline are
-//! expired under the configured tags (charged their amount, or released
+//! expired under every tag the store knows (charged their amount, or released
 //! under `on_expiry = "release"`), so no hold outlives its deadline even
 //! when no call arrives, and each expiry is counted in the metrics.
 //!
@@ -26,29 +26,19 @@ const SWEEP_TAGS_PER_TICK: usize = 256;
 /// A zero interval would make the sweep task spin.
 const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(1);
 
-/// Starts the sweep on the current Tokio runtime, every `every` over
-/// `tags`; it stops when the guard drops.
-pub fn spawn(
-    store: BudgetStore,
-    metrics: Arc<Metrics>,
-    tags: Vec<String>,
-    every: Duration,
-) -> SweeperGuard {
+/// Starts the sweep on the current Tokio runtime, every `every` over the
+/// tags the store knows (those of the config's keys and of the keys the
+/// admin API made, read afresh each tick); it stops when the guard drops.
+pub fn spawn(store: BudgetStore, metrics: Arc<Metrics>, every: Duration) -> SweeperGuard {
     let task = tokio::spawn(sweep_periodically(
         store,
         metrics,
-        tags,
         every.max(MIN_SWEEP_INTERVAL),
     ));
     SweeperGuard::new(task.abort_handle())
 }
 
-async fn sweep_periodically(
-    store: BudgetStore,
-    metrics: Arc<Metrics>,
-    tags: Vec<String>,
-    every: Duration,
-) {
+async fn sweep_periodically(store: BudgetStore, metrics: Arc<Metrics>, every: Duration) {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // Logged when the sweep starts failing and when it recovers, not on
@@ -57,6 +47,7 @@ async fn sweep_periodically(
     let mut next_tag = 0;
     loop {
         ticks.tick().await;
+        let tags = store.tags();
         let batch = next_sweep_tags(&tags, &mut next_tag);
         match metrics.time(StoreOp::Sweep, store.sweep(batch)).await {
             Ok(expired) => {

@@ -295,15 +295,21 @@ impl SqliteStore {
 /// The admin API's keys and orgs (see `budget::records`).
 impl SqliteStore {
     pub async fn records_version(&self) -> Result<u64, StoreError> {
-        Err(StoreError::Unavailable("records are not kept by this store yet".to_owned()))
+        Err(StoreError::Unavailable(
+            "records are not kept by this store yet".to_owned(),
+        ))
     }
 
     pub async fn records(&self) -> Result<RecordSet, StoreError> {
-        Err(StoreError::Unavailable("records are not kept by this store yet".to_owned()))
+        Err(StoreError::Unavailable(
+            "records are not kept by this store yet".to_owned(),
+        ))
     }
 
     pub async fn write_record(&self, _write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
-        Err(StoreError::Unavailable("records are not kept by this store yet".to_owned()))
+        Err(StoreError::Unavailable(
+            "records are not kept by this store yet".to_owned(),
+        ))
     }
 
     pub async fn audit(
@@ -311,7 +317,9 @@ impl SqliteStore {
         _before: Option<u64>,
         _limit: usize,
     ) -> Result<Vec<AuditEntry>, StoreError> {
-        Err(StoreError::Unavailable("records are not kept by this store yet".to_owned()))
+        Err(StoreError::Unavailable(
+            "records are not kept by this store yet".to_owned(),
+        ))
     }
 }
 

@@ -97,6 +97,15 @@ impl Checker<'_> {
             .admin_key_env
             .as_deref()
             .unwrap_or(DEFAULT_ADMIN_KEY_ENV);
+        let admin_listen = match raw.admin_listen.as_deref() {
+            None => None,
+            Some(text) => Some(text.parse().map_err(|_| {
+                self.invalid(
+                    "server.admin_listen",
+                    format!("{text:?} is not an address like \"127.0.0.1:8081\""),
+                )
+            })?),
+        };
         let header_read_timeout = self.positive(
             "server.header_read_timeout_secs",
             raw.header_read_timeout_secs,
@@ -118,11 +127,30 @@ impl Checker<'_> {
             listen,
             max_request_bytes,
             upstream_timeout: Duration::from_secs(timeout_secs),
-            admin_key: self.secret_var(admin_key_env),
+            admin_key: self.admin_key(raw, admin_key_env)?,
+            admin_listen,
             header_read_timeout: Duration::from_secs(header_read_timeout),
             idle_timeout: Duration::from_secs(idle_timeout),
             max_connections,
         })
+    }
+
+    /// The admin key's digest: `admin_key_sha256` when set (the key itself
+    /// then lives nowhere near the gateway), else the SHA-256 of the
+    /// variable `admin_key_env` names.
+    fn admin_key(&self, raw: &RawServer, env: &str) -> Result<Option<[u8; 32]>, ConfigError> {
+        if let Some(hex_text) = &raw.admin_key_sha256 {
+            let mut hash = [0u8; 32];
+            hex::decode_to_slice(hex_text.trim(), &mut hash).map_err(|_| {
+                self.invalid(
+                    "server.admin_key_sha256",
+                    "must be 64 hex characters, the SHA-256 of the admin key \
+                     (from `tollgate hash-key KEY`)",
+                )
+            })?;
+            return Ok(Some(hash));
+        }
+        Ok(self.var(env).map(|key| hash_key(&key)))
     }
 
     /// `value`, or `default` when unset; 0 is refused.

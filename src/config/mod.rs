@@ -47,8 +47,11 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub max_request_bytes: usize,
     pub upstream_timeout: Duration,
-    /// The admin API is off when this is `None`.
-    pub admin_key: Option<Secret>,
+    /// The SHA-256 of the admin key, from `admin_key_sha256` or the
+    /// variable `admin_key_env` names; the admin API is off when `None`.
+    pub admin_key: Option<[u8; 32]>,
+    /// Where the admin routes listen instead of `listen`, if set.
+    pub admin_listen: Option<SocketAddr>,
     /// How long a client may take to send a request's head: a client
     /// trickling its headers would otherwise hold a connection for ever.
     pub header_read_timeout: Duration,

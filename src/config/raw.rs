@@ -32,6 +32,8 @@ pub(super) struct RawServer {
     pub max_request_bytes: Option<u64>,
     pub upstream_timeout_secs: Option<u64>,
     pub admin_key_env: Option<String>,
+    pub admin_key_sha256: Option<String>,
+    pub admin_listen: Option<String>,
     pub header_read_timeout_secs: Option<u64>,
     pub idle_timeout_secs: Option<u64>,
     pub max_connections: Option<u64>,

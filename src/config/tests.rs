@@ -418,10 +418,7 @@ fn secrets_come_from_the_environment() {
         ("LOCAL_KEY", ""),
     ];
     let config = load_with(&text, &vars).unwrap();
-    assert_eq!(
-        config.server.admin_key.as_ref().unwrap().expose(),
-        "admin-secret"
-    );
+    assert_eq!(config.server.admin_key, Some(hash_key("admin-secret")));
     assert_eq!(
         redis_url(&config),
         Some("redis://:hunter2@env:6379"),
@@ -648,4 +645,26 @@ fn closed_records_are_kept_two_minutes_unless_told_otherwise() {
             .to_string();
         assert!(message.contains("store.closed_record_secs"), "{message}");
     }
+}
+
+#[test]
+fn the_admin_key_may_be_given_as_its_digest_and_the_admin_routes_their_own_address() {
+    let digest = hex::encode(hash_key("admin-secret"));
+    let text = base().replacen(
+        "[server]",
+        &format!("[server]\nadmin_key_sha256 = \"{digest}\"\nadmin_listen = \"127.0.0.1:9099\""),
+        1,
+    );
+    let config = load_with(&text, &[]).unwrap();
+    assert_eq!(config.server.admin_key, Some(hash_key("admin-secret")));
+    assert_eq!(
+        config.server.admin_listen,
+        Some("127.0.0.1:9099".parse().unwrap())
+    );
+    let bad = base().replacen("[server]", "[server]\nadmin_key_sha256 = \"abc\"", 1);
+    let error = load_with(&bad, &[]).unwrap_err().to_string();
+    assert!(error.contains("server.admin_key_sha256"), "{error}");
+    let bad = base().replacen("[server]", "[server]\nadmin_listen = \"here\"", 1);
+    let error = load_with(&bad, &[]).unwrap_err().to_string();
+    assert!(error.contains("server.admin_listen"), "{error}");
 }

@@ -11,8 +11,8 @@ use crate::gateway::Gateway;
 use crate::metrics::StoreOp;
 
 pub async fn show(gateway: &Gateway, headers: &HeaderMap) -> Result<Response<Body>, GatewayError> {
-    let key = gateway.keys.authenticate(headers)?;
-    let (key_scope, org_scope) = gateway.scopes(key);
+    let key = gateway.directory.authenticate(headers)?;
+    let (key_scope, org_scope) = gateway.directory.scopes(&key);
     let key_json = scope_json(gateway, &key_scope).await?;
     let org_json = match &org_scope {
         Some(scope) => scope_json(gateway, scope).await?,
@@ -24,7 +24,7 @@ pub async fn show(gateway: &Gateway, headers: &HeaderMap) -> Result<Response<Bod
     ))
 }
 
-async fn scope_json(gateway: &Gateway, scope: &Scope) -> Result<Value, GatewayError> {
+pub async fn scope_json(gateway: &Gateway, scope: &Scope) -> Result<Value, GatewayError> {
     let state = gateway
         .metrics
         .time(StoreOp::State, gateway.store.scope_state(scope));

@@ -34,7 +34,7 @@ pub async fn readyz(gateway: &Gateway) -> Response<Body> {
 pub async fn scrape(gateway: &Gateway) -> Response<Body> {
     match gateway
         .metrics
-        .scrape(&gateway.store, &gateway.budget_tags)
+        .scrape(&gateway.store, &gateway.store.tags())
         .await
     {
         Ok(text) => {

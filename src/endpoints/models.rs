@@ -16,12 +16,12 @@ pub fn list(
     headers: &HeaderMap,
     shape: Shape,
 ) -> Result<Response<Body>, GatewayError> {
-    let key = gateway.keys.authenticate(headers)?;
+    let key = gateway.directory.authenticate(headers)?;
     let data: Vec<Value> = gateway
         .config
         .prices
         .models()
-        .filter_map(|(model, _)| available(gateway, key, model))
+        .filter_map(|(model, _)| available(gateway, &key, model))
         .map(|(model, provider)| entry(shape, model, provider))
         .collect();
     let body = match shape {
@@ -44,9 +44,9 @@ pub fn retrieve(
     shape: Shape,
     id: &str,
 ) -> Result<Response<Body>, GatewayError> {
-    let key = gateway.keys.authenticate(headers)?;
+    let key = gateway.directory.authenticate(headers)?;
     let (model, provider) =
-        available(gateway, key, id).ok_or_else(|| GatewayError::UnknownModel {
+        available(gateway, &key, id).ok_or_else(|| GatewayError::UnknownModel {
             model: id.to_owned(),
         })?;
     Ok(json_response(

@@ -1,6 +1,8 @@
 //! Admitting a call: everything checked before any money moves. An error
 //! here costs nothing and forwards nothing.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::header::{HeaderMap, CONTENT_LENGTH};
 use http::Request;
@@ -37,7 +39,7 @@ const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
 
 /// A call that may be reserved and sent.
 pub struct Admitted<'g> {
-    pub key: &'g KeyConfig,
+    pub key: Arc<KeyConfig>,
     /// The claim of the request's `Idempotency-Key`, if it sent one.
     pub claim: Option<String>,
     pub call: Call,
@@ -55,7 +57,7 @@ pub async fn admit<'g>(
     headers: &HeaderMap,
     body: &mut Incoming,
 ) -> Result<Admitted<'g>, GatewayError> {
-    let key = gateway.keys.authenticate(headers)?;
+    let key = gateway.directory.authenticate(headers)?;
     let claim = idempotency_claim(headers, &key.id)?;
     let body = read_body(headers, body, gateway.config.server.max_request_bytes).await?;
     let body_len = body.len();

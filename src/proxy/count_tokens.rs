@@ -46,7 +46,7 @@ async fn count(
     headers: &HeaderMap,
     body: &mut Incoming,
 ) -> Result<Response<Body>, GatewayError> {
-    let key = gateway.keys.authenticate(headers)?;
+    let key = gateway.directory.authenticate(headers)?;
     let body = read_body(headers, body, gateway.config.server.max_request_bytes).await?;
     let model = model_of(&body)?;
     if !key.allows_model(&model) {

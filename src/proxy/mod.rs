@@ -76,7 +76,7 @@ async fn proxy(
     let admitted = admit(gateway, api, headers, body).await?;
     let mut ticket = gateway.settler.ticket(
         exec_id,
-        admitted.key,
+        &admitted.key,
         &admitted.call.model,
         admitted.price,
         admitted.estimate,

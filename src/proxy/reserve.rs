@@ -48,7 +48,7 @@ async fn reserve_bound(
     admitted: &Admitted<'_>,
     exec_id: &str,
 ) -> Result<bool, GatewayError> {
-    let (key_scope, org_scope) = gateway.scopes(admitted.key);
+    let (key_scope, org_scope) = gateway.directory.scopes(&admitted.key);
     let amount = admitted.estimate.amount;
     let request = ReserveRequest {
         exec_id: exec_id.to_owned(),

@@ -1,0 +1,416 @@
+//! The admin API (`/admin/v1/…`, DESIGN.md "Control plane"): keys and orgs
+//! made, changed and deleted at run time, and the audit trail of those
+//! changes.
+//!
+//! Every call carries the admin key as `Authorization: Bearer …`; with no
+//! admin key configured the routes answer 404, as if absent. Errors use
+//! OpenAI's shape. A change is written to the store in one atomic step
+//! with its audit entry, applied at once to this gateway's directory, and
+//! seen by every other gateway within a second (see `crate::directory`).
+//!
+//! `keys` and `orgs` are the routes, `fields` checks what a body says,
+//! `views` writes what a response shows.
+
+mod audit;
+mod fields;
+mod keys;
+mod orgs;
+mod views;
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+use subtle::ConstantTimeEq;
+
+use crate::body::{full, json_response, Body};
+use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
+use crate::budget::StoreError;
+use crate::config::hash_key;
+use crate::directory::presented_key;
+use crate::gateway::Gateway;
+
+/// The largest admin request body: a key with its metadata is far smaller.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// How many times a change is tried again when another admin changed the
+/// same document between its read and its write.
+const WRITE_ATTEMPTS: usize = 3;
+
+/// Whether a path is the admin API's.
+pub fn is_admin_path(path: &str) -> bool {
+    path == "/admin" || path.starts_with("/admin/")
+}
+
+/// Answers one admin request.
+pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let Some(admin_key) = gateway.config.server.admin_key else {
+        return AdminError::not_found(&method, &path).response();
+    };
+    let presented = presented_key(request.headers()).map(hash_key);
+    if !presented.is_some_and(|digest| bool::from(digest.ct_eq(&admin_key))) {
+        return AdminError::unauthorized().response();
+    }
+    let query = query_pairs(request.uri().query());
+    let body = match read_body(request.into_body()).await {
+        Ok(body) => body,
+        Err(error) => return error.response(),
+    };
+    let segments: Vec<&str> = path
+        .strip_prefix("/admin/v1/")
+        .map(|rest| rest.split('/').filter(|s| !s.is_empty()).collect())
+        .unwrap_or_default();
+    let call = Call {
+        gateway,
+        query: &query,
+        body: &body,
+    };
+    let result = match (&method, segments.as_slice()) {
+        (&Method::GET, ["keys"]) => keys::list(&call).await,
+        (&Method::POST, ["keys"]) => keys::create(&call).await,
+        (&Method::GET, ["keys", id]) => keys::show(&call, id).await,
+        (&Method::PATCH, ["keys", id]) => keys::update(&call, id).await,
+        (&Method::DELETE, ["keys", id]) => keys::delete(&call, id).await,
+        (&Method::POST, ["keys", id, "rotate"]) => keys::rotate(&call, id).await,
+        (&Method::GET, ["orgs"]) => orgs::list(&call).await,
+        (&Method::POST, ["orgs"]) => orgs::create(&call).await,
+        (&Method::GET, ["orgs", id]) => orgs::show(&call, id).await,
+        (&Method::PATCH, ["orgs", id]) => orgs::update(&call, id).await,
+        (&Method::DELETE, ["orgs", id]) => orgs::delete(&call, id).await,
+        (&Method::GET, ["audit"]) => audit::list(&call).await,
+        _ => Err(AdminError::not_found(&method, &path)),
+    };
+    result.unwrap_or_else(AdminError::response)
+}
+
+/// What a route reads: the gateway, the query and the body.
+struct Call<'a> {
+    gateway: &'a Gateway,
+    query: &'a HashMap<String, String>,
+    body: &'a Bytes,
+}
+
+impl Call<'_> {
+    /// The body as a JSON object.
+    fn json(&self) -> Result<serde_json::Map<String, Value>, AdminError> {
+        if self.body.is_empty() {
+            return Err(AdminError::bad(
+                "the request needs a JSON object body",
+                None,
+            ));
+        }
+        match serde_json::from_slice::<Value>(self.body) {
+            Ok(Value::Object(map)) => Ok(map),
+            Ok(_) => Err(AdminError::bad("the body must be a JSON object", None)),
+            Err(error) => Err(AdminError::bad(
+                format!("the body is not valid JSON: {error}"),
+                None,
+            )),
+        }
+    }
+
+    /// Writes a document with its audit entry. `Ok(None)`: someone else
+    /// changed it first (the caller reads it again and retries).
+    async fn write(
+        &self,
+        kind: RecordKind,
+        id: &str,
+        expect: Option<u64>,
+        body: &impl serde::Serialize,
+        audit: Value,
+    ) -> Result<Option<u64>, AdminError> {
+        let write = RecordWrite {
+            kind,
+            id: id.to_owned(),
+            expect,
+            body: serde_json::to_string(body).map_err(|e| AdminError::internal(e.to_string()))?,
+            audit: audit.to_string(),
+        };
+        let outcome = self
+            .gateway
+            .store
+            .write_record(&write)
+            .await
+            .map_err(AdminError::store)?;
+        // Applied here at once; the other gateways poll for it.
+        if let Err(error) = self.gateway.directory.reload(&self.gateway.store).await {
+            tracing::warn!(%error, "changed a {kind} but could not read the keys and orgs back; the next poll will");
+        }
+        match outcome {
+            WriteOutcome::Written { revision, .. } => {
+                tracing::info!(target: "tollgate::audit", %kind, id, change = %write.audit, "admin change");
+                Ok(Some(revision))
+            }
+            WriteOutcome::Conflict { .. } => Ok(None),
+        }
+    }
+
+    /// The page size asked for: `limit`, default 100, at most 1000.
+    fn limit(&self) -> Result<usize, AdminError> {
+        match self.query.get("limit") {
+            None => Ok(100),
+            Some(text) => match text.parse::<usize>() {
+                Ok(0) | Err(_) => Err(AdminError::bad(
+                    format!("limit must be a whole number from 1 to 1000, not {text:?}"),
+                    Some("limit"),
+                )),
+                Ok(limit) => Ok(limit.min(1000)),
+            },
+        }
+    }
+}
+
+/// A page of a list sorted by id: the items after `after`, at most `limit`,
+/// and the id to ask for the next page from (`None` on the last page).
+fn page<T>(
+    items: impl Iterator<Item = (String, T)>,
+    after: Option<&String>,
+    limit: usize,
+) -> (Vec<T>, Option<String>) {
+    let mut page = Vec::new();
+    let mut last = None;
+    let mut more = false;
+    for (id, item) in items.filter(|(id, _)| after.is_none_or(|after| id > after)) {
+        if page.len() == limit {
+            more = true;
+            break;
+        }
+        last = Some(id);
+        page.push(item);
+    }
+    (page, if more { last } else { None })
+}
+
+async fn read_body(body: Incoming) -> Result<Bytes, AdminError> {
+    match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(AdminError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            kind: "invalid_request_error",
+            code: "request_too_large",
+            param: None,
+            message: format!(
+                "the body is larger than the admin API's limit of {MAX_BODY_BYTES} bytes"
+            ),
+        }),
+        Err(error) => Err(AdminError::bad(
+            format!("could not read the body: {error}"),
+            None,
+        )),
+    }
+}
+
+fn query_pairs(query: Option<&str>) -> HashMap<String, String> {
+    let mut pairs = HashMap::new();
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        pairs.insert(decode(name), decode(value));
+    }
+    pairs
+}
+
+/// Percent-decoding of a query component (`+` is a space); a `%` not
+/// followed by two hex digits stays as it is.
+fn decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = bytes
+            .get(i + 1..i + 3)
+            .filter(|_| bytes[i] == b'%')
+            .and_then(|hex| Some(hex_value(hex[0])? * 16 + hex_value(hex[1])?));
+        match (escaped, bytes[i]) {
+            (Some(byte), _) => {
+                out.push(byte);
+                i += 3;
+            }
+            (None, b'+') => {
+                out.push(b' ');
+                i += 1;
+            }
+            (None, byte) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn hex_value(digit: u8) -> Option<u8> {
+    (digit as char).to_digit(16).map(|value| value as u8)
+}
+
+fn created(value: &Value) -> Response<Body> {
+    json_response(StatusCode::CREATED, value)
+}
+
+fn ok(value: &Value) -> Response<Body> {
+    json_response(StatusCode::OK, value)
+}
+
+fn no_content() -> Response<Body> {
+    let mut response = Response::new(full(Bytes::new()));
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    response
+}
+
+/// An admin error: its status, OpenAI's `type` and `code`, the field it is
+/// about, and a message saying what to do.
+#[derive(Debug)]
+struct AdminError {
+    status: StatusCode,
+    kind: &'static str,
+    code: &'static str,
+    param: Option<String>,
+    message: String,
+}
+
+impl AdminError {
+    fn bad(message: impl Into<String>, param: Option<&str>) -> AdminError {
+        AdminError {
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request_error",
+            code: "invalid_value",
+            param: param.map(str::to_owned),
+            message: message.into(),
+        }
+    }
+
+    fn not_found(method: &Method, path: &str) -> AdminError {
+        AdminError {
+            status: StatusCode::NOT_FOUND,
+            kind: "invalid_request_error",
+            code: "unknown_url",
+            param: None,
+            message: format!("no route for {method} {path}"),
+        }
+    }
+
+    fn no_such(kind: RecordKind, id: &str) -> AdminError {
+        AdminError {
+            status: StatusCode::NOT_FOUND,
+            kind: "invalid_request_error",
+            code: "not_found",
+            param: None,
+            message: format!("no {kind} `{id}`"),
+        }
+    }
+
+    fn conflict(code: &'static str, message: impl Into<String>) -> AdminError {
+        AdminError {
+            status: StatusCode::CONFLICT,
+            kind: "invalid_request_error",
+            code,
+            param: None,
+            message: message.into(),
+        }
+    }
+
+    fn config_managed(kind: RecordKind, id: &str) -> AdminError {
+        AdminError::conflict(
+            "config_managed",
+            format!(
+                "{kind} `{id}` comes from the config file: change it there and restart the gateway"
+            ),
+        )
+    }
+
+    /// Another admin changed the document between every read and write.
+    fn busy(kind: RecordKind, id: &str) -> AdminError {
+        AdminError::conflict(
+            "concurrent_change",
+            format!("{kind} `{id}` kept changing while this change was applied; try again"),
+        )
+    }
+
+    fn unauthorized() -> AdminError {
+        AdminError {
+            status: StatusCode::UNAUTHORIZED,
+            kind: "invalid_request_error",
+            code: "invalid_api_key",
+            param: None,
+            message: "invalid admin key: send the admin key as `Authorization: Bearer <key>` \
+                      (a gateway key does not open the admin API)"
+                .to_owned(),
+        }
+    }
+
+    fn store(error: StoreError) -> AdminError {
+        tracing::error!(%error, "admin API: budget store error");
+        AdminError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            kind: "server_error",
+            code: "budget_store_unavailable",
+            param: None,
+            message: "the budget store is unavailable, so nothing was changed; retry shortly"
+                .to_owned(),
+        }
+    }
+
+    fn internal(detail: String) -> AdminError {
+        tracing::error!(detail, "admin API: internal error");
+        AdminError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            kind: "server_error",
+            code: "internal_error",
+            param: None,
+            message: "the gateway could not do this; see its log".to_owned(),
+        }
+    }
+
+    fn response(self) -> Response<Body> {
+        let body = json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        }});
+        let mut response = json_response(self.status, &body);
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                http::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_components_are_decoded() {
+        let pairs = query_pairs(Some("org=acme%2D1&after=a+b&limit=5&flag"));
+        assert_eq!(pairs["org"], "acme-1");
+        assert_eq!(pairs["after"], "a b");
+        assert_eq!(pairs["limit"], "5");
+        assert_eq!(pairs["flag"], "");
+        assert_eq!(decode("100%"), "100%");
+        assert_eq!(decode("%zz"), "%zz");
+    }
+
+    #[test]
+    fn a_page_stops_at_its_limit_and_names_where_the_next_starts() {
+        let items = || (1..=5).map(|i| (format!("k{i}"), i));
+        assert_eq!(page(items(), None, 2), (vec![1, 2], Some("k2".to_owned())));
+        assert_eq!(
+            page(items(), Some(&"k2".to_owned()), 2),
+            (vec![3, 4], Some("k4".to_owned()))
+        );
+        assert_eq!(page(items(), Some(&"k4".to_owned()), 2), (vec![5], None));
+        assert_eq!(page(items(), None, 5), (vec![1, 2, 3, 4, 5], None));
+    }
+}

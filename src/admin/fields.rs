@@ -1,0 +1,265 @@
+//! What an admin body may say, checked field by field: each bad field gets
+//! a 400 naming it and saying how to write it, and nothing is changed.
+
+use serde_json::{Map, Value};
+
+use super::AdminError;
+use crate::money::parse_usd;
+use crate::period::Period;
+
+/// The most metadata a key may carry, as JSON text.
+const MAX_METADATA_BYTES: usize = 16 * 1024;
+
+/// A body's fields, taken one by one; what is left at the end is unknown.
+pub struct Fields {
+    map: Map<String, Value>,
+}
+
+impl Fields {
+    pub fn new(map: Map<String, Value>) -> Fields {
+        Fields { map }
+    }
+
+    /// Refuses a field nobody took: a misspelt field must not be ignored.
+    pub fn finish(self, known: &str) -> Result<(), AdminError> {
+        match self.map.keys().next() {
+            None => Ok(()),
+            Some(name) => Err(AdminError::bad(
+                format!("unknown field `{name}`; the fields are {known}"),
+                Some(name),
+            )),
+        }
+    }
+
+    /// Whether the body names `name` at all (even as `null`).
+    pub fn has(&self, name: &str) -> bool {
+        self.map.contains_key(name)
+    }
+
+    fn take(&mut self, name: &str) -> Option<Value> {
+        self.map.remove(name).filter(|value| !value.is_null())
+    }
+
+    /// An id: `[A-Za-z0-9._-]{1,64}`.
+    pub fn id(&mut self, name: &str) -> Result<Option<String>, AdminError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::String(id)) if valid_id(&id) => Ok(Some(id)),
+            Some(_) => Err(AdminError::bad(
+                format!("{name} must be 1 to 64 of A-Z, a-z, 0-9, `.`, `_` and `-`"),
+                Some(name),
+            )),
+        }
+    }
+
+    /// A decimal USD string, in µUSD.
+    pub fn usd(&mut self, name: &str) -> Result<Option<u64>, AdminError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::String(text)) => parse_usd(&text)
+                .map(Some)
+                .map_err(|error| AdminError::bad(format!("{name}: {error}"), Some(name))),
+            Some(Value::Number(number)) => Err(AdminError::bad(
+                format!(
+                    "{name} must be a decimal string such as \"{number}\", not a JSON number \
+                     (money is never passed through a float)"
+                ),
+                Some(name),
+            )),
+            Some(_) => Err(AdminError::bad(
+                format!("{name} must be a decimal string such as \"25.00\""),
+                Some(name),
+            )),
+        }
+    }
+
+    pub fn period(&mut self) -> Result<Option<Period>, AdminError> {
+        match self.take("period") {
+            None => Ok(None),
+            Some(Value::String(text)) => text.parse().map(Some).map_err(|_| bad_period()),
+            Some(_) => Err(bad_period()),
+        }
+    }
+
+    /// A model allow-list: glob patterns; `null` (or absent) allows every
+    /// model.
+    pub fn models(&mut self) -> Result<Option<Vec<String>>, AdminError> {
+        let bad = |why: String| AdminError::bad(format!("models: {why}"), Some("models"));
+        match self.take("models") {
+            None => Ok(None),
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .map(|item| match item {
+                    Value::String(pattern) if !pattern.is_empty() => glob::Pattern::new(&pattern)
+                        .map(|_| pattern)
+                        .map_err(|error| bad(format!("{error}"))),
+                    _ => Err(bad(
+                        "each entry must be a model name or a glob such as \"gpt-4o*\"".to_owned(),
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(_) => Err(bad(
+                "must be a list of model names or globs, or null for every model".to_owned(),
+            )),
+        }
+    }
+
+    /// An RFC 3339 time, kept as the canonical UTC text; `null` clears it.
+    pub fn time(&mut self, name: &str) -> Result<Option<String>, AdminError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::String(text)) => crate::directory::parse_time(&text)
+                .map(|at| Some(crate::directory::format_time(at)))
+                .map_err(|why| AdminError::bad(format!("{name}: {why}"), Some(name))),
+            Some(_) => Err(AdminError::bad(
+                format!(
+                    "{name} must be an RFC 3339 time such as \"2026-12-31T00:00:00Z\", or null"
+                ),
+                Some(name),
+            )),
+        }
+    }
+
+    pub fn bool(&mut self, name: &str) -> Result<Option<bool>, AdminError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::Bool(value)) => Ok(Some(value)),
+            Some(_) => Err(AdminError::bad(
+                format!("{name} must be true or false"),
+                Some(name),
+            )),
+        }
+    }
+
+    /// Free-form metadata: a JSON object of bounded size.
+    pub fn metadata(&mut self) -> Result<Option<Map<String, Value>>, AdminError> {
+        match self.take("metadata") {
+            None => Ok(None),
+            Some(Value::Object(map)) => {
+                if Value::Object(map.clone()).to_string().len() > MAX_METADATA_BYTES {
+                    return Err(AdminError::bad(
+                        format!("metadata is larger than {MAX_METADATA_BYTES} bytes of JSON"),
+                        Some("metadata"),
+                    ));
+                }
+                Ok(Some(map))
+            }
+            Some(_) => Err(AdminError::bad(
+                "metadata must be a JSON object",
+                Some("metadata"),
+            )),
+        }
+    }
+
+    /// What a key does with a call whose bound does not fit: this gateway
+    /// refuses it (402); fitting a call to what remains is not offered.
+    pub fn on_insufficient(&mut self) -> Result<Option<String>, AdminError> {
+        match self.take("on_insufficient") {
+            None => Ok(None),
+            Some(Value::String(text)) if text == "refuse" => Ok(Some(text)),
+            Some(_) => Err(AdminError::bad(
+                "on_insufficient: this gateway supports only \"refuse\" (a call whose bound \
+                 does not fit what remains gets 402)",
+                Some("on_insufficient"),
+            )),
+        }
+    }
+
+    /// Alert thresholds: this gateway sends no alerts, so none can be set.
+    pub fn alert_at(&mut self) -> Result<Option<Vec<String>>, AdminError> {
+        match self.take("alert_at") {
+            None => Ok(None),
+            Some(Value::Array(items)) if items.is_empty() => Ok(Some(Vec::new())),
+            Some(_) => Err(AdminError::bad(
+                "alert_at: this gateway sends no spending alerts, so it takes no thresholds \
+                 (leave it out, or send [])",
+                Some("alert_at"),
+            )),
+        }
+    }
+}
+
+fn bad_period() -> AdminError {
+    AdminError::bad(
+        "period must be one of \"hour\", \"day\", \"week\", \"month\", \"total\"",
+        Some("period"),
+    )
+}
+
+/// Whether `id` may name a key or an org.
+pub fn valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// A cap must be given when a key or org is made.
+pub fn required<T>(value: Option<T>, name: &str) -> Result<T, AdminError> {
+    value.ok_or_else(|| AdminError::bad(format!("{name} is required"), Some(name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn fields(value: Value) -> Fields {
+        match value {
+            Value::Object(map) => Fields::new(map),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn money_is_a_decimal_string_and_never_a_number() {
+        let mut f = fields(json!({"cap_usd": "25.50", "amount": 3.5}));
+        assert_eq!(f.usd("cap_usd").unwrap(), Some(25_500_000));
+        let error = f.usd("amount").unwrap_err();
+        assert_eq!(error.status, http::StatusCode::BAD_REQUEST);
+        assert_eq!(error.param.as_deref(), Some("amount"));
+        assert!(
+            error.message.contains("decimal string"),
+            "{}",
+            error.message
+        );
+        let mut f = fields(json!({"cap_usd": "1e3"}));
+        assert!(f.usd("cap_usd").is_err());
+        let mut f = fields(json!({"cap_usd": "9007199255"}));
+        assert!(f.usd("cap_usd").is_err());
+    }
+
+    #[test]
+    fn ids_are_short_and_plain() {
+        assert!(valid_id("agent-7.prod_1"));
+        assert!(!valid_id(""));
+        assert!(!valid_id(&"a".repeat(65)));
+        assert!(!valid_id("a b"));
+        assert!(!valid_id("a/b"));
+        assert!(!valid_id("<script>"));
+    }
+
+    #[test]
+    fn an_unknown_field_is_named() {
+        let mut f = fields(json!({"cap_usd": "1", "cap": "2"}));
+        f.usd("cap_usd").unwrap();
+        let error = f.finish("cap_usd").unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("cap"));
+    }
+
+    #[test]
+    fn times_are_kept_in_utc_and_models_as_globs() {
+        let mut f =
+            fields(json!({"expires_at": "2026-12-31T01:00:00+01:00", "models": ["gpt-4o*"]}));
+        assert_eq!(
+            f.time("expires_at").unwrap().as_deref(),
+            Some("2026-12-31T00:00:00Z")
+        );
+        assert_eq!(f.models().unwrap(), Some(vec!["gpt-4o*".to_owned()]));
+        let mut f = fields(json!({"expires_at": "tomorrow", "models": ["[x"]}));
+        assert!(f.time("expires_at").is_err());
+        assert!(f.models().is_err());
+    }
+}

@@ -1,0 +1,158 @@
+//! `/admin/v1/orgs`: orgs made, listed, changed and deleted at run time.
+//! An org's cap binds every key in it; an org that still has keys cannot
+//! be deleted.
+
+use chrono::Utc;
+use http::Response;
+use serde_json::{json, Value};
+
+use super::fields::{required, Fields};
+use super::{audit, created, no_content, ok, page, views, AdminError, Call, WRITE_ATTEMPTS};
+use crate::body::Body;
+use crate::budget::records::RecordKind;
+use crate::directory::documents::OrgDoc;
+use crate::directory::{format_time, org_entry, OrgEntry};
+
+const KIND: RecordKind = RecordKind::Org;
+
+/// `GET /admin/v1/orgs[?limit=N][&after=ID]`
+pub async fn list(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
+    let limit = call.limit()?;
+    let snapshot = call.gateway.directory.snapshot();
+    let entries = snapshot.orgs.iter().map(|(id, entry)| (id.clone(), entry));
+    let (entries, next) = page(entries, call.query.get("after"), limit);
+    let mut orgs = Vec::with_capacity(entries.len());
+    for entry in entries {
+        orgs.push(views::org(call.gateway, entry).await);
+    }
+    Ok(ok(&json!({"orgs": orgs, "next": next})))
+}
+
+/// `GET /admin/v1/orgs/{id}`
+pub async fn show(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminError> {
+    let snapshot = call.gateway.directory.snapshot();
+    let entry = snapshot
+        .orgs
+        .get(id)
+        .ok_or_else(|| AdminError::no_such(KIND, id))?;
+    Ok(ok(&views::org(call.gateway, entry).await))
+}
+
+/// `POST /admin/v1/orgs` → 201 ORG
+pub async fn create(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
+    let mut fields = Fields::new(call.json()?);
+    let id = required(fields.id("id")?, "id")?;
+    let cap = required(fields.usd("cap_usd")?, "cap_usd")?;
+    let period = required(fields.period()?, "period")?;
+    fields.finish("id, cap_usd, period")?;
+    if call.gateway.directory.snapshot().orgs.contains_key(&id) {
+        return Err(taken(&id));
+    }
+    let doc = OrgDoc {
+        id: id.clone(),
+        cap_usd_micros: cap,
+        period: period.as_str().to_owned(),
+        created_at: format_time(Utc::now()),
+        deleted_at: None,
+    };
+    let entry = audit::entry("create", KIND, &id, None, serde_json::to_value(&doc).ok());
+    let revision = call
+        .write(KIND, &id, None, &doc, entry)
+        .await?
+        .ok_or_else(|| taken(&id))?;
+    let org = views::org(call.gateway, &current(call, doc, revision)?).await;
+    Ok(created(&org))
+}
+
+/// `PATCH /admin/v1/orgs/{id}` (`cap_usd`, `period`)
+pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminError> {
+    let mut fields = Fields::new(call.json()?);
+    if fields.has("id") {
+        return Err(AdminError::bad("an org's id cannot change", Some("id")));
+    }
+    let cap = fields.usd("cap_usd")?;
+    let period = fields.period()?;
+    fields.finish("cap_usd, period")?;
+    let shown = change(call, id, "update", |doc| {
+        if let Some(cap) = cap {
+            doc.cap_usd_micros = cap;
+        }
+        if let Some(period) = period {
+            doc.period = period.as_str().to_owned();
+        }
+    })
+    .await?;
+    Ok(ok(&shown))
+}
+
+/// `DELETE /admin/v1/orgs/{id}` → 204, or 409 while keys are in it.
+pub async fn delete(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminError> {
+    let snapshot = call.gateway.directory.snapshot();
+    let members = snapshot
+        .keys
+        .values()
+        .filter(|key| key.config.org.as_deref() == Some(id))
+        .count();
+    if members > 0 && snapshot.orgs.contains_key(id) {
+        return Err(AdminError::conflict(
+            "org_has_keys",
+            format!("org `{id}` still has {members} key(s): delete them first"),
+        ));
+    }
+    let at = format_time(Utc::now());
+    change(call, id, "delete", |doc| doc.deleted_at = Some(at.clone())).await?;
+    Ok(no_content())
+}
+
+/// Applies `edit` to the org's document and writes it, reading it again
+/// when another admin changed it in between; returns the org as shown.
+async fn change(
+    call: &Call<'_>,
+    id: &str,
+    action: &str,
+    edit: impl Fn(&mut OrgDoc),
+) -> Result<Value, AdminError> {
+    for _ in 0..WRITE_ATTEMPTS {
+        let snapshot = call.gateway.directory.snapshot();
+        let entry = snapshot
+            .orgs
+            .get(id)
+            .ok_or_else(|| AdminError::no_such(KIND, id))?;
+        let stored = entry
+            .api
+            .as_ref()
+            .ok_or_else(|| AdminError::config_managed(KIND, id))?;
+        let mut doc = stored.doc.clone();
+        edit(&mut doc);
+        let old = serde_json::to_value(&stored.doc).ok();
+        let new = serde_json::to_value(&doc).ok();
+        let entry = audit::entry(action, KIND, id, old, new);
+        if let Some(revision) = call
+            .write(KIND, id, Some(stored.revision), &doc, entry)
+            .await?
+        {
+            if doc.deleted_at.is_some() {
+                return Ok(Value::Null);
+            }
+            return Ok(views::org(call.gateway, &current(call, doc, revision)?).await);
+        }
+    }
+    Err(AdminError::busy(KIND, id))
+}
+
+fn current(call: &Call<'_>, doc: OrgDoc, revision: u64) -> Result<OrgEntry, AdminError> {
+    let snapshot = call.gateway.directory.snapshot();
+    match snapshot.orgs.get(&doc.id) {
+        Some(entry) if entry.api.as_ref().is_some_and(|s| s.revision >= revision) => {
+            Ok(entry.clone())
+        }
+        _ => org_entry(doc, revision).map_err(AdminError::internal),
+    }
+}
+
+fn taken(id: &str) -> AdminError {
+    AdminError::conflict(
+        "id_taken",
+        format!("the id `{id}` is taken (ids of deleted orgs stay taken): choose another"),
+    )
+}

@@ -1,0 +1,424 @@
+//! The keys and orgs a gateway enforces: those of the config file and
+//! those made through the admin API, which live in the store.
+//!
+//! Every request reads one immutable [`Snapshot`], swapped whole when the
+//! store's documents change, so authenticating a key costs no store round
+//! trip and no lock. A gateway learns of a change made elsewhere by
+//! polling the store's records version every [`POLL_EVERY`] (one cheap
+//! read), and of its own changes at once: every gateway applies a change
+//! within a second, and a call already admitted keeps the key and caps it
+//! was admitted with.
+//!
+//! Keys are found by the SHA-256 of the presented secret. A hash map finds
+//! the candidate; its digest is then compared in constant time. The map's
+//! lookup compares digests of the presented secret, which an attacker
+//! cannot steer towards a stored digest, so timing tells nothing about
+//! the secrets.
+
+pub mod documents;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use chrono::{DateTime, Utc};
+use glob::Pattern;
+use http::HeaderMap;
+use subtle::ConstantTimeEq;
+
+use crate::budget::records::{RecordKind, RecordSet};
+use crate::budget::{BudgetStore, Scope, ScopeKind, StoreError};
+use crate::config::{hash_key, Config, KeyConfig, OrgConfig};
+use crate::error::GatewayError;
+use crate::period::Period;
+use documents::{KeyDoc, OrgDoc};
+
+/// How often a gateway asks the store whether keys or orgs changed.
+pub const POLL_EVERY: Duration = Duration::from_millis(250);
+
+/// Where a key or org comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The config file: changed by editing it and restarting.
+    Config,
+    /// The admin API: kept in the store.
+    Api,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Config => "config",
+            Source::Api => "api",
+        }
+    }
+}
+
+/// A document made through the admin API, at the revision it was read.
+#[derive(Clone, Debug)]
+pub struct Stored<D> {
+    pub doc: D,
+    pub revision: u64,
+}
+
+/// One key as enforced.
+#[derive(Clone, Debug)]
+pub struct KeyEntry {
+    pub config: Arc<KeyConfig>,
+    pub disabled: bool,
+    pub expires_at: Option<DateTime<Utc>>,
+    /// `None` for a key of the config file.
+    pub api: Option<Stored<KeyDoc>>,
+}
+
+impl KeyEntry {
+    pub fn source(&self) -> Source {
+        if self.api.is_some() {
+            Source::Api
+        } else {
+            Source::Config
+        }
+    }
+
+    /// Whether a call with this key is served at `now`.
+    pub fn usable_at(&self, now: DateTime<Utc>) -> bool {
+        !self.disabled && self.expires_at.is_none_or(|at| now < at)
+    }
+}
+
+/// One org as enforced.
+#[derive(Clone, Debug)]
+pub struct OrgEntry {
+    pub config: OrgConfig,
+    /// `None` for an org of the config file.
+    pub api: Option<Stored<OrgDoc>>,
+}
+
+impl OrgEntry {
+    pub fn source(&self) -> Source {
+        if self.api.is_some() {
+            Source::Api
+        } else {
+            Source::Config
+        }
+    }
+}
+
+/// The keys and orgs at one moment.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// The store's records version the API documents were read at; `None`
+    /// until they have been read once (the config's keys work before).
+    pub version: Option<u64>,
+    pub keys: BTreeMap<String, KeyEntry>,
+    pub orgs: BTreeMap<String, OrgEntry>,
+    by_digest: HashMap<[u8; 32], String>,
+}
+
+impl Snapshot {
+    /// The config's keys and orgs, with the API's documents from `records`
+    /// over them. A document that cannot be enforced as written (a broken
+    /// one, an id the config file has since taken, an org that no longer
+    /// exists) is left out and logged: its key is refused rather than
+    /// served without its caps.
+    fn build(config: &Config, records: Option<&RecordSet>) -> Snapshot {
+        let mut snapshot = Snapshot {
+            version: records.map(|set| set.version),
+            ..Snapshot::default()
+        };
+        for org in &config.orgs {
+            snapshot.orgs.insert(
+                org.id.clone(),
+                OrgEntry {
+                    config: org.clone(),
+                    api: None,
+                },
+            );
+        }
+        let records = records.map_or(&[][..], |set| &set.records[..]);
+        for record in records.iter().filter(|r| r.kind == RecordKind::Org) {
+            match serde_json::from_str::<OrgDoc>(&record.body) {
+                Ok(doc) if doc.deleted_at.is_some() => {}
+                Ok(doc) => match org_entry(doc, record.revision) {
+                    Ok(entry) if snapshot.orgs.contains_key(&entry.config.id) => tracing::warn!(
+                        org = %entry.config.id,
+                        "the config file now has an org of this id: the API's is ignored"
+                    ),
+                    Ok(entry) => {
+                        snapshot.orgs.insert(entry.config.id.clone(), entry);
+                    }
+                    Err(reason) => {
+                        tracing::error!(org = %record.id, reason, "ignoring an org document")
+                    }
+                },
+                Err(error) => tracing::error!(org = %record.id, %error, "ignoring an org document"),
+            }
+        }
+        for key in &config.keys {
+            snapshot.insert_key(KeyEntry {
+                config: Arc::new(key.clone()),
+                disabled: false,
+                expires_at: None,
+                api: None,
+            });
+        }
+        for record in records.iter().filter(|r| r.kind == RecordKind::Key) {
+            let doc = match serde_json::from_str::<KeyDoc>(&record.body) {
+                Ok(doc) if doc.deleted_at.is_some() => continue,
+                Ok(doc) => doc,
+                Err(error) => {
+                    tracing::error!(key = %record.id, %error, "ignoring a key document");
+                    continue;
+                }
+            };
+            let entry = match key_entry(doc, record.revision) {
+                Ok(entry) => entry,
+                Err(reason) => {
+                    tracing::error!(key = %record.id, reason, "ignoring a key document");
+                    continue;
+                }
+            };
+            let id = &entry.config.id;
+            if snapshot.keys.contains_key(id) {
+                tracing::warn!(key = %id, "the config file now has a key of this id: the API's is ignored");
+            } else if let Some(org) = entry
+                .config
+                .org
+                .as_ref()
+                .filter(|org| !snapshot.orgs.contains_key(*org))
+            {
+                tracing::error!(key = %id, org = %org, "refusing a key whose org no longer exists");
+            } else if snapshot.by_digest.contains_key(&entry.config.key_sha256) {
+                tracing::error!(key = %id, "refusing a key whose secret another key has");
+            } else {
+                snapshot.insert_key(entry);
+            }
+        }
+        snapshot
+    }
+
+    fn insert_key(&mut self, entry: KeyEntry) {
+        self.by_digest
+            .insert(entry.config.key_sha256, entry.config.id.clone());
+        self.keys.insert(entry.config.id.clone(), entry);
+    }
+
+    /// The org scope of a key, if it has an org.
+    pub fn org_scope(&self, key: &KeyConfig) -> Option<Scope> {
+        let org = self.orgs.get(key.org.as_deref()?)?;
+        Some(Scope {
+            kind: ScopeKind::Org,
+            id: org.config.id.clone(),
+            cap: org.config.cap,
+            period: org.config.period,
+        })
+    }
+}
+
+/// The key a document describes, checked.
+pub fn key_entry(doc: KeyDoc, revision: u64) -> Result<KeyEntry, String> {
+    let mut key_sha256 = [0u8; 32];
+    hex::decode_to_slice(&doc.key_sha256, &mut key_sha256)
+        .map_err(|_| "its key_sha256 is not 64 hex characters".to_owned())?;
+    let period: Period = doc
+        .period
+        .parse()
+        .map_err(|_| format!("its period {:?} is unknown", doc.period))?;
+    let models = doc
+        .models
+        .as_ref()
+        .map(|models| models.iter().map(|m| Pattern::new(m)).collect())
+        .transpose()
+        .map_err(|error| format!("a model pattern is not a glob: {error}"))?;
+    let expires_at = doc.expires_at.as_deref().map(parse_time).transpose()?;
+    Ok(KeyEntry {
+        config: Arc::new(KeyConfig {
+            id: doc.id.clone(),
+            org: doc.org.clone(),
+            key_sha256,
+            cap: doc.cap_usd_micros,
+            period,
+            models,
+        }),
+        disabled: doc.disabled,
+        expires_at,
+        api: Some(Stored { doc, revision }),
+    })
+}
+
+pub fn org_entry(doc: OrgDoc, revision: u64) -> Result<OrgEntry, String> {
+    let period: Period = doc
+        .period
+        .parse()
+        .map_err(|_| format!("its period {:?} is unknown", doc.period))?;
+    Ok(OrgEntry {
+        config: OrgConfig {
+            id: doc.id.clone(),
+            cap: doc.cap_usd_micros,
+            period,
+        },
+        api: Some(Stored { doc, revision }),
+    })
+}
+
+/// An RFC 3339 time, as UTC.
+pub fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|at| at.with_timezone(&Utc))
+        .map_err(|_| format!("{text:?} is not an RFC 3339 time such as \"2026-12-31T00:00:00Z\""))
+}
+
+/// A time as the API writes it: RFC 3339, UTC, whole seconds.
+pub fn format_time(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// The directory every request reads: the current [`Snapshot`], replaced
+/// whole when the store's documents change.
+pub struct Directory {
+    current: ArcSwap<Snapshot>,
+    config: Config,
+}
+
+impl Directory {
+    /// The config's keys and orgs alone, until the store's documents are
+    /// read ([`Directory::refresh`]).
+    pub fn new(config: &Config) -> Directory {
+        Directory {
+            current: ArcSwap::from_pointee(Snapshot::build(config, None)),
+            config: config.clone(),
+        }
+    }
+
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    /// The key a request presents (`Authorization: Bearer …` or
+    /// `x-api-key`), if it is known and usable now. Before the store's keys
+    /// have been read, a key that is not in the config may be one of them:
+    /// it gets "store unavailable", not "invalid key", which would tell its
+    /// holder it was revoked.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<KeyConfig>, GatewayError> {
+        let presented = presented_key(headers).ok_or(GatewayError::MissingKey)?;
+        let digest = hash_key(presented);
+        let snapshot = self.current.load();
+        let entry = snapshot
+            .by_digest
+            .get(&digest)
+            .and_then(|id| snapshot.keys.get(id))
+            .filter(|entry| bool::from(entry.config.key_sha256.ct_eq(&digest)));
+        match entry {
+            Some(entry) if entry.usable_at(Utc::now()) => Ok(entry.config.clone()),
+            Some(_) => Err(GatewayError::InvalidKey),
+            None if snapshot.version.is_none() => Err(GatewayError::StoreUnavailable),
+            None => Err(GatewayError::InvalidKey),
+        }
+    }
+
+    /// The scopes a key spends from: itself and its org.
+    pub fn scopes(&self, key: &KeyConfig) -> (Scope, Option<Scope>) {
+        let key_scope = Scope {
+            kind: ScopeKind::Key,
+            id: key.id.clone(),
+            cap: key.cap,
+            period: key.period,
+        };
+        (key_scope, self.current.load().org_scope(key))
+    }
+
+    /// Reads the store's documents if they changed since the snapshot was
+    /// built, and swaps in a new snapshot; returns whether it did.
+    pub async fn refresh(&self, store: &BudgetStore) -> Result<bool, StoreError> {
+        let version = store.records_version().await?;
+        if self.current.load().version == Some(version) {
+            return Ok(false);
+        }
+        self.reload(store).await?;
+        Ok(true)
+    }
+
+    /// Reads every document and swaps in a new snapshot, unless one from a
+    /// later version got there first.
+    pub async fn reload(&self, store: &BudgetStore) -> Result<(), StoreError> {
+        let records = store.records().await?;
+        // The sweep and `reconcile` must visit every tag a key made here
+        // may have spent under, deleted keys too (their holds still expire).
+        for record in records.records.iter().filter(|r| r.kind == RecordKind::Key) {
+            if let Ok(doc) = serde_json::from_str::<KeyDoc>(&record.body) {
+                store.track_key(&doc.id, doc.org.as_deref());
+            }
+        }
+        let built = Arc::new(Snapshot::build(&self.config, Some(&records)));
+        self.current.rcu(|current| {
+            if current.version > built.version {
+                current.clone()
+            } else {
+                built.clone()
+            }
+        });
+        Ok(())
+    }
+}
+
+/// The task keeping a directory up to date; stopped when dropped.
+pub struct KeepingUp {
+    task: tokio::task::AbortHandle,
+}
+
+impl KeepingUp {
+    /// Starts [`keep_up`] on the current Tokio runtime.
+    pub fn spawn(directory: Arc<Directory>, store: BudgetStore) -> KeepingUp {
+        KeepingUp {
+            task: tokio::spawn(keep_up(directory, store)).abort_handle(),
+        }
+    }
+}
+
+impl Drop for KeepingUp {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Keeps `directory` up to date with the store, every [`POLL_EVERY`], until
+/// the task is dropped.
+async fn keep_up(directory: Arc<Directory>, store: BudgetStore) {
+    let mut ticks = tokio::time::interval(POLL_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Logged when reading starts failing and when it recovers.
+    let mut failing = false;
+    loop {
+        ticks.tick().await;
+        match directory.refresh(&store).await {
+            Ok(_) if failing => {
+                failing = false;
+                tracing::info!("reading keys and orgs from the store works again");
+            }
+            Ok(_) => {}
+            Err(error) if !failing => {
+                failing = true;
+                tracing::warn!(%error, "cannot read keys and orgs from the store; serving the last ones read");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// The secret a request presents.
+pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(value) = headers.get(http::header::AUTHORIZATION) {
+        let value = value.to_str().ok()?.trim();
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))?
+            .trim();
+        return (!token.is_empty()).then_some(token);
+    }
+    let value = headers.get("x-api-key")?.to_str().ok()?.trim();
+    (!value.is_empty()).then_some(value)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,40 @@
+//! The documents the admin API keeps in the store for each key and org it
+//! made: everything the gateway enforces plus what the operator attached,
+//! as JSON. A key's secret is kept only as its SHA-256.
+
+use serde::{Deserialize, Serialize};
+
+/// A key made through the admin API.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KeyDoc {
+    pub id: String,
+    pub org: Option<String>,
+    /// The SHA-256 of the secret, hex.
+    pub key_sha256: String,
+    pub cap_usd_micros: u64,
+    pub period: String,
+    /// Glob patterns; `None` allows every model.
+    pub models: Option<Vec<String>>,
+    pub disabled: bool,
+    /// RFC 3339; past it the key is refused.
+    pub expires_at: Option<String>,
+    pub created_at: String,
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    pub on_insufficient: String,
+    pub alert_at: Vec<String>,
+    /// When it was deleted: it is refused and unlisted, and its id stays
+    /// taken, but its books and history stay readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_at: Option<String>,
+}
+
+/// An org made through the admin API.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OrgDoc {
+    pub id: String,
+    pub cap_usd_micros: u64,
+    pub period: String,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_at: Option<String>,
+}
