@@ -252,7 +252,7 @@ async fn serve(path: PathBuf) -> Result<(), String> {
                 format!("cannot listen on {admin_listen} (server.admin_listen): {e}")
             })?;
             let addr = admin.local_addr().map_err(|e| e.to_string())?;
-            tracing::info!("admin API listening on {addr}");
+            tracing::info!("admin API served on {addr}");
             Some(admin)
         }
         None => None,

@@ -105,6 +105,8 @@ pub struct GatewayConfig {
     pub keys: Vec<KeySpec>,
     /// More `[store]` lines, verbatim (e.g. `redis_tls_ca_file = "…"`).
     pub store_extra: String,
+    /// More `[server]` lines, verbatim (e.g. `admin_key_sha256 = "…"`).
+    pub server_extra: String,
 }
 
 impl GatewayConfig {
@@ -120,6 +122,7 @@ impl GatewayConfig {
             orgs: Vec::new(),
             keys: Vec::new(),
             store_extra: String::new(),
+            server_extra: String::new(),
         }
     }
 
@@ -130,6 +133,7 @@ impl GatewayConfig {
 [server]
 listen = "127.0.0.1:0"
 upstream_timeout_secs = {timeout}
+{server_extra}
 
 [store]
 {backend}
@@ -161,6 +165,7 @@ models = ["claude-*"]
                 None => format!("backend = \"redis\"\nredis_url = \"{}\"", self.redis_url),
             },
             store_extra = self.store_extra,
+            server_extra = self.server_extra,
             ttl = self.reservation_ttl_secs,
             on_error = self.on_store_error,
             on_expiry = self.on_expiry,
