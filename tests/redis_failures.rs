@@ -178,7 +178,7 @@ async fn a_gateway_started_while_redis_is_down_becomes_ready_when_it_comes_up() 
     let mock = mock().await;
     let config = config(&redis, mock.addr);
     let key = config.keys[0].raw.clone();
-    let gateway = GatewayProcess::start(&config).await;
+    let gateway = GatewayProcess::start_unready(&config).await;
     assert_eq!(readyz(&gateway.url).await, 503);
     let (status, _, body) = small_call(&gateway.url, &key).await;
     assert_eq!(status, 503, "{body}");
@@ -257,7 +257,7 @@ async fn with_on_store_error_allow_calls_pass_unmetered_while_redis_is_down() {
     let mut config = config(&redis, mock.addr);
     config.on_store_error = "allow";
     let key = config.keys[0].raw.clone();
-    let gateway = GatewayProcess::start(&config).await;
+    let gateway = GatewayProcess::start_unready(&config).await;
 
     let (status, _, body) = small_call(&gateway.url, &key).await;
     assert_eq!(status, 200, "{body}");

@@ -33,6 +33,9 @@ pub const PROVIDER_KEY: &str = "sk-provider-secret";
 /// A gateway in a debug build on a busy machine can take a while to load
 /// its tokenizers.
 const GATEWAY_START_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a listening gateway may take to reach its store: a TLS Redis
+/// Cluster's handshakes included.
+const GATEWAY_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A fresh id: `prefix` and a UUID, so tests never share budget data.
 pub fn unique(prefix: &str) -> String {
@@ -213,15 +216,41 @@ pub struct GatewayProcess {
 }
 
 impl GatewayProcess {
-    /// Starts the binary on `config` and waits until it logs
-    /// `listening on ADDR`.
+    /// Starts the binary on `config` and waits until its `/readyz` answers
+    /// 200. It listens before its store answers (a Redis store connects in
+    /// the background), so a call made as soon as it listens could be
+    /// refused for a store that is up.
     pub async fn start(config: &GatewayConfig) -> GatewayProcess {
         GatewayProcess::start_under(config, &[]).await
     }
 
     /// Starts the binary as the last argument of `wrapper` (a command such
-    /// as `prlimit --nofile=…`; empty: the binary itself).
+    /// as `prlimit --nofile=…`; empty: the binary itself) and waits until
+    /// it is ready.
     pub async fn start_under(config: &GatewayConfig, wrapper: &[&str]) -> GatewayProcess {
+        let gateway = GatewayProcess::listening(config, wrapper).await;
+        gateway.wait_ready().await;
+        gateway
+    }
+
+    /// Starts the binary on `config` and waits only until it logs
+    /// `listening on ADDR`: for a gateway whose store is down, or that
+    /// must refuse it.
+    pub async fn start_unready(config: &GatewayConfig) -> GatewayProcess {
+        GatewayProcess::listening(config, &[]).await
+    }
+
+    /// Waits until `/readyz` answers 200; panics with the log if it never
+    /// does.
+    pub async fn wait_ready(&self) {
+        let ready = eventually(GATEWAY_READY_TIMEOUT, || async {
+            readyz(&self.url).await == 200
+        })
+        .await;
+        assert!(ready, "the gateway never got ready:\n{}", self.log());
+    }
+
+    async fn listening(config: &GatewayConfig, wrapper: &[&str]) -> GatewayProcess {
         let text = config.toml();
         let wrapper: Vec<String> = wrapper.iter().map(|s| (*s).to_owned()).collect();
         tokio::task::spawn_blocking(move || GatewayProcess::start_blocking(&text, &wrapper))

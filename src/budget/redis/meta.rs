@@ -15,8 +15,10 @@
 //! What a store does on reading `tg:meta` ([`step`]):
 //! - missing, and it never saw an epoch: creates one (`meta.lua`, atomic,
 //!   so gateways starting together agree on one);
-//! - missing, or another epoch not accepted after the one it saw: fails
-//!   closed, logging it once;
+//! - missing, and it saw an epoch it has not lost yet: reads it again
+//!   shortly after, since one empty read proves nothing (see below);
+//! - missing on that second read, or another epoch not accepted after the
+//!   one it saw: fails closed, logging it once;
 //! - an epoch accepted after the one it saw (or any, if it saw none):
 //!   adopts it; the tags are marked again on their first reserve;
 //! - a layout newer than [`LAYOUT`]: refuses the store, logging it once;
@@ -27,12 +29,23 @@
 //! gateway started, by `/readyz`, and once per periodic sweep, which is
 //! how a failed-closed gateway sees an accepted epoch within a second.
 //!
+//! Those reads run concurrently, and a read answered before another call
+//! of the same store created `tg:meta` can be looked at after that call
+//! put the store in service: at start-up, `/readyz` and the first sweep
+//! race each other like this. Losing an epoch fails the store closed until
+//! an operator steps in, so it takes two reads finding `tg:meta` missing,
+//! the second sent after the first was looked at (and after
+//! [`CONFIRM_MISSING_AFTER`]): by then whatever created `tg:meta` has
+//! landed. The second read costs nothing on the normal path, which never
+//! finds `tg:meta` missing once it has an epoch.
+//!
 //! On a Redis Cluster, `tg:meta` lives in one slot: a shard that restarts
 //! empty while `tg:meta`'s shard keeps its data leaves its tags unmarked,
 //! which reads as new tags. Persistence on every node is still required.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use ::redis::Script;
 use chrono::{DateTime, Utc};
@@ -50,9 +63,13 @@ pub const LAYOUT: u64 = 1;
 /// The store's own record, outside every hash tag.
 pub const META_KEY: &str = "tg:meta";
 
-/// Reads of `tg:meta` one refresh may take (a create or a migration
-/// each read it again) before it gives up.
+/// Reads of `tg:meta` one refresh may take (a create, a migration or a
+/// confirmation each read it again) before it gives up.
 const META_READS: usize = 4;
+
+/// The pause before the read that confirms `tg:meta` missing: long against
+/// a round trip to Redis, short against a call's timeout.
+const CONFIRM_MISSING_AFTER: Duration = Duration::from_millis(100);
 
 /// Times a reserve asks again after marking its tag, before it gives up on
 /// a mark that keeps moving.
@@ -141,6 +158,15 @@ impl View {
     }
 }
 
+/// Which read of `tg:meta` a refresh is looking at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reading {
+    /// Every read but a confirming one.
+    First,
+    /// The read asked for by [`Step::ConfirmMissing`].
+    Confirming,
+}
+
 /// What to do on reading `tg:meta` (`None`: missing) in view `view`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Step {
@@ -148,15 +174,22 @@ pub(super) enum Step {
     Migrate {
         from: u64,
     },
+    /// Read `tg:meta` again, after [`CONFIRM_MISSING_AFTER`], as
+    /// [`Reading::Confirming`]: one empty read does not lose an epoch.
+    ConfirmMissing,
     /// The next view: `Serving`, `Lost` or `Refused`.
     Become(View),
 }
 
-pub(super) fn step(view: &View, meta: Option<&Meta>) -> Step {
+pub(super) fn step(view: &View, meta: Option<&Meta>, reading: Reading) -> Step {
     let Some(meta) = meta else {
         return match view.saw() {
             None => Step::Create,
-            Some(saw) => Step::Become(View::Lost(saw.clone())),
+            // Missing twice, or lost already: nothing left to confirm.
+            Some(saw) if reading == Reading::Confirming || matches!(view, View::Lost(_)) => {
+                Step::Become(View::Lost(saw.clone()))
+            }
+            Some(_) => Step::ConfirmMissing,
         };
     };
     if meta.layout > LAYOUT {
@@ -239,12 +272,13 @@ impl EpochWatch {
     /// Applies what `meta` says to the view, logging a change of state
     /// once: the epoch to serve under, what to do to `tg:meta` first, or
     /// why the store is closed.
-    fn observe(&self, meta: Option<&Meta>) -> Result<Next, StoreError> {
+    fn observe(&self, meta: Option<&Meta>, reading: Reading) -> Result<Next, StoreError> {
         let mut view = self.view();
-        let next = match step(&view, meta) {
+        let next = match step(&view, meta, reading) {
             Step::Become(next) => next,
             Step::Create => return Ok(Next::Create),
             Step::Migrate { from } => return Ok(Next::Migrate { from }),
+            Step::ConfirmMissing => return Ok(Next::ConfirmMissing),
         };
         if next != *view {
             log_change(&view, &next);
@@ -262,6 +296,7 @@ enum Next {
     Serve(Arc<str>),
     Create,
     Migrate { from: u64 },
+    ConfirmMissing,
 }
 
 fn log_change(from: &View, to: &View) {
@@ -314,16 +349,20 @@ impl RedisStore {
     /// or migrating `tg:meta` as [`step`] says); the epoch to serve under,
     /// or why the store is closed.
     pub(super) async fn refresh_epoch(&self, policy: CallPolicy) -> Result<Arc<str>, StoreError> {
-        let mut meta = self.read_meta(policy).await?;
+        let (mut meta, mut reading) = (self.read_meta(policy).await?, Reading::First);
         for _ in 0..META_READS {
-            match self.inner.epoch.observe(meta.as_ref())? {
+            (meta, reading) = match self.inner.epoch.observe(meta.as_ref(), reading)? {
                 Next::Serve(epoch) => return Ok(epoch),
-                Next::Create => meta = Some(self.create_meta(policy).await?),
+                Next::Create => (Some(self.create_meta(policy).await?), Reading::First),
                 Next::Migrate { from } => {
                     self.migrate(policy, from).await?;
-                    meta = self.read_meta(policy).await?;
+                    (self.read_meta(policy).await?, Reading::First)
                 }
-            }
+                Next::ConfirmMissing => {
+                    tokio::time::sleep(CONFIRM_MISSING_AFTER).await;
+                    (self.read_meta(policy).await?, Reading::Confirming)
+                }
+            };
         }
         Err(StoreError::Unavailable(format!(
             "{META_KEY} changed under every attempt to read it"

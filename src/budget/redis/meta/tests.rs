@@ -2,6 +2,7 @@
 //! it leads to. (With Redis: `redis::tests::epoch`.)
 
 use super::*;
+use Reading::{Confirming, First};
 
 fn epoch(id: &str, created_ms: i64) -> Epoch {
     Epoch {
@@ -20,10 +21,10 @@ fn meta(id: &str, created_ms: i64, accepted: bool) -> Meta {
 
 #[test]
 fn a_store_that_saw_no_epoch_creates_or_adopts_one() {
-    assert_eq!(step(&View::Unknown, None), Step::Create);
+    assert_eq!(step(&View::Unknown, None, First), Step::Create);
     for accepted in [false, true] {
         assert_eq!(
-            step(&View::Unknown, Some(&meta("e1", 5, accepted))),
+            step(&View::Unknown, Some(&meta("e1", 5, accepted)), First),
             Step::Become(View::Serving(epoch("e1", 5)))
         );
     }
@@ -34,34 +35,61 @@ fn a_vanished_epoch_fails_closed_until_a_later_one_is_accepted() {
     let serving = View::Serving(epoch("e1", 5));
     let lost = View::Lost(epoch("e1", 5));
     assert_eq!(
-        step(&serving, Some(&meta("e1", 5, false))),
+        step(&serving, Some(&meta("e1", 5, false)), First),
         Step::Become(serving.clone())
     );
-    assert_eq!(step(&serving, None), Step::Become(lost.clone()));
+    // Missing twice (see the next test).
+    assert_eq!(step(&serving, None, Confirming), Step::Become(lost.clone()));
     // Never recreated by a store that saw one.
-    assert_eq!(step(&lost, None), Step::Become(lost.clone()));
+    assert_eq!(step(&lost, None, First), Step::Become(lost.clone()));
     // Another gateway created one on the empty Redis: not accepted.
     assert_eq!(
-        step(&serving, Some(&meta("e2", 9, false))),
+        step(&serving, Some(&meta("e2", 9, false)), First),
         Step::Become(lost.clone())
     );
     assert_eq!(
-        step(&lost, Some(&meta("e2", 9, false))),
+        step(&lost, Some(&meta("e2", 9, false)), First),
         Step::Become(lost.clone())
     );
     // The same epoch coming back does not mend what was lost.
     assert_eq!(
-        step(&lost, Some(&meta("e1", 5, false))),
+        step(&lost, Some(&meta("e1", 5, false)), First),
         Step::Become(lost.clone())
     );
     // An accepted epoch older than the one lost is not adopted.
     assert_eq!(
-        step(&lost, Some(&meta("e0", 1, true))),
+        step(&lost, Some(&meta("e0", 1, true)), First),
         Step::Become(lost.clone())
     );
     let accepted = Step::Become(View::Serving(epoch("e3", 12)));
-    assert_eq!(step(&lost, Some(&meta("e3", 12, true))), accepted);
-    assert_eq!(step(&serving, Some(&meta("e3", 12, true))), accepted);
+    assert_eq!(step(&lost, Some(&meta("e3", 12, true)), First), accepted);
+    assert_eq!(step(&serving, Some(&meta("e3", 12, true)), First), accepted);
+}
+
+#[test]
+fn one_read_finding_tg_meta_missing_loses_no_epoch() {
+    let serving = View::Serving(epoch("e1", 5));
+    let lost = View::Lost(epoch("e1", 5));
+    let refused = View::Refused {
+        found: LAYOUT + 1,
+        saw: Some(epoch("e1", 5)),
+    };
+    // A read that may have been answered before tg:meta was created is
+    // confirmed by another.
+    for view in [&serving, &refused] {
+        assert_eq!(step(view, None, First), Step::ConfirmMissing);
+        assert_eq!(step(view, None, Confirming), Step::Become(lost.clone()));
+    }
+    // Found again: nothing was lost.
+    assert_eq!(
+        step(&serving, Some(&meta("e1", 5, false)), Confirming),
+        Step::Become(serving.clone())
+    );
+    // A lost epoch stays lost without a second read, and a store that saw
+    // none creates one.
+    assert_eq!(step(&lost, None, First), Step::Become(lost.clone()));
+    assert_eq!(step(&View::Unknown, None, First), Step::Create);
+    assert_eq!(step(&View::Unknown, None, Confirming), Step::Create);
 }
 
 #[test]
@@ -71,7 +99,7 @@ fn layouts_are_refused_when_newer_and_migrated_when_older() {
         ..meta("e1", 5, false)
     };
     assert_eq!(
-        step(&View::Unknown, Some(&newer)),
+        step(&View::Unknown, Some(&newer), First),
         Step::Become(View::Refused {
             found: LAYOUT + 1,
             saw: None
@@ -82,9 +110,12 @@ fn layouts_are_refused_when_newer_and_migrated_when_older() {
         found: LAYOUT + 1,
         saw: Some(epoch("e1", 5)),
     };
-    assert_eq!(step(&serving, Some(&newer)), Step::Become(refused.clone()));
     assert_eq!(
-        step(&refused, None),
+        step(&serving, Some(&newer), First),
+        Step::Become(refused.clone())
+    );
+    assert_eq!(
+        step(&refused, None, Confirming),
         Step::Become(View::Lost(epoch("e1", 5)))
     );
     let old = Meta {
@@ -92,8 +123,11 @@ fn layouts_are_refused_when_newer_and_migrated_when_older() {
         epoch: None,
         accepted: false,
     };
-    assert_eq!(step(&View::Unknown, Some(&old)), Step::Migrate { from: 0 });
-    assert_eq!(step(&serving, Some(&old)), Step::Migrate { from: 0 });
+    assert_eq!(
+        step(&View::Unknown, Some(&old), First),
+        Step::Migrate { from: 0 }
+    );
+    assert_eq!(step(&serving, Some(&old), First), Step::Migrate { from: 0 });
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `tg:meta` and the store epoch: created once, adopted by every store,
 //! refused when newer, migrated when older; a Redis restarted empty fails
-//! closed, charging nothing, until an operator accepts a new epoch.
+//! closed, charging nothing, until an operator accepts a new epoch, while
+//! reads racing the creation of `tg:meta` do not.
 
 use super::*;
 
@@ -193,4 +194,33 @@ async fn a_store_that_saw_no_epoch_adopts_an_accepted_one() {
         ReserveOutcome::Reserved
     );
     assert_eq!(&*store.epoch().await.unwrap(), accepted.epoch);
+}
+
+/// At start-up `/readyz`, the sweep and the first reserves read `tg:meta`
+/// at once: a read answered before one of them created it, but looked at
+/// after, must not take the epoch for lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_racing_the_creation_of_tg_meta_lose_no_epoch() {
+    let server = RedisServer::start();
+    for _ in 0..50 {
+        redis_cli(server.port, &["del", meta::META_KEY]);
+        let store = connect(&server.url()).await;
+        let calls: Vec<_> = (0..4)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    if i % 2 == 0 {
+                        store.ping().await
+                    } else {
+                        store.sweep_expired().await.map(drop)
+                    }
+                })
+            })
+            .collect();
+        for call in calls {
+            call.await.unwrap().unwrap();
+        }
+        assert!(!store.failed_closed());
+        assert_eq!(&*store.epoch().await.unwrap(), meta_field(&server, "epoch"));
+    }
 }
