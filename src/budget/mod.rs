@@ -49,8 +49,8 @@ pub use open::{open, tags, OpenError};
 pub use sqlite::{SqliteOpenError, SqliteStore};
 
 use crate::money::{UsdMicros, UsdMicrosDelta};
-use records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 use crate::usage::Usage;
+use records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 
 /// How long a settled or denied call's record is kept once closed: as long
 /// as a retry of that call can still arrive (the gateway retries a store
