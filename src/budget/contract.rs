@@ -5,6 +5,9 @@
 //! After every case the books must balance: per scope and period,
 //! `counter == folded + Σ ledger actual + Σ open reservations`.
 //!
+//! The admin API's keys and orgs (`records`) are part of the contract too:
+//! every store must write, read and audit them as `RecordBook` does.
+//!
 //! Backends: the memory store, the SQLite store on a file of its own,
 //! Redis on 127.0.0.1:6379 (always running where the tests run), and a
 //! 3-primary Redis Cluster the tests start.
@@ -15,6 +18,7 @@
 mod cases;
 mod claims;
 mod expiry;
+mod records;
 mod redis_fixture;
 
 use std::collections::BTreeMap;
@@ -35,6 +39,7 @@ use crate::usage::Usage;
 use cases::*;
 use claims::*;
 use expiry::*;
+use records::*;
 use redis_fixture::{cluster_fixture, redis_fixture};
 
 /// The settle epsilon every fixture gives its store.
@@ -209,6 +214,13 @@ macro_rules! contract_tests {
             settled_claim_is_reserved_and_charged_again,
             expired_claim_is_reserved_again,
             denied_claim_is_evaluated_afresh,
+            a_new_record_is_revision_1_and_its_id_stays_taken,
+            a_stale_write_conflicts_and_changes_nothing,
+            a_key_and_an_org_of_one_id_are_separate_records,
+            records_lists_every_document_at_its_version,
+            audit_pages_newest_first,
+            concurrent_writes_of_one_revision_apply_once,
+            writes_match_the_reference_book,
             );
             mod release {
                 use super::*;

@@ -13,9 +13,11 @@
 //! | `tg:{T}:closed`  | zset   | closed exec ids by when their record may be forgotten |
 //! | `tg:{T}:ledger`  | stream | one entry per settle or expiry |
 //!
-//! One more key lies outside every tag: `tg:meta`, the layout version and
-//! the store epoch. A Redis restarted without its data has lost both, and
-//! the store fails closed until an operator accepts a new epoch (`meta`).
+//! The admin API's keys and orgs live under a tag of their own,
+//! `tollgate:admin` (`records`). One more key lies outside every tag:
+//! `tg:meta`, the layout version and the store epoch. A Redis restarted
+//! without its data has lost both, and the store fails closed until an
+//! operator accepts a new epoch (`meta`).
 //!
 //! DESIGN.md sketches one Redis key per reservation (`tg:{acme}:res:<id>`);
 //! the lazy expiry inside `reserve` would then touch reservation keys not
@@ -44,6 +46,7 @@
 mod books;
 mod connection;
 mod meta;
+mod records;
 mod scripts;
 #[cfg(test)]
 mod test_clock;
@@ -63,7 +66,6 @@ use chrono::{DateTime, Utc};
 pub use connection::RedisUrlError;
 pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
 
-use super::records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 use super::{
     tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest,
     Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_CLOSED_RECORD,
@@ -108,6 +110,8 @@ struct Inner {
     #[cfg(test)]
     clock_offset_ms: std::sync::atomic::AtomicI64,
     tags: Mutex<Tags>,
+    /// Where the admin API's keys and orgs live (`records`).
+    records: records::RecordKeys,
 }
 
 /// The tags this store knows: configured, or reserved under since start.
@@ -210,6 +214,7 @@ impl RedisStore {
                 #[cfg(test)]
                 clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
                 tags: Mutex::new(Tags::default()),
+                records: records::RecordKeys::new(records::RECORDS_TAG),
             }),
         })
     }
@@ -616,37 +621,6 @@ impl Inner {
         // Nothing panics while the lock is held; a poisoned lock still
         // holds a usable set.
         self.tags.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// The admin API's keys and orgs (see `budget::records`).
-impl RedisStore {
-    pub async fn records_version(&self) -> Result<u64, StoreError> {
-        Err(StoreError::Unavailable(
-            "records are not kept by this store yet".to_owned(),
-        ))
-    }
-
-    pub async fn records(&self) -> Result<RecordSet, StoreError> {
-        Err(StoreError::Unavailable(
-            "records are not kept by this store yet".to_owned(),
-        ))
-    }
-
-    pub async fn write_record(&self, _write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
-        Err(StoreError::Unavailable(
-            "records are not kept by this store yet".to_owned(),
-        ))
-    }
-
-    pub async fn audit(
-        &self,
-        _before: Option<u64>,
-        _limit: usize,
-    ) -> Result<Vec<AuditEntry>, StoreError> {
-        Err(StoreError::Unavailable(
-            "records are not kept by this store yet".to_owned(),
-        ))
     }
 }
 

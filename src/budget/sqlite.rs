@@ -9,10 +9,11 @@
 //! that thread: with one process per file, it is the store's clock.
 //!
 //! `schema` opens the file (and locks it to one gateway), `books` holds the
-//! protocol's rules as statements.
+//! protocol's rules as statements, `records` the admin API's keys and orgs.
 
 mod books;
 mod checkpoint;
+mod records;
 mod schema;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -292,34 +293,37 @@ impl SqliteStore {
     }
 }
 
-/// The admin API's keys and orgs (see `budget::records`).
+/// The admin API's keys and orgs (see `budget::records`), in the `records`
+/// and `audit` tables. Each call is one job on the writer like the books',
+/// so a write is answered only once committed.
 impl SqliteStore {
+    /// The version the documents are at: one row read.
     pub async fn records_version(&self) -> Result<u64, StoreError> {
-        Err(StoreError::Unavailable(
-            "records are not kept by this store yet".to_owned(),
-        ))
+        self.call(|conn, _| records::version(conn).map(Ok)).await
     }
 
+    /// Every document and the version, read in one transaction.
     pub async fn records(&self) -> Result<RecordSet, StoreError> {
-        Err(StoreError::Unavailable(
-            "records are not kept by this store yet".to_owned(),
-        ))
+        self.call(|conn, _| records::all(conn).map(Ok)).await
     }
 
-    pub async fn write_record(&self, _write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
-        Err(StoreError::Unavailable(
-            "records are not kept by this store yet".to_owned(),
-        ))
+    /// Writes one document if it is at the revision the writer expects,
+    /// moving the version on and appending the audit entry, in one
+    /// transaction.
+    pub async fn write_record(&self, write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
+        let write = write.clone();
+        self.call(move |conn, clock| records::write(conn, &write, clock.now()).map(Ok))
+            .await
     }
 
+    /// Up to `limit` audit entries, newest first, older than `before`.
     pub async fn audit(
         &self,
-        _before: Option<u64>,
-        _limit: usize,
+        before: Option<u64>,
+        limit: usize,
     ) -> Result<Vec<AuditEntry>, StoreError> {
-        Err(StoreError::Unavailable(
-            "records are not kept by this store yet".to_owned(),
-        ))
+        self.call(move |conn, _| records::audit(conn, before, limit).map(Ok))
+            .await
     }
 }
 

@@ -3,13 +3,18 @@
 //!
 //! Each case uses fresh ids, hence fresh hash tags, so its data is its own
 //! even on a shared server; the fixture reads back only the tags its store
-//! reserved under. The store's clock is Redis's, shifted so a case starts
-//! around noon UTC (no case then straddles a day boundary by accident);
-//! short advances sleep, long ones shift the clock further.
+//! reserved under. The admin API's documents live under one tag, which
+//! cases running at once (and earlier runs on the shared server) would
+//! share: each fixture's store keeps them under a tag of its own.
+//!
+//! The store's clock is Redis's, shifted so a case starts around noon UTC
+//! (no case then straddles a day boundary by accident); short advances
+//! sleep, long ones shift the clock further.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use uuid::Uuid;
 
 use super::{Fixture, EPSILON};
 use crate::budget::redis::testing::{cluster, SHARED_URL};
@@ -38,9 +43,11 @@ pub(super) async fn cluster_fixture(on_expiry: OnExpiry) -> RedisFixture {
 }
 
 async fn fixture_on(url: &str, on_expiry: OnExpiry) -> RedisFixture {
+    let records_tag = format!("tollgate:admin:test-{}", Uuid::now_v7().simple());
     let store = RedisStore::connect(url, EPSILON, DEFAULT_LEDGER_RETENTION, on_expiry)
         .await
-        .unwrap();
+        .unwrap()
+        .with_records_tag(&records_tag);
     let now = store.now().await.unwrap();
     let noon = now.date_naive().and_hms_opt(12, 0, 0).unwrap().and_utc();
     store.shift_clock((noon - now).num_milliseconds());

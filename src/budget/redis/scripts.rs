@@ -3,9 +3,10 @@
 //! are read. Each script's header states its KEYS, ARGV, replies and
 //! invariants; the functions here follow those headers line by line.
 //!
-//! Every script but `snapshot.lua` and the store's own record
-//! (`meta.lua`, `accept_epoch.lua`, `mark_epoch.lua`, the migrations; see
-//! `meta`) is `lua/common.lua` (the key layout, period ids, expiry and
+//! Every script but `snapshot.lua`, the store's own record (`meta.lua`,
+//! `accept_epoch.lua`, `mark_epoch.lua`, the migrations; see `meta`) and
+//! the admin API's documents (`record_write.lua`, `records.lua`; see
+//! `records`) is `lua/common.lua` (the key layout, period ids, expiry and
 //! booking) followed by the script's own body, so the helpers exist once
 //! and every script stays one atomic call.
 //!
@@ -80,6 +81,8 @@ pub(super) struct Scripts {
     pub accept_epoch: Script,
     pub mark_epoch: Script,
     pub migrate_layout_1: Script,
+    pub record_write: Script,
+    pub records: Script,
 }
 
 /// `lua/common.lua`, a newline and the script's body: the source Redis
@@ -122,6 +125,8 @@ impl Scripts {
             accept_epoch: Script::new(include_str!("../../../lua/accept_epoch.lua")),
             mark_epoch: Script::new(include_str!("../../../lua/mark_epoch.lua")),
             migrate_layout_1: Script::new(include_str!("../../../lua/migrate_layout_1.lua")),
+            record_write: Script::new(include_str!("../../../lua/record_write.lua")),
+            records: Script::new(include_str!("../../../lua/records.lua")),
         }
     }
 }

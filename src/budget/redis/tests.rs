@@ -1,7 +1,8 @@
 //! Tests of the Redis store's own behaviour: the Lua period ids against
 //! [`Period::id_at`], script reloading, retries after timeouts, start-up
-//! and recovery while Redis is down; the store epoch in `epoch`. The
-//! protocol itself is covered by the contract suite in `budget::contract`.
+//! and recovery while Redis is down, the admin records' version read and
+//! retried writes; the store epoch in `epoch`. The protocol itself is
+//! covered by the contract suite in `budget::contract`.
 
 mod epoch;
 
@@ -13,6 +14,7 @@ use super::testing::{
     cluster, cluster_url, free_port, redis_cli, Cluster, RedisServer, SHARED_URL,
 };
 use super::*;
+use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
 use crate::budget::{LedgerStatus, OnExpiry, Period, DEFAULT_LEDGER_RETENTION};
 use crate::usage::Usage;
 
@@ -543,4 +545,91 @@ async fn cluster_scripts_are_loaded_again_after_script_flush() {
         let state = store.scope_state(key).await.unwrap();
         assert_eq!(state.reserved, 20);
     }
+}
+
+fn record_write(id: &str, expect: Option<u64>) -> RecordWrite {
+    RecordWrite {
+        kind: RecordKind::Key,
+        id: id.to_owned(),
+        expect,
+        body: r#"{"name":"a key"}"#.to_owned(),
+        audit: r#"{"action":"write"}"#.to_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_records_version_is_one_get() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
+        .await
+        .unwrap();
+    store.write_record(&record_write("k", None)).await.unwrap();
+    let url = server.url();
+    let (gets, scripts, meta_reads) = (
+        command_calls(&url, "get").await,
+        evalsha_calls(&url).await,
+        command_calls(&url, "hgetall").await,
+    );
+    for _ in 0..10 {
+        assert_eq!(store.records_version().await.unwrap(), 1);
+    }
+    assert_eq!(command_calls(&url, "get").await - gets, 10);
+    assert_eq!(evalsha_calls(&url).await, scripts);
+    assert_eq!(command_calls(&url, "hgetall").await, meta_reads);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_write_that_timed_out_is_retried_and_applies_once() {
+    let server = RedisServer::start();
+    let policy = CallPolicy {
+        timeout: Duration::from_millis(150),
+        attempts: 20,
+        first_backoff: Duration::from_millis(20),
+    };
+    let store = RedisStore::with_policy(
+        &server.url(),
+        0,
+        DEFAULT_LEDGER_RETENTION,
+        OnExpiry::Charge,
+        policy,
+    )
+    .unwrap();
+    // Load the script first, so the held attempts are the real calls.
+    store
+        .write_record(&record_write("warm", None))
+        .await
+        .unwrap();
+
+    // Redis holds every write (a script may write) for 0.6 s, but not the
+    // read of tg:meta before it: the first attempts time out while held,
+    // then all of them run. The retry finds its own call's write and
+    // answers as it did, not as a conflict with itself.
+    let calls_before = evalsha_calls(&server.url()).await;
+    let mut admin = raw_connection(&server.url()).await;
+    let _: () = ::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(600)
+        .arg("WRITE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let outcome = store.write_record(&record_write("k", None)).await.unwrap();
+    assert!(
+        evalsha_calls(&server.url()).await - calls_before >= 2,
+        "no retry"
+    );
+    assert_eq!(
+        outcome,
+        WriteOutcome::Written {
+            revision: 1,
+            version: 2
+        }
+    );
+    assert_eq!(store.records_version().await.unwrap(), 2);
+    assert_eq!(store.audit(None, 10).await.unwrap().len(), 2);
+    // Another call of the same write is another writer: a conflict.
+    assert_eq!(
+        store.write_record(&record_write("k", None)).await.unwrap(),
+        WriteOutcome::Conflict { current: Some(1) }
+    );
 }

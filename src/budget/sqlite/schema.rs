@@ -15,13 +15,14 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 /// The schema this binary writes. A file with a lower version is upgraded
 /// in place by [`MIGRATIONS`]; a file with a higher one is refused.
-pub(super) const SCHEMA_VERSION: u32 = 1;
+pub(super) const SCHEMA_VERSION: u32 = 2;
 
 /// The statements that take a file from version `i + 1` to `i + 2`, in
-/// order; empty while version 1 is the only one.
-const MIGRATIONS: &[&str] = &[];
+/// order. A new file runs them all after [`CREATE`], so a new file and an
+/// upgraded one have the same tables by construction.
+const MIGRATIONS: &[&str] = &[TO_2];
 
-/// Version 1, created on an empty file.
+/// Version 1: the budget books.
 const CREATE: &str = "
 CREATE TABLE meta (
     name  TEXT PRIMARY KEY,
@@ -99,6 +100,30 @@ CREATE TABLE ledger (
     org_period_id       TEXT
 );
 CREATE INDEX ledger_by_time ON ledger (at);
+";
+
+/// Version 2: the admin API's keys and orgs (`budget::records`). The store
+/// never reads a document's body; it keeps the revision a write must name,
+/// the version every write moves on, and the audit trail.
+const TO_2: &str = "
+-- One row per key or org document; a deleted one stays, saying so.
+CREATE TABLE records (
+    kind     TEXT    NOT NULL,   -- 'key' | 'org'
+    id       TEXT    NOT NULL,
+    revision INTEGER NOT NULL,   -- 1 when created, one more on every write
+    body     TEXT    NOT NULL,   -- JSON
+    PRIMARY KEY (kind, id)
+) WITHOUT ROWID;
+
+-- One row per applied write, numbered by the version it moved the store to.
+CREATE TABLE audit (
+    seq  INTEGER PRIMARY KEY,    -- = the records_version the write reached
+    at   TEXT    NOT NULL,       -- RFC 3339 UTC, milliseconds
+    body TEXT    NOT NULL        -- JSON, as the writer gave it
+);
+
+-- One more on every applied write; gateways poll it to see changes.
+INSERT INTO meta (name, value) VALUES ('records_version', '0');
 ";
 
 /// Why the store's file could not be opened.
@@ -315,15 +340,7 @@ fn create_or_upgrade(path: &Path, conn: &mut Connection) -> Result<(), SqliteOpe
         .map_err(fail)?;
     match version(&tx).map_err(fail)? {
         None if tables == 0 => {
-            tx.execute_batch(CREATE).map_err(fail)?;
-            tx.execute(
-                "INSERT INTO meta (name, value) VALUES ('schema_version', ?1), ('created_at', ?2)",
-                (
-                    SCHEMA_VERSION.to_string(),
-                    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                ),
-            )
-            .map_err(fail)?;
+            create(&tx).map_err(fail)?;
             tracing::info!(file = %path.display(), version = SCHEMA_VERSION, "created the store");
         }
         None => {
@@ -346,6 +363,23 @@ fn create_or_upgrade(path: &Path, conn: &mut Connection) -> Result<(), SqliteOpe
         }
     }
     tx.commit().map_err(fail)
+}
+
+/// Lays out an empty file: version 1, then every migration.
+fn create(conn: &Connection) -> rusqlite::Result<()> {
+    create_version_1(conn)?;
+    migrate(conn, 1, MIGRATIONS)
+}
+
+/// Version 1's tables and `meta` rows, as a binary of that version made
+/// them.
+pub(super) fn create_version_1(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(CREATE)?;
+    conn.execute(
+        "INSERT INTO meta (name, value) VALUES ('schema_version', '1'), ('created_at', ?1)",
+        [chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)],
+    )?;
+    Ok(())
 }
 
 /// Runs the steps from version `found` on, inside the caller's transaction,

@@ -1,7 +1,8 @@
 //! What only the SQLite store has to prove: its books outlive the process,
-//! one gateway owns a file, the schema is versioned, and a file or disk in
-//! trouble is refused or fails closed, never read as an empty store. The
-//! protocol itself is the contract suite's (`budget/contract.rs`).
+//! one gateway owns a file, the schema is versioned (an older file is
+//! upgraded in place, keeping its books), and a file or disk in trouble is
+//! refused or fails closed, never read as an empty store. The protocol
+//! itself is the contract suite's (`budget/contract.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use super::books::{self, Rules};
 use super::schema::{self, lock_path, SCHEMA_VERSION};
 use super::{SqliteOpenError, SqliteStore, LAZY_SWEEP_LIMIT};
 use crate::budget::memory::testing::ManualClock;
+use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
 use crate::budget::{
     LedgerStatus, OnExpiry, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind, Settlement,
     StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
@@ -572,4 +574,132 @@ async fn a_new_file_has_small_pages_and_an_older_file_keeps_its_own() {
     assert_eq!(page_size(&older), 4096);
     let store = reopen(&older).await;
     store.reserve(&request("after", 10)).await.unwrap();
+}
+
+fn record_write(id: &str, expect: Option<u64>, body: &str) -> RecordWrite {
+    RecordWrite {
+        kind: RecordKind::Key,
+        id: id.to_owned(),
+        expect,
+        body: body.to_owned(),
+        audit: format!(r#"{{"wrote":{body}}}"#),
+    }
+}
+
+/// Each table and index of the file with its statement, by name.
+fn layout(path: &Path) -> Vec<(String, String)> {
+    Connection::open(path)
+        .unwrap()
+        .prepare("SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY name")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let start = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(start));
+    let rules = Rules {
+        epsilon: 100,
+        on_expiry: OnExpiry::Charge,
+        closed_ms: 120_000,
+    };
+    // Books written by a binary of version 1: one call settled, one open.
+    {
+        let conn = Connection::open(&path).unwrap();
+        schema::create_version_1(&conn).unwrap();
+        books::reserve(&conn, rules, &request("a", 4_000), None, start).unwrap();
+        books::settle(&conn, rules, &settlement("a", 3_000), start)
+            .unwrap()
+            .unwrap();
+        books::reserve(&conn, rules, &request("b", 2_000), None, start).unwrap();
+    }
+    // A reader leaves the upgrade to the gateway.
+    let error = SqliteStore::open_reader(&path).unwrap_err();
+    assert!(
+        matches!(error, SqliteOpenError::Older { found: 1, .. }),
+        "{error}"
+    );
+
+    let store = SqliteStore::with_clock(&path, 100, OnExpiry::Charge, clock);
+    let state = store.scope_state(&key(10_000)).await.unwrap();
+    assert_eq!((state.spent, state.reserved), (3_000, 2_000));
+    let outcome = store.settle(&settlement("b", 1_500)).await.unwrap();
+    assert_eq!(outcome.status, LedgerStatus::Ok);
+    assert!(!store.settle(&settlement("a", 3_000)).await.unwrap().applied);
+    assert_eq!(store.ledger().await.len(), 2);
+    let rows = store.reconcile().await.unwrap();
+    assert!(rows.iter().all(|row| row.drift() == 0), "{rows:?}");
+
+    // It keeps records from now on, from version 0.
+    assert_eq!(store.records_version().await.unwrap(), 0);
+    assert_eq!(
+        store
+            .write_record(&record_write("k", None, "{}"))
+            .await
+            .unwrap(),
+        WriteOutcome::Written {
+            revision: 1,
+            version: 1
+        }
+    );
+    let reader = SqliteStore::open_reader(&path).unwrap();
+    assert_eq!(reader.records_version().await.unwrap(), 1);
+    drop(reader);
+    drop(store);
+
+    // Upgraded, it is laid out as a new file is.
+    let fresh = dir.path().join("fresh.db");
+    drop(open(&fresh).unwrap());
+    assert_eq!(layout(&path), layout(&fresh));
+    let version: String = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION.to_string());
+}
+
+#[tokio::test]
+async fn the_records_survive_closing_and_reopening_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let store = open(&path).unwrap();
+    store
+        .write_record(&record_write("k", None, r#"{"v":1}"#))
+        .await
+        .unwrap();
+    store
+        .write_record(&record_write("k", Some(1), r#"{"v":2}"#))
+        .await
+        .unwrap();
+    let records = store.records().await.unwrap();
+    let audit = store.audit(None, 10).await.unwrap();
+    drop(store);
+
+    let store = reopen(&path).await;
+    assert_eq!(store.records().await.unwrap(), records);
+    assert_eq!(store.audit(None, 10).await.unwrap(), audit);
+    assert_eq!(records.version, 2);
+    assert_eq!(
+        store
+            .write_record(&record_write("k", Some(1), "{}"))
+            .await
+            .unwrap(),
+        WriteOutcome::Conflict { current: Some(2) }
+    );
+    // An operator can read the trail, with when each write was made.
+    let at: String = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT at FROM audit WHERE seq = 2", [], |row| row.get(0))
+        .unwrap();
+    assert!(at.ends_with('Z'), "{at}");
 }

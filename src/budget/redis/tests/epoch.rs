@@ -1,7 +1,8 @@
 //! `tg:meta` and the store epoch: created once, adopted by every store,
 //! refused when newer, migrated when older; a Redis restarted empty fails
-//! closed, charging nothing, until an operator accepts a new epoch, while
-//! reads racing the creation of `tg:meta` do not.
+//! closed, charging nothing and never reading the admin records it lost as
+//! none, until an operator accepts a new epoch, while reads racing the
+//! creation of `tg:meta` do not.
 
 use super::*;
 
@@ -223,4 +224,37 @@ async fn reads_racing_the_creation_of_tg_meta_lose_no_epoch() {
         assert!(!store.failed_closed());
         assert_eq!(&*store.epoch().await.unwrap(), meta_field(&server, "epoch"));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_records_fail_closed_in_a_redis_restarted_empty() {
+    let mut server = RedisServer::start();
+    let store = connect(&server.url()).await;
+    let create = RecordWrite {
+        kind: RecordKind::Org,
+        id: "acme".to_owned(),
+        expect: None,
+        body: "{}".to_owned(),
+        audit: "{}".to_owned(),
+    };
+    let first = WriteOutcome::Written {
+        revision: 1,
+        version: 1,
+    };
+    assert_eq!(store.write_record(&create).await.unwrap(), first);
+    let lost = store.epoch().await.unwrap();
+
+    // Not a store without keys and orgs: one that lost them.
+    server.restart();
+    let says = format!("the Redis store epoch {lost} vanished");
+    assert_unavailable(&store.records_version().await, &says);
+    assert_unavailable(&store.records().await, &says);
+    assert_unavailable(&store.audit(None, 10).await, &says);
+    assert_unavailable(&store.write_record(&create).await, &says);
+    assert_eq!(redis_cli(server.port, &["keys", "*"]).trim(), "");
+
+    // Once an operator accepts a fresh epoch, the records start again.
+    connect(&server.url()).await.accept_epoch().await.unwrap();
+    assert_eq!(store.records_version().await.unwrap(), 0);
+    assert_eq!(store.write_record(&create).await.unwrap(), first);
 }
