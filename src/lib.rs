@@ -33,10 +33,14 @@
 //!   [`period`], [`provider`], [`body`], [`hosted`] (the tools providers
 //!   bill per use); [`prices`] prices tokens and tool uses exactly.
 //!
+//! Beside the gateway, importing from it but imported by nothing:
+//! [`admin_cli`], the `tollgate admin` client of the admin HTTP API.
+//!
 //! The fake provider the tests, demos and benchmarks use is its own crate,
 //! `tollgate-mock`, outside this library.
 
 pub mod admin;
+pub mod admin_cli;
 pub mod api;
 pub mod body;
 pub mod budget;

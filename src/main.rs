@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tollgate::budget::{self, BudgetStore};
 use tollgate::config::{hash_key, Config};
 use tollgate::gateway::Gateway;
-use tollgate::{reconcile, server, sweep};
+use tollgate::{admin_cli, reconcile, server, sweep};
 use tollgate_mock::{MockOptions, MockStats};
 
 /// `tollgate reconcile` could not tell whether the books balance.
@@ -111,6 +111,10 @@ enum AdminCommand {
         #[command(subcommand)]
         command: StoreCommand,
     },
+    /// Keys, orgs, spend, adjustments and open reservations, through the
+    /// gateway's admin API (admin key from TOLLGATE_ADMIN_KEY).
+    #[command(flatten)]
+    Api(Box<admin_cli::Command>),
 }
 
 #[derive(Subcommand)]
@@ -185,6 +189,12 @@ fn main() -> ExitCode {
                     command: StoreCommand::AcceptEpoch { config },
                 },
         } => runtime().and_then(|rt| rt.block_on(accept_epoch(&config))),
+        Command::Admin {
+            command: AdminCommand::Api(command),
+        } => runtime().and_then(|rt| {
+            rt.block_on(admin_cli::run(*command))
+                .map_err(|e| e.to_string())
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

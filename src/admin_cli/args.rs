@@ -1,0 +1,430 @@
+//! The `tollgate admin` command line: each command's arguments, and the
+//! light checks that turn a typo into a usage error (exit 2) before any
+//! request is sent. Money stays the decimal string that was typed.
+
+use clap::{Args, Subcommand};
+use serde_json::{Map, Value};
+
+use super::DEFAULT_URL;
+
+/// The periods a cap may have, as `crate::period::Period` spells them.
+const PERIODS: [&str; 5] = ["hour", "day", "week", "month", "total"];
+
+/// What spend can be grouped by.
+const SPEND_GROUPS: [&str; 5] = ["key", "org", "model", "run", "day"];
+
+/// Where the admin API is and how to print its answers; accepted anywhere
+/// after the command's name.
+#[derive(Debug, Clone, Args)]
+pub struct Options {
+    /// The gateway's admin address (its main listener unless
+    /// `server.admin_listen` moves the admin routes).
+    #[arg(
+        long,
+        global = true,
+        env = "TOLLGATE_ADMIN_URL",
+        default_value = DEFAULT_URL,
+        value_parser = base_url,
+        display_order = 900
+    )]
+    pub url: http::Uri,
+    /// Print the API's JSON answer as it came (pretty), for scripts.
+    #[arg(long, global = true, display_order = 901)]
+    pub json: bool,
+}
+
+/// The admin API's commands. The admin key comes from `TOLLGATE_ADMIN_KEY`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Gateway keys: create, list, show, change, disable, rotate, delete.
+    Keys {
+        #[command(flatten)]
+        options: Options,
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+    /// Orgs: caps shared by all of their keys.
+    Orgs {
+        #[command(flatten)]
+        options: Options,
+        #[command(subcommand)]
+        command: OrgsCommand,
+    },
+    /// Spend, tokens and calls, grouped by key, org, model, run or day.
+    Spend {
+        #[command(flatten)]
+        options: Options,
+        #[command(flatten)]
+        query: SpendQuery,
+    },
+    /// Charge or refund a key by hand, with a note (a ledger entry).
+    Adjust {
+        #[command(flatten)]
+        options: Options,
+        #[command(flatten)]
+        adjustment: Adjustment,
+    },
+    /// The calls holding money right now: open reservations.
+    Reservations {
+        #[command(flatten)]
+        options: Options,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key and print its secret (shown this once only).
+    Create(NewKey),
+    /// List keys with their budgets, a page at a time (or --all).
+    List(KeyList),
+    /// Show one key with its budget in the current period.
+    Show {
+        /// The key's id.
+        id: String,
+    },
+    /// Change a key's cap, period, models, expiry or metadata.
+    #[command(override_usage = "tollgate admin keys set <ID> [OPTIONS]  (at least one change)")]
+    Set(KeyUpdate),
+    /// Refuse the key's calls until it is enabled again.
+    Disable {
+        /// The key's id.
+        id: String,
+    },
+    /// Accept the key's calls again.
+    Enable {
+        /// The key's id.
+        id: String,
+    },
+    /// Give the key a new secret; the old one stops working at once.
+    Rotate {
+        /// The key's id.
+        id: String,
+    },
+    /// Delete the key; it stops working at once, its ledger stays.
+    Delete {
+        /// The key's id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct NewKey {
+    /// The key's id (default: the server picks one).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// The org whose cap the key also counts against.
+    #[arg(long)]
+    pub org: Option<String>,
+    /// The cap in USD per period, a decimal such as 25.00.
+    #[arg(long, value_parser = usd)]
+    pub cap_usd: String,
+    /// How long the cap lasts before it starts again from zero.
+    #[arg(long, value_parser = PERIODS)]
+    pub period: String,
+    /// Model globs the key may call, comma-separated (default: every model).
+    #[arg(long, value_delimiter = ',')]
+    pub models: Option<Vec<String>>,
+    /// When the key stops working, RFC 3339 (2026-12-31T23:59:59Z).
+    #[arg(long, value_parser = rfc3339)]
+    pub expires_at: Option<String>,
+    /// A JSON object kept with the key, e.g. '{"team":"search"}'.
+    #[arg(long, value_parser = json_object)]
+    pub metadata: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyList {
+    /// Only the keys of this org.
+    #[arg(long)]
+    pub org: Option<String>,
+    #[command(flatten)]
+    pub page: Page,
+}
+
+/// Which page of a list to read.
+#[derive(Debug, Args)]
+pub struct Page {
+    /// Entries per page (the server's default is 100, at most 1000).
+    #[arg(long)]
+    pub limit: Option<u32>,
+    /// Start after this id: the `next` of the page before.
+    #[arg(long, conflicts_with = "all")]
+    pub after: Option<String>,
+    /// Follow `next` page after page until the list ends.
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyUpdate {
+    /// The key's id.
+    pub id: String,
+    #[command(flatten)]
+    pub change: KeyChange,
+}
+
+/// What `keys set` changes: at least one of these.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = true)]
+pub struct KeyChange {
+    /// The new cap in USD per period; it applies from the next call.
+    #[arg(long, value_parser = usd)]
+    pub cap_usd: Option<String>,
+    /// How long the cap lasts before it starts again from zero.
+    #[arg(long, value_parser = PERIODS)]
+    pub period: Option<String>,
+    /// The model globs the key may call, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub models: Option<Vec<String>>,
+    /// When the key stops working, RFC 3339.
+    #[arg(long, value_parser = rfc3339, conflicts_with = "no_expiry")]
+    pub expires_at: Option<String>,
+    /// The key never expires.
+    #[arg(long)]
+    pub no_expiry: bool,
+    /// A JSON object kept with the key; replaces the one it had.
+    #[arg(long, value_parser = json_object)]
+    pub metadata: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OrgsCommand {
+    /// Create an org with its own cap.
+    Create(NewOrg),
+    /// List orgs with their budgets, a page at a time (or --all).
+    List(Page),
+    /// Show one org with its budget in the current period.
+    Show {
+        /// The org's id.
+        id: String,
+    },
+    /// Change an org's cap or period.
+    #[command(override_usage = "tollgate admin orgs set <ID> [OPTIONS]  (at least one change)")]
+    Set(OrgUpdate),
+    /// Delete an org that has no keys left.
+    Delete {
+        /// The org's id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct NewOrg {
+    /// The org's id.
+    #[arg(long)]
+    pub id: String,
+    /// The cap in USD per period, a decimal such as 500.00.
+    #[arg(long, value_parser = usd)]
+    pub cap_usd: String,
+    /// How long the cap lasts before it starts again from zero.
+    #[arg(long, value_parser = PERIODS)]
+    pub period: String,
+}
+
+#[derive(Debug, Args)]
+pub struct OrgUpdate {
+    /// The org's id.
+    pub id: String,
+    #[command(flatten)]
+    pub change: OrgChange,
+}
+
+/// What `orgs set` changes: at least one of these.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = true)]
+pub struct OrgChange {
+    /// The new cap in USD per period.
+    #[arg(long, value_parser = usd)]
+    pub cap_usd: Option<String>,
+    /// How long the cap lasts before it starts again from zero.
+    #[arg(long, value_parser = PERIODS)]
+    pub period: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SpendQuery {
+    /// One row per key, org, model, agent run or day.
+    #[arg(long, value_parser = SPEND_GROUPS)]
+    pub group_by: String,
+    /// Only this key's spend.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Only this org's spend.
+    #[arg(long)]
+    pub org: Option<String>,
+    /// The first day counted, e.g. 2026-11-01.
+    #[arg(long)]
+    pub from: Option<String>,
+    /// The last day counted.
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Print the API's CSV as it came.
+    #[arg(long, conflicts_with = "json")]
+    pub csv: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct Adjustment {
+    /// The key whose spend moves (and its org's).
+    #[arg(long)]
+    pub key: String,
+    /// USD added to the spend in the current period; negative to refund,
+    /// e.g. -0.25.
+    #[arg(long, allow_negative_numbers = true, value_parser = signed_usd)]
+    pub amount_usd: String,
+    /// Why: kept in the ledger entry.
+    #[arg(long)]
+    pub note: String,
+}
+
+// === argument checks ===
+
+/// An `http` or `https` URL with a host.
+fn base_url(text: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e| format!("not a URL like {DEFAULT_URL}: {e}"))?;
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http" | "https"), Some(_)) => Ok(uri),
+        _ => Err(format!("not an http(s) URL like {DEFAULT_URL}")),
+    }
+}
+
+/// A non-negative decimal USD amount, passed on as typed.
+fn usd(text: &str) -> Result<String, String> {
+    crate::money::parse_usd(text)
+        .map(|_| text.trim().to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// A decimal USD amount that may be negative, passed on as typed.
+fn signed_usd(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    usd(text.strip_prefix('-').unwrap_or(text)).map(|_| text.to_owned())
+}
+
+fn rfc3339(text: &str) -> Result<String, String> {
+    chrono::DateTime::parse_from_rfc3339(text.trim())
+        .map(|_| text.trim().to_owned())
+        .map_err(|e| format!("not an RFC 3339 time like 2026-12-31T23:59:59Z: {e}"))
+}
+
+fn json_object(text: &str) -> Result<Map<String, Value>, String> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(object)) => Ok(object),
+        Ok(_) => Err("not a JSON object like '{\"team\":\"search\"}'".to_owned()),
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("admin").chain(args.iter().copied()))
+            .map(|cli| cli.command)
+    }
+
+    #[test]
+    fn the_periods_offered_are_the_gateways_periods() {
+        for period in PERIODS {
+            let parsed: crate::period::Period = period.parse().unwrap();
+            assert_eq!(parsed.as_str(), period);
+        }
+    }
+
+    #[test]
+    fn options_are_accepted_after_the_subcommand() {
+        let command = parse(&[
+            "keys",
+            "list",
+            "--all",
+            "--json",
+            "--url",
+            "http://10.0.0.1:9000",
+        ])
+        .unwrap();
+        let Command::Keys { options, command } = command else {
+            panic!("{command:?}");
+        };
+        assert!(options.json);
+        assert_eq!(options.url.to_string(), "http://10.0.0.1:9000/");
+        assert!(matches!(
+            command,
+            KeysCommand::List(KeyList {
+                page: Page { all: true, .. },
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn money_is_checked_lightly_and_passed_on_as_typed() {
+        let command = parse(&[
+            "adjust",
+            "--key",
+            "alice",
+            "--amount-usd",
+            "-0.25",
+            "--note",
+            "refund",
+        ])
+        .unwrap();
+        let Command::Adjust { adjustment, .. } = command else {
+            panic!("{command:?}");
+        };
+        assert_eq!(adjustment.amount_usd, "-0.25");
+        for bad in ["25$", "-1", "1e3", "0.0000001"] {
+            let error = parse(&["keys", "create", "--cap-usd", bad, "--period", "day"]);
+            assert!(error.is_err(), "{bad} was accepted");
+        }
+        assert!(parse(&[
+            "keys",
+            "create",
+            "--cap-usd",
+            "25.00",
+            "--period",
+            "fortnight"
+        ])
+        .is_err());
+    }
+
+    #[test]
+    fn keys_set_needs_a_change_and_one_expiry() {
+        assert!(parse(&["keys", "set", "alice"]).is_err());
+        assert!(parse(&[
+            "keys",
+            "set",
+            "alice",
+            "--expires-at",
+            "2026-12-31T00:00:00Z",
+            "--no-expiry"
+        ])
+        .is_err());
+        assert!(parse(&["keys", "set", "alice", "--no-expiry"]).is_ok());
+        assert!(parse(&["keys", "set", "alice", "--metadata", "[1]"]).is_err());
+        assert!(parse(&["orgs", "set", "acme"]).is_err());
+    }
+
+    #[test]
+    fn csv_and_json_do_not_mix() {
+        assert!(parse(&["spend", "--group-by", "day", "--csv", "--json"]).is_err());
+        assert!(parse(&["spend", "--group-by", "week"]).is_err());
+        assert!(parse(&["spend", "--group-by", "model", "--csv"]).is_ok());
+    }
+
+    #[test]
+    fn a_url_must_be_http() {
+        assert!(parse(&["reservations", "--url", "ftp://x"]).is_err());
+        assert!(parse(&["reservations", "--url", "localhost"]).is_err());
+        assert!(parse(&["reservations", "--url", "https://gw.example/admin-proxy"]).is_ok());
+    }
+}

@@ -1,0 +1,411 @@
+//! Each admin command as the request the admin API expects (method, path,
+//! query, JSON body), built without I/O so tests can read it; and that
+//! request as HTTP, with the admin key, under the base URL.
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Uri};
+use http_body_util::Full;
+use serde_json::{Map, Value};
+
+use super::{Adjustment, KeyList, KeyUpdate, NewKey, NewOrg, OrgUpdate, Page, SpendQuery};
+use crate::config::Secret;
+
+/// Where every admin route lives.
+const PREFIX: &str = "/admin/v1";
+
+/// One call to the admin API.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ApiRequest {
+    pub method: Method,
+    /// Under the base URL, e.g. `/admin/v1/keys/alice`; ids percent-encoded.
+    pub path: String,
+    /// Unencoded; encoded by [`ApiRequest::path_and_query`].
+    pub query: Vec<(&'static str, String)>,
+    pub body: Option<Value>,
+}
+
+impl ApiRequest {
+    fn new(method: Method, path: String) -> Self {
+        ApiRequest {
+            method,
+            path,
+            query: Vec::new(),
+            body: None,
+        }
+    }
+
+    fn query(mut self, name: &'static str, value: Option<impl ToString>) -> Self {
+        if let Some(value) = value {
+            self.query.push((name, value.to_string()));
+        }
+        self
+    }
+
+    fn json(mut self, body: Map<String, Value>) -> Self {
+        self.body = Some(Value::Object(body));
+        self
+    }
+
+    /// The same list request for the page after `id`.
+    pub fn after(&self, id: &str) -> ApiRequest {
+        let mut next = self.clone();
+        next.query.retain(|(name, _)| *name != "after");
+        next.query.push(("after", id.to_owned()));
+        next
+    }
+
+    /// `GET /admin/v1/keys?org=acme`: the path with its query, encoded.
+    pub fn path_and_query(&self) -> String {
+        let mut text = self.path.clone();
+        for (at, (name, value)) in self.query.iter().enumerate() {
+            text.push(if at == 0 { '?' } else { '&' });
+            text.push_str(name);
+            text.push('=');
+            text.push_str(&encode(value));
+        }
+        text
+    }
+
+    /// The HTTP request to the API at `base` (which may carry a path
+    /// prefix, e.g. behind a reverse proxy), carrying the admin key.
+    pub fn to_http(
+        &self,
+        base: &Uri,
+        admin_key: &Secret,
+    ) -> Result<Request<Full<Bytes>>, http::Error> {
+        let prefix = base.path().trim_end_matches('/');
+        let mut parts = base.clone().into_parts();
+        parts.path_and_query = Some(format!("{prefix}{}", self.path_and_query()).parse()?);
+        let body = match &self.body {
+            Some(json) => Bytes::from(json.to_string()),
+            None => Bytes::new(),
+        };
+        let mut authorization = HeaderValue::try_from(format!("Bearer {}", admin_key.expose()))?;
+        authorization.set_sensitive(true);
+        let mut request = Request::builder()
+            .method(self.method.clone())
+            .uri(Uri::from_parts(parts)?)
+            .header(header::AUTHORIZATION, authorization)
+            .header(
+                header::USER_AGENT,
+                concat!("tollgate-admin/", env!("CARGO_PKG_VERSION")),
+            );
+        if self.body.is_some() {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        request.body(Full::new(body))
+    }
+}
+
+// === one builder per command ===
+
+fn collection(name: &str) -> String {
+    format!("{PREFIX}/{name}")
+}
+
+fn item(collection: &str, id: &str) -> String {
+    format!("{PREFIX}/{collection}/{}", encode(id))
+}
+
+/// `POST /admin/v1/keys`, with only the fields given.
+pub(crate) fn create_key(new: &NewKey) -> ApiRequest {
+    let mut body = Map::new();
+    put(&mut body, "id", new.id.clone());
+    put(&mut body, "org", new.org.clone());
+    body.insert("cap_usd".to_owned(), new.cap_usd.clone().into());
+    body.insert("period".to_owned(), new.period.clone().into());
+    put(&mut body, "models", new.models.as_deref().map(models));
+    put(&mut body, "expires_at", new.expires_at.clone());
+    put(&mut body, "metadata", new.metadata.clone());
+    ApiRequest::new(Method::POST, collection("keys")).json(body)
+}
+
+pub(crate) fn list_keys(list: &KeyList) -> ApiRequest {
+    page(
+        ApiRequest::new(Method::GET, collection("keys")).query("org", list.org.as_ref()),
+        &list.page,
+    )
+}
+
+pub(crate) fn list_orgs(page_args: &Page) -> ApiRequest {
+    page(ApiRequest::new(Method::GET, collection("orgs")), page_args)
+}
+
+fn page(request: ApiRequest, page: &Page) -> ApiRequest {
+    request
+        .query("limit", page.limit)
+        .query("after", page.after.as_ref())
+}
+
+/// `GET` one key or org.
+pub(crate) fn show(collection: &str, id: &str) -> ApiRequest {
+    ApiRequest::new(Method::GET, item(collection, id))
+}
+
+/// `PATCH /admin/v1/keys/{id}` with the changed fields; `--no-expiry`
+/// sends `"expires_at": null`.
+pub(crate) fn update_key(update: &KeyUpdate) -> ApiRequest {
+    let change = &update.change;
+    let mut body = Map::new();
+    put(&mut body, "cap_usd", change.cap_usd.clone());
+    put(&mut body, "period", change.period.clone());
+    put(&mut body, "models", change.models.as_deref().map(models));
+    if change.no_expiry {
+        body.insert("expires_at".to_owned(), Value::Null);
+    } else {
+        put(&mut body, "expires_at", change.expires_at.clone());
+    }
+    put(&mut body, "metadata", change.metadata.clone());
+    ApiRequest::new(Method::PATCH, item("keys", &update.id)).json(body)
+}
+
+/// `keys disable` and `keys enable`.
+pub(crate) fn set_disabled(id: &str, disabled: bool) -> ApiRequest {
+    let mut body = Map::new();
+    body.insert("disabled".to_owned(), disabled.into());
+    ApiRequest::new(Method::PATCH, item("keys", id)).json(body)
+}
+
+pub(crate) fn rotate_key(id: &str) -> ApiRequest {
+    ApiRequest::new(Method::POST, format!("{}/rotate", item("keys", id)))
+}
+
+pub(crate) fn delete(collection: &str, id: &str) -> ApiRequest {
+    ApiRequest::new(Method::DELETE, item(collection, id))
+}
+
+pub(crate) fn create_org(new: &NewOrg) -> ApiRequest {
+    let mut body = Map::new();
+    body.insert("id".to_owned(), new.id.clone().into());
+    body.insert("cap_usd".to_owned(), new.cap_usd.clone().into());
+    body.insert("period".to_owned(), new.period.clone().into());
+    ApiRequest::new(Method::POST, collection("orgs")).json(body)
+}
+
+pub(crate) fn update_org(update: &OrgUpdate) -> ApiRequest {
+    let mut body = Map::new();
+    put(&mut body, "cap_usd", update.change.cap_usd.clone());
+    put(&mut body, "period", update.change.period.clone());
+    ApiRequest::new(Method::PATCH, item("orgs", &update.id)).json(body)
+}
+
+pub(crate) fn spend(query: &SpendQuery) -> ApiRequest {
+    ApiRequest::new(Method::GET, collection("spend"))
+        .query("group_by", Some(&query.group_by))
+        .query("key", query.key.as_ref())
+        .query("org", query.org.as_ref())
+        .query("from", query.from.as_ref())
+        .query("to", query.to.as_ref())
+        .query("format", query.csv.then_some("csv"))
+}
+
+pub(crate) fn adjust(adjustment: &Adjustment) -> ApiRequest {
+    let mut body = Map::new();
+    body.insert("key".to_owned(), adjustment.key.clone().into());
+    body.insert(
+        "amount_usd".to_owned(),
+        adjustment.amount_usd.clone().into(),
+    );
+    body.insert("note".to_owned(), adjustment.note.clone().into());
+    ApiRequest::new(Method::POST, collection("adjustments")).json(body)
+}
+
+pub(crate) fn reservations() -> ApiRequest {
+    ApiRequest::new(Method::GET, collection("reservations"))
+}
+
+/// Sets `field` when a value was given.
+fn put(body: &mut Map<String, Value>, field: &str, value: Option<impl Into<Value>>) {
+    if let Some(value) = value {
+        body.insert(field.to_owned(), value.into());
+    }
+}
+
+/// `--models 'gpt-4o*, claude-*'` as a list, spaces and empty items dropped.
+fn models(globs: &[String]) -> Value {
+    globs
+        .iter()
+        .map(|glob| glob.trim())
+        .filter(|glob| !glob.is_empty())
+        .map(|glob| Value::from(glob.to_owned()))
+        .collect()
+}
+
+/// Percent-encodes all but RFC 3986's unreserved characters, for a path
+/// segment or a query value.
+fn encode(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{KeyChange, OrgChange};
+    use super::*;
+    use serde_json::json;
+
+    fn new_key() -> NewKey {
+        NewKey {
+            id: None,
+            org: None,
+            cap_usd: "25.00".to_owned(),
+            period: "day".to_owned(),
+            models: None,
+            expires_at: None,
+            metadata: None,
+        }
+    }
+
+    fn no_change() -> KeyChange {
+        KeyChange {
+            cap_usd: None,
+            period: None,
+            models: None,
+            expires_at: None,
+            no_expiry: false,
+            metadata: None,
+        }
+    }
+
+    #[test]
+    fn a_new_key_sends_money_as_a_string_and_only_the_fields_given() {
+        let request = create_key(&new_key());
+        assert_eq!(request.method, Method::POST);
+        assert_eq!(request.path_and_query(), "/admin/v1/keys");
+        assert_eq!(
+            request.body,
+            Some(json!({"cap_usd": "25.00", "period": "day"}))
+        );
+
+        let mut metadata = Map::new();
+        metadata.insert("team".to_owned(), "search".into());
+        let full = NewKey {
+            id: Some("alice".to_owned()),
+            org: Some("acme".to_owned()),
+            models: Some(vec![
+                "gpt-4o*".to_owned(),
+                " claude-*".to_owned(),
+                String::new(),
+            ]),
+            expires_at: Some("2026-12-31T23:59:59Z".to_owned()),
+            metadata: Some(metadata),
+            ..new_key()
+        };
+        assert_eq!(
+            create_key(&full).body,
+            Some(json!({
+                "id": "alice", "org": "acme", "cap_usd": "25.00", "period": "day",
+                "models": ["gpt-4o*", "claude-*"],
+                "expires_at": "2026-12-31T23:59:59Z",
+                "metadata": {"team": "search"},
+            }))
+        );
+    }
+
+    #[test]
+    fn a_key_update_patches_what_changed_and_no_expiry_is_null() {
+        let update = KeyUpdate {
+            id: "alice".to_owned(),
+            change: KeyChange {
+                cap_usd: Some("30".to_owned()),
+                no_expiry: true,
+                ..no_change()
+            },
+        };
+        let request = update_key(&update);
+        assert_eq!(request.method, Method::PATCH);
+        assert_eq!(request.path, "/admin/v1/keys/alice");
+        assert_eq!(
+            request.body,
+            Some(json!({"cap_usd": "30", "expires_at": null}))
+        );
+        assert_eq!(
+            set_disabled("alice", true).body,
+            Some(json!({"disabled": true}))
+        );
+        let org = update_org(&OrgUpdate {
+            id: "acme".to_owned(),
+            change: OrgChange {
+                cap_usd: None,
+                period: Some("month".to_owned()),
+            },
+        });
+        assert_eq!(org.path, "/admin/v1/orgs/acme");
+        assert_eq!(org.body, Some(json!({"period": "month"})));
+    }
+
+    #[test]
+    fn ids_and_query_values_are_percent_encoded() {
+        assert_eq!(rotate_key("a/b c").path, "/admin/v1/keys/a%2Fb%20c/rotate");
+        let request = spend(&SpendQuery {
+            group_by: "day".to_owned(),
+            key: Some("alice".to_owned()),
+            org: None,
+            from: Some("2026-11-01T00:00:00+01:00".to_owned()),
+            to: None,
+            csv: true,
+        });
+        assert_eq!(
+            request.path_and_query(),
+            "/admin/v1/spend?group_by=day&key=alice&from=2026-11-01T00%3A00%3A00%2B01%3A00&format=csv"
+        );
+    }
+
+    #[test]
+    fn the_next_page_replaces_after() {
+        let list = KeyList {
+            org: Some("acme".to_owned()),
+            page: Page {
+                limit: Some(2),
+                after: Some("a".to_owned()),
+                all: false,
+            },
+        };
+        let first = list_keys(&list);
+        assert_eq!(
+            first.path_and_query(),
+            "/admin/v1/keys?org=acme&limit=2&after=a"
+        );
+        assert_eq!(
+            first.after("c").path_and_query(),
+            "/admin/v1/keys?org=acme&limit=2&after=c"
+        );
+    }
+
+    #[test]
+    fn the_http_request_carries_the_admin_key_under_the_base_path() {
+        let key = Secret::new("admin-secret".to_owned());
+        let base: Uri = "https://gw.example:8443/tollgate/".parse().unwrap();
+        let adjustment = Adjustment {
+            key: "alice".to_owned(),
+            amount_usd: "-0.25".to_owned(),
+            note: "refund".to_owned(),
+        };
+        let http = adjust(&adjustment).to_http(&base, &key).unwrap();
+        assert_eq!(
+            http.uri().to_string(),
+            "https://gw.example:8443/tollgate/admin/v1/adjustments"
+        );
+        assert_eq!(http.method(), Method::POST);
+        assert_eq!(http.headers()[header::AUTHORIZATION], "Bearer admin-secret");
+        assert!(http.headers()[header::AUTHORIZATION].is_sensitive());
+        assert_eq!(http.headers()[header::CONTENT_TYPE], "application/json");
+
+        let http = reservations()
+            .to_http(&"http://127.0.0.1:8080".parse().unwrap(), &key)
+            .unwrap();
+        assert_eq!(
+            http.uri().to_string(),
+            "http://127.0.0.1:8080/admin/v1/reservations"
+        );
+        assert!(!http.headers().contains_key(header::CONTENT_TYPE));
+    }
+}
