@@ -58,6 +58,16 @@ impl Checker<'_> {
         let prices = self.prices(raw.prices.file.as_deref())?;
         let providers = self.providers(&raw.providers)?;
         let orgs = self.orgs(&raw.orgs)?;
+        // Keys may all come from the admin API; without one, an empty
+        // list is a config no client could ever call through.
+        if raw.keys.is_empty() && server.admin_key.is_none() {
+            return Err(self.invalid(
+                "keys",
+                "no [[keys]] configured and no admin key to make keys with: no client could \
+                 call the gateway (hash a key with `tollgate hash-key KEY`, or set the admin \
+                 key's variable, server.admin_key_env)",
+            ));
+        }
         let keys = self.keys(&raw.keys, &orgs)?;
         Ok(Config {
             server,
@@ -365,13 +375,6 @@ impl Checker<'_> {
     }
 
     fn keys(&self, raw: &[RawKey], orgs: &[OrgConfig]) -> Result<Vec<KeyConfig>, ConfigError> {
-        if raw.is_empty() {
-            return Err(self.invalid(
-                "keys",
-                "no [[keys]] configured: no client could call the gateway \
-                 (hash a key with `tollgate hash-key KEY`)",
-            ));
-        }
         let mut ids = HashSet::new();
         let mut hashes: HashMap<[u8; 32], &str> = HashMap::new();
         let mut keys = Vec::with_capacity(raw.len());

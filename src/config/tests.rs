@@ -338,6 +338,9 @@ fn missing_keys_and_providers_are_rejected() {
     let no_keys = base().split("[[keys]]").next().unwrap().to_owned();
     let message = load(&no_keys).unwrap_err().to_string();
     assert!(message.starts_with("test.toml: keys: "), "{message}");
+    // With an admin key, every key may come from the admin API.
+    let config = load_with(&no_keys, &[("TOLLGATE_ADMIN_KEY", "admin")]).unwrap();
+    assert!(config.keys.is_empty());
     let message =
         load("[[keys]]\nid = \"a\"\nkey_env = \"BOB_KEY\"\ncap_usd = \"1\"\nperiod = \"day\"\n")
             .unwrap_err()
@@ -655,7 +658,7 @@ fn the_admin_key_may_be_given_as_its_digest_and_the_admin_routes_their_own_addre
         &format!("[server]\nadmin_key_sha256 = \"{digest}\"\nadmin_listen = \"127.0.0.1:9099\""),
         1,
     );
-    let config = load_with(&text, &[]).unwrap();
+    let config = load_with(&text, &[("BOB_KEY", "bob-raw-key")]).unwrap();
     assert_eq!(config.server.admin_key, Some(hash_key("admin-secret")));
     assert_eq!(
         config.server.admin_listen,
