@@ -445,3 +445,104 @@ async fn lists_page_and_the_audit_keeps_every_change_without_secrets() {
         assert!(!all.contains(secret.as_str()));
     }
 }
+
+/// `tollgate admin …` against this gateway: its exit status and output.
+fn cli(h: &Harness, args: &[&str]) -> (bool, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("admin")
+        .args(args)
+        .args(["--url", &h.url])
+        .env("TOLLGATE_ADMIN_KEY", ADMIN)
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_command_line_drives_the_api() {
+    let h = gateway().await;
+    let h = &h;
+    let (ok, out) = tokio::task::block_in_place(|| {
+        cli(
+            h,
+            &[
+                "orgs",
+                "create",
+                "--id",
+                "cli-org",
+                "--cap-usd",
+                "3.00",
+                "--period",
+                "month",
+            ],
+        )
+    });
+    assert!(ok, "{out}");
+    let (ok, out) = tokio::task::block_in_place(|| {
+        cli(
+            h,
+            &[
+                "keys",
+                "create",
+                "--id",
+                "cli-key",
+                "--org",
+                "cli-org",
+                "--cap-usd",
+                "1.50",
+                "--period",
+                "day",
+                "--json",
+            ],
+        )
+    });
+    assert!(ok, "{out}");
+    let made: Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{out}"));
+    let secret = made["secret"].as_str().unwrap().to_owned();
+    assert_eq!(call(h, &secret).await, StatusCode::OK);
+
+    let (ok, out) = tokio::task::block_in_place(|| cli(h, &["keys", "list"]));
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("cli-key") && out.contains("alice") && out.contains("1.500000"),
+        "{out}"
+    );
+    let (ok, out) = tokio::task::block_in_place(|| cli(h, &["keys", "disable", "cli-key"]));
+    assert!(ok, "{out}");
+    assert_eq!(call(h, &secret).await, StatusCode::UNAUTHORIZED);
+    let (ok, out) = tokio::task::block_in_place(|| cli(h, &["keys", "enable", "cli-key"]));
+    assert!(ok, "{out}");
+    let (ok, out) =
+        tokio::task::block_in_place(|| cli(h, &["keys", "set", "cli-key", "--cap-usd", "2.00"]));
+    assert!(ok, "{out}");
+    let (_, shown) = admin(h, "GET", "/admin/v1/keys/cli-key", None).await;
+    assert_eq!(shown["cap_usd_micros"], 2_000_000);
+    assert_eq!(shown["disabled"], false);
+    let (ok, out) =
+        tokio::task::block_in_place(|| cli(h, &["keys", "rotate", "cli-key", "--json"]));
+    assert!(ok, "{out}");
+    let rotated: Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{out}"));
+    assert_eq!(call(h, &secret).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        call(h, rotated["secret"].as_str().unwrap()).await,
+        StatusCode::OK
+    );
+
+    // A refused change exits 1 and says why.
+    let (ok, out) =
+        tokio::task::block_in_place(|| cli(h, &["keys", "set", "alice", "--cap-usd", "2.00"]));
+    assert!(!ok, "{out}");
+    assert!(out.contains("config_managed"), "{out}");
+    let (ok, out) = tokio::task::block_in_place(|| cli(h, &["orgs", "delete", "cli-org"]));
+    assert!(!ok && out.contains("org_has_keys"), "{out}");
+    let (ok, out) = tokio::task::block_in_place(|| cli(h, &["keys", "delete", "cli-key"]));
+    assert!(ok, "{out}");
+    let (ok, out) = tokio::task::block_in_place(|| cli(h, &["orgs", "delete", "cli-org"]));
+    assert!(ok, "{out}");
+}

@@ -3,7 +3,7 @@
 //! version that every change moves on, and an audit trail of the changes.
 //!
 //! The store knows nothing of what a document says: the control plane
-//! (`crate::directory`, `crate::admin`) reads and writes them. What the
+//! (the directory and the admin API) reads and writes them. What the
 //! store promises is the one thing that needs its atomicity: a write
 //! applies only if the document is still at the revision the writer read
 //! (or still absent, for a new id), and bumps the version and appends the
