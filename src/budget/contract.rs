@@ -3,7 +3,8 @@
 //! through a [`Fixture`] that controls the store's clock.
 //!
 //! After every case the books must balance: per scope and period,
-//! `counter == folded + Σ ledger actual + Σ open reservations`.
+//! `counter == folded + Σ ledger actual + Σ open reservations` (adjustment
+//! entries included).
 //!
 //! Backends: the memory store, the SQLite store on a file of its own,
 //! Redis on 127.0.0.1:6379 (always running where the tests run), and a
@@ -14,6 +15,7 @@
 
 mod cases;
 mod claims;
+mod control;
 mod expiry;
 mod redis_fixture;
 
@@ -34,6 +36,7 @@ use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
 use cases::*;
 use claims::*;
+use control::*;
 use expiry::*;
 use redis_fixture::{cluster_fixture, redis_fixture};
 
@@ -209,6 +212,13 @@ macro_rules! contract_tests {
             settled_claim_is_reserved_and_charged_again,
             expired_claim_is_reserved_again,
             denied_claim_is_evaluated_afresh,
+            a_refund_moves_key_and_org_down_and_balances,
+            a_credit_is_charged_even_past_the_cap,
+            a_refund_larger_than_spent_is_refused_naming_the_scope,
+            adjust_retry_changes_nothing_and_returns_the_first_outcome,
+            adjustments_past_2_to_the_53_are_refused_alike,
+            adjustments_are_remembered_for_the_retry_horizon_only,
+            open_holds_lists_open_reservations_oldest_first,
             );
             mod release {
                 use super::*;

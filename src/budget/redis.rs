@@ -8,10 +8,10 @@
 //! | key              | type   | holds |
 //! |------------------|--------|-------|
 //! | `tg:{T}:spend`   | hash   | `<kind>:<id>:<period id>` committed (spent + reserved), `…:r` its reserved part, `…:f` its folded ledger sum, `folds` the trim count, `epoch` the store epoch the books were written under |
-//! | `tg:{T}:res`     | hash   | exec id → reservation record (JSON); `claim:<claim>` → the exec id holding that idempotency claim |
+//! | `tg:{T}:res`     | hash   | exec id → reservation record (JSON); `claim:<claim>` → the exec id holding that idempotency claim; `adj:<exec id>` → an applied adjustment's record |
 //! | `tg:{T}:pending` | zset   | open exec ids by deadline |
-//! | `tg:{T}:closed`  | zset   | closed exec ids by when their record may be forgotten |
-//! | `tg:{T}:ledger`  | stream | one entry per settle or expiry |
+//! | `tg:{T}:closed`  | zset   | closed exec ids (and `adj:<exec id>`s) by when their record may be forgotten |
+//! | `tg:{T}:ledger`  | stream | one entry per settle, expiry or adjustment |
 //!
 //! One more key lies outside every tag: `tg:meta`, the layout version and
 //! the store epoch. A Redis restarted without its data has lost both, and
@@ -43,6 +43,7 @@
 
 mod books;
 mod connection;
+mod control;
 mod meta;
 mod scripts;
 #[cfg(test)]

@@ -15,13 +15,31 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 /// The schema this binary writes. A file with a lower version is upgraded
 /// in place by [`MIGRATIONS`]; a file with a higher one is refused.
-pub(super) const SCHEMA_VERSION: u32 = 1;
+pub(super) const SCHEMA_VERSION: u32 = 2;
 
 /// The statements that take a file from version `i + 1` to `i + 2`, in
-/// order; empty while version 1 is the only one.
-const MIGRATIONS: &[&str] = &[];
+/// order. [`CREATE`] makes the latest version at once, so each step's
+/// change is also written into it.
+const MIGRATIONS: &[&str] = &[ADJUSTMENTS];
 
-/// Version 1, created on an empty file.
+/// Operators' adjustments: the ledger keeps each one's note, and
+/// `adjustments` remembers those applied, for retries (also in
+/// [`CREATE`]).
+const ADJUSTMENTS: &str = "
+ALTER TABLE ledger ADD COLUMN note TEXT;
+CREATE TABLE adjustments (
+    exec_id              TEXT    PRIMARY KEY,
+    key_id               TEXT    NOT NULL,
+    org_id               TEXT,
+    key_period_id        TEXT    NOT NULL,
+    org_period_id        TEXT,
+    key_spent_usd_micros INTEGER NOT NULL,   -- the key's spent right after it
+    forget_at            INTEGER NOT NULL    -- Unix milliseconds
+) WITHOUT ROWID;
+CREATE INDEX adjustments_by_forget_at ON adjustments (forget_at);
+";
+
+/// The latest version, created on an empty file.
 const CREATE: &str = "
 CREATE TABLE meta (
     name  TEXT PRIMARY KEY,
@@ -78,8 +96,9 @@ CREATE TABLE claims (
     exec_id TEXT NOT NULL
 ) WITHOUT ROWID;
 
--- One row per settled, expired or late entry: what moved the counters of
--- the key (in `key_period_id`) and of its org (in `org_period_id`).
+-- One row per settled, expired, late or adjustment entry: what moved the
+-- counters of the key (in `key_period_id`) and of its org (in
+-- `org_period_id`).
 CREATE TABLE ledger (
     seq                 INTEGER PRIMARY KEY,
     exec_id             TEXT    NOT NULL,
@@ -93,12 +112,26 @@ CREATE TABLE ledger (
     tool_calls          TEXT,               -- JSON, e.g. {\"web_search\": 2}
     reserved_usd_micros INTEGER NOT NULL,
     actual_usd_micros   INTEGER NOT NULL,
-    status              TEXT    NOT NULL,   -- ok | overrun | estimated | late | expired
+    status              TEXT    NOT NULL,   -- ok | overrun | estimated | late | expired | adjustment
     at                  TEXT    NOT NULL,   -- RFC 3339 UTC, milliseconds
     key_period_id       TEXT    NOT NULL,
-    org_period_id       TEXT
+    org_period_id       TEXT,
+    note                TEXT                -- an adjustment's note
 );
 CREATE INDEX ledger_by_time ON ledger (at);
+
+-- One row per operator adjustment applied, kept as long as a retry of it
+-- can arrive: its first answer.
+CREATE TABLE adjustments (
+    exec_id              TEXT    PRIMARY KEY,
+    key_id               TEXT    NOT NULL,
+    org_id               TEXT,
+    key_period_id        TEXT    NOT NULL,
+    org_period_id        TEXT,
+    key_spent_usd_micros INTEGER NOT NULL,   -- the key's spent right after it
+    forget_at            INTEGER NOT NULL    -- Unix milliseconds
+) WITHOUT ROWID;
+CREATE INDEX adjustments_by_forget_at ON adjustments (forget_at);
 ";
 
 /// Why the store's file could not be opened.
@@ -431,6 +464,73 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(tables, ["from_three", "from_two"]);
+    }
+
+    #[test]
+    fn every_version_after_the_first_has_its_migration() {
+        assert_eq!(MIGRATIONS.len() + 1, SCHEMA_VERSION as usize);
+    }
+
+    /// The columns and indexes of `table`, as SQLite describes them.
+    fn shape(conn: &Connection, table: &str) -> Vec<String> {
+        let mut columns: Vec<String> = conn
+            .prepare(&format!("PRAGMA table_info({table})"))
+            .unwrap()
+            .query_map([], |row| {
+                Ok(format!(
+                    "{} {} notnull={} pk={}",
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, i64>(3)?,
+                    row.get::<_, i64>(5)?
+                ))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let indexes: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = ?1 ORDER BY name")
+            .unwrap()
+            .query_map([table], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        columns.extend(indexes);
+        columns
+    }
+
+    #[test]
+    fn the_adjustments_step_brings_an_older_file_to_what_a_new_file_has() {
+        let new = Connection::open_in_memory().unwrap();
+        new.execute_batch(CREATE).unwrap();
+
+        // A file from before the step: the new schema without what the
+        // step adds, with a ledger row in it.
+        let old = Connection::open_in_memory().unwrap();
+        old.execute_batch(CREATE).unwrap();
+        old.execute_batch(
+            "DROP TABLE adjustments;
+             ALTER TABLE ledger DROP COLUMN note;
+             INSERT INTO ledger (exec_id, key, model, input_tokens, cached_input_tokens,
+                 cache_write_tokens, output_tokens, reserved_usd_micros, actual_usd_micros,
+                 status, at, key_period_id)
+             VALUES ('e1', 'alice', 'gpt-4o', 1, 0, 0, 2, 10, 7, 'ok',
+                 '2026-11-29T12:00:00.000Z', '2026-11-29');",
+        )
+        .unwrap();
+        old.execute_batch(ADJUSTMENTS).unwrap();
+
+        for table in ["ledger", "adjustments"] {
+            assert_eq!(shape(&old, table), shape(&new, table), "{table}");
+        }
+        let kept: (String, i64, Option<String>) = old
+            .query_row(
+                "SELECT exec_id, actual_usd_micros, note FROM ledger",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(kept, ("e1".to_owned(), 7, None));
     }
 
     #[test]
