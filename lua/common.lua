@@ -11,9 +11,11 @@ of a Redis Cluster):
                                                                 written under (see meta.lua)
   KEYS[2] tg:{T}:res      hash   exec_id -> reservation record (cjson, amounts as strings)
                                  `claim:<claim>` -> the exec_id holding that idempotency claim
+                                 `adj:<exec_id>` -> an applied adjustment's record
   KEYS[3] tg:{T}:pending  zset   exec_id by deadline (ms), open reservations only
-  KEYS[4] tg:{T}:closed   zset   exec_id by when its closed record may be forgotten (ms)
-  KEYS[5] tg:{T}:ledger   stream one entry per settle or expiry
+  KEYS[4] tg:{T}:closed   zset   exec_id (or `adj:<exec_id>`) by when its closed record may
+                                 be forgotten (ms)
+  KEYS[5] tg:{T}:ledger   stream one entry per settle, expiry or adjustment
 
 DESIGN.md sketches one Redis key per reservation; a lazy sweep inside
 `reserve` would then touch keys it was not given in KEYS, which a cluster
@@ -34,10 +36,17 @@ Record (`res` value), every number a decimal string:
            by the id of the settle call that applied it
   denied:  dk kind, di id, dp period, dc cap, dr remaining, at time (ms)
 
-Ledger entry fields: exec key [org] model in cin cw out res act st kp [op] at.
+Adjustment record (`res` value of `adj:<exec_id>`, a field apart from the
+reservations', so no exec id of one is ever read as the other): s
+'adjusted', k, o, kp, op as above, ks the key's spent right after it, by the
+id of the adjust call that applied it. Kept the closed-record time.
+
+Ledger entry fields: exec key [org] model in cin cw out res act st kp [op]
+[note] at (`note` on adjustments only; `at` always last).
 `act` is what the entry moved its counters by: the actual cost of a settle
-on time, what an expiry charged, and for a `late` settle its actual cost
-less what its expiry charged (negative when the call cost less).
+on time, what an expiry charged, for a `late` settle its actual cost
+less what its expiry charged (negative when the call cost less), and an
+adjustment's amount (negative for a refund).
 
 Expiry policy (`on_expiry`, an ARGV of every script that can expire):
   'charge'   an expired reservation is charged its amount: the committed
@@ -89,6 +98,14 @@ local function int_arg(text, what)
     fail(what .. ' is 2^53 or more: ' .. text)
   end
   return value
+end
+
+-- A signed integer of at most 2^53 - 1 in magnitude.
+local function signed_arg(text, what)
+  if type(text) == 'string' and string.sub(text, 1, 1) == '-' then
+    return -int_arg(string.sub(text, 2), what)
+  end
+  return int_arg(text, what)
 end
 
 -- A token count: stored as given, never added up here.

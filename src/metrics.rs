@@ -302,6 +302,9 @@ impl Metrics {
             // A settle never expires a reservation; were a store to say so,
             // the reservation expired unsettled.
             LedgerStatus::Expired => &self.expired,
+            // An adjustment is an operator's entry, never a settle's answer:
+            // nothing was settled, nor charged by a call.
+            LedgerStatus::Adjustment => return,
         };
         counter.inc();
         self.charged.inc_by(outcome.actual);

@@ -12,14 +12,6 @@ suite cross a period boundary or a retention without waiting, while the
 production scripts take no test-only argument.
 ]]
 
--- A signed integer of at most 2^53 - 1 in magnitude.
-local function signed_arg(text, what)
-  if type(text) == 'string' and string.sub(text, 1, 1) == '-' then
-    return -int_arg(string.sub(text, 2), what)
-  end
-  return int_arg(text, what)
-end
-
 local clock_offset = signed_arg(table.remove(ARGV), 'clock offset')
 local redis_now = store_now
 store_now = function()

@@ -3,7 +3,8 @@
 //! through a [`Fixture`] that controls the store's clock.
 //!
 //! After every case the books must balance: per scope and period,
-//! `counter == folded + Σ ledger actual + Σ open reservations`.
+//! `counter == folded + Σ ledger actual + Σ open reservations` (adjustment
+//! entries included).
 //!
 //! The admin API's keys and orgs (`records`) are part of the contract too:
 //! every store must write, read and audit them as `RecordBook` does.
@@ -17,6 +18,7 @@
 
 mod cases;
 mod claims;
+mod control;
 mod expiry;
 mod records;
 mod redis_fixture;
@@ -38,6 +40,7 @@ use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
 use cases::*;
 use claims::*;
+use control::*;
 use expiry::*;
 use records::*;
 use redis_fixture::{cluster_fixture, redis_fixture};
@@ -221,6 +224,13 @@ macro_rules! contract_tests {
             audit_pages_newest_first,
             concurrent_writes_of_one_revision_apply_once,
             writes_match_the_reference_book,
+            a_refund_moves_key_and_org_down_and_balances,
+            a_credit_is_charged_even_past_the_cap,
+            a_refund_larger_than_spent_is_refused_naming_the_scope,
+            adjust_retry_changes_nothing_and_returns_the_first_outcome,
+            adjustments_past_2_to_the_53_are_refused_alike,
+            adjustments_are_remembered_for_the_retry_horizon_only,
+            open_holds_lists_open_reservations_oldest_first,
             );
             mod release {
                 use super::*;

@@ -10,8 +10,10 @@
 //! through [`BudgetStore::sweep`](super::BudgetStore::sweep).
 //!
 //! This file is the handle: locking and the clock; `state` holds the books
-//! and the protocol's rules over them.
+//! and the protocol's rules over them, `control` the operator's
+//! adjustments and the list of open holds.
 
+mod control;
 mod state;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -25,9 +27,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::records::{AuditEntry, RecordBook, RecordSet, RecordWrite, WriteOutcome};
 use super::{
-    ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest, Scope,
-    ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_CLOSED_RECORD,
-    DEFAULT_LEDGER_RETENTION,
+    AdjustOutcome, Adjustment, ClaimedReserve, LedgerEntry, OnExpiry, OpenHold, Reconciliation,
+    ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement,
+    StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
 };
 use crate::money::UsdMicros;
 use state::{Counter, CounterKey, State};
@@ -128,6 +130,18 @@ impl MemoryStore {
         state.settle(settlement, now, self.shared.settle_epsilon)
     }
 
+    /// Applies an operator's refund or credit, once per exec id.
+    pub fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
+        let mut state = self.shared.lock();
+        let now = self.shared.now();
+        state.adjust(adjustment, now)
+    }
+
+    /// Up to `limit` open reservations, oldest first.
+    pub fn open_holds(&self, limit: usize) -> Vec<OpenHold> {
+        self.shared.lock().open_holds(limit)
+    }
+
     /// The scope's counters in the period current on the store's clock.
     pub fn scope_state(&self, scope: &Scope) -> ScopeState {
         let state = self.shared.lock();
@@ -155,6 +169,7 @@ impl MemoryStore {
             let now = self.shared.now();
             let expired = state.expire_due(now, usize::MAX);
             state.forget_due(now, usize::MAX);
+            state.forget_adjustments(now);
             let cutoff = now
                 .checked_sub_signed(state.ledger_retention)
                 .unwrap_or(DateTime::<Utc>::MIN_UTC);

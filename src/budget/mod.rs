@@ -23,6 +23,10 @@
 //!   counters by its actual cost less what expiry charged.
 //! - Ledger entries older than the ledger retention are folded into their
 //!   counters' folded sums, so `counter == folded + Σ ledger + Σ open`.
+//! - `adjust` is an operator's refund or credit: it moves the `spent` of
+//!   the key and its org in their current periods and books an
+//!   `adjustment` entry, all or nothing, once per exec id.
+//! - `open_holds` lists the reservations open now, oldest first.
 //!
 //! On Redis, everything a key and its org share lives under one hash tag
 //! ([`tag_for`]), so one script can charge both in one cluster slot.
@@ -48,7 +52,7 @@ pub use memory::MemoryStore;
 pub use open::{open, tags, OpenError};
 pub use sqlite::{SqliteOpenError, SqliteStore};
 
-use crate::money::{UsdMicros, UsdMicrosDelta};
+use crate::money::{UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
 use records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 
@@ -118,6 +122,33 @@ impl BudgetStore {
             BudgetStore::Memory(store) => store.settle(settlement),
             BudgetStore::Sqlite(store) => store.settle(settlement).await,
             BudgetStore::Redis(store) => store.settle_if_reserved(settlement).await,
+        }
+    }
+
+    /// Applies an operator's refund or credit to the key and its org in
+    /// their current periods, with an `adjustment` ledger entry, all or
+    /// nothing; a retry with the same `exec_id` changes nothing and gets
+    /// the first outcome.
+    pub async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => store.adjust(adjustment),
+            BudgetStore::Sqlite(store) => store.adjust(adjustment).await,
+            BudgetStore::Redis(store) => store.adjust(adjustment).await,
+        }
+    }
+
+    /// Up to `limit` reservations open now, oldest first (by when they
+    /// were made, then exec id), under `tags` (the memory and SQLite
+    /// stores ignore `tags` and list all).
+    pub async fn open_holds(
+        &self,
+        tags: &[String],
+        limit: usize,
+    ) -> Result<Vec<OpenHold>, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.open_holds(limit)),
+            BudgetStore::Sqlite(store) => store.open_holds(limit).await,
+            BudgetStore::Redis(store) => store.open_holds(tags, limit).await,
         }
     }
 
@@ -410,7 +441,82 @@ pub struct Settlement {
     pub estimated: bool,
 }
 
-/// How a settled call is recorded in the ledger.
+/// An operator's refund or credit (`POST /admin/v1/adjustments`).
+#[derive(Clone, Debug)]
+pub struct Adjustment {
+    /// Minted by the caller (a UUIDv7) once per adjustment and kept across
+    /// its retries: the idempotency key. A retry must name the same key
+    /// and org; one naming another is refused (`OwnershipMismatch`) where
+    /// the store can tell: everywhere but on Redis across orgs, whose
+    /// records live under each org's own tag.
+    pub exec_id: String,
+    pub key: Scope,
+    pub org: Option<Scope>,
+    /// Added to `spent` of the key and the org in their current periods:
+    /// negative to refund, positive to charge money the operator says was
+    /// spent.
+    pub amount: UsdMicrosDelta,
+    /// Why, in the operator's words; kept with the ledger entry.
+    pub note: String,
+}
+
+impl Adjustment {
+    /// The key, then its org: the order a refusal names them in.
+    pub(crate) fn scopes(&self) -> impl Iterator<Item = &Scope> {
+        std::iter::once(&self.key).chain(self.org.as_ref())
+    }
+
+    /// Whether the amount, either way, stays below 2^53 µUSD; every store
+    /// refuses it before anything else otherwise.
+    pub(crate) fn amount_in_range(&self) -> bool {
+        self.amount.unsigned_abs() <= MAX_USD_MICROS
+    }
+
+    pub(crate) fn out_of_range(&self) -> StoreError {
+        StoreError::OutOfRange {
+            exec_id: self.exec_id.clone(),
+        }
+    }
+}
+
+/// What an adjustment did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdjustOutcome {
+    /// Booked, in these periods (also the answer to a retry, with
+    /// `applied` false).
+    Applied {
+        key_period_id: String,
+        org_period_id: Option<String>,
+        /// The key's `spent` in `key_period_id` right after the
+        /// adjustment.
+        key_spent: UsdMicros,
+        /// False when this call was a retry of one already applied.
+        applied: bool,
+    },
+    /// A refund larger than what this scope has spent in its current
+    /// period (the key is named when neither can take it): nothing was
+    /// changed, and nothing remembered, so asking again is asking afresh.
+    Refused {
+        kind: ScopeKind,
+        id: String,
+        spent: UsdMicros,
+    },
+}
+
+/// A reservation open now (`GET /admin/v1/reservations`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenHold {
+    pub exec_id: String,
+    pub key: String,
+    pub org: Option<String>,
+    pub amount: UsdMicros,
+    /// When it was reserved, on the store's clock.
+    pub started_at: DateTime<Utc>,
+    /// When it expires if never settled.
+    pub deadline: DateTime<Utc>,
+}
+
+/// How a settled call, or an adjustment, is recorded in the ledger.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LedgerStatus {
     /// Settled at or below its reservation (plus epsilon).
@@ -425,6 +531,8 @@ pub enum LedgerStatus {
     /// Never settled by its deadline: charged the reserved amount, or
     /// nothing under `on_expiry = "release"`.
     Expired,
+    /// An operator's refund (negative) or credit, not a call.
+    Adjustment,
 }
 
 impl LedgerStatus {
@@ -435,6 +543,7 @@ impl LedgerStatus {
             LedgerStatus::Estimated => "estimated",
             LedgerStatus::Late => "late",
             LedgerStatus::Expired => "expired",
+            LedgerStatus::Adjustment => "adjustment",
         }
     }
 }
@@ -455,7 +564,8 @@ pub struct SettleOutcome {
 }
 
 /// One ledger line; `counter == Σ actual + Σ open reservations` per scope
-/// and period.
+/// and period. A call's entry, or an adjustment's (model empty, no usage,
+/// nothing reserved).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LedgerEntry {
     pub exec_id: String,
@@ -465,12 +575,14 @@ pub struct LedgerEntry {
     pub usage: Usage,
     pub reserved: UsdMicros,
     /// What this entry moved its counters by: the call's cost for a
-    /// settle on time, what expiry charged for an `expired` entry, and for
+    /// settle on time, what expiry charged for an `expired` entry, for
     /// a `late` one the call's cost less what its expiry charged (negative
-    /// when the call cost less than that).
+    /// when the call cost less than that), and an adjustment's amount.
     pub actual: UsdMicrosDelta,
     pub status: LedgerStatus,
     pub at: DateTime<Utc>,
+    /// An adjustment's note; `None` for a call's entry.
+    pub note: Option<String>,
 }
 
 /// A scope's counters in its current period.
@@ -493,12 +605,15 @@ pub enum StoreError {
     Timeout,
     #[error("no reservation {0} to settle")]
     UnknownReservation(String),
-    #[error("reservation {exec_id} belongs to another key or org")]
+    /// The reservation to settle, or the adjustment retried, was made for
+    /// another key or org.
+    #[error("{exec_id} belongs to another key or org")]
     OwnershipMismatch { exec_id: String },
-    /// The settle's amount, or a counter it would move, reaches 2^53 µUSD,
-    /// past which Redis's Lua numbers (doubles) are no longer exact. Every
-    /// store refuses it the same way, before changing anything.
-    #[error("settling {exec_id} would take an amount or a counter to 2^53 µUSD or more")]
+    /// The amount of a settle or an adjustment, or a counter it would
+    /// move, reaches 2^53 µUSD, past which Redis's Lua numbers (doubles)
+    /// are no longer exact. Every store refuses it the same way, before
+    /// changing anything.
+    #[error("{exec_id} would take an amount or a counter to 2^53 µUSD or more")]
     OutOfRange { exec_id: String },
     /// The store refused the call's arguments (a Lua script's own check):
     /// the gateway and the scripts disagree, which no retry mends.

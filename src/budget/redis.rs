@@ -8,10 +8,10 @@
 //! | key              | type   | holds |
 //! |------------------|--------|-------|
 //! | `tg:{T}:spend`   | hash   | `<kind>:<id>:<period id>` committed (spent + reserved), `…:r` its reserved part, `…:f` its folded ledger sum, `folds` the trim count, `epoch` the store epoch the books were written under |
-//! | `tg:{T}:res`     | hash   | exec id → reservation record (JSON); `claim:<claim>` → the exec id holding that idempotency claim |
+//! | `tg:{T}:res`     | hash   | exec id → reservation record (JSON); `claim:<claim>` → the exec id holding that idempotency claim; `adj:<exec id>` → an applied adjustment's record |
 //! | `tg:{T}:pending` | zset   | open exec ids by deadline |
-//! | `tg:{T}:closed`  | zset   | closed exec ids by when their record may be forgotten |
-//! | `tg:{T}:ledger`  | stream | one entry per settle or expiry |
+//! | `tg:{T}:closed`  | zset   | closed exec ids (and `adj:<exec id>`s) by when their record may be forgotten |
+//! | `tg:{T}:ledger`  | stream | one entry per settle, expiry or adjustment |
 //!
 //! The admin API's keys and orgs live under a tag of their own,
 //! `tollgate:admin` (`records`). One more key lies outside every tag:
@@ -45,6 +45,7 @@
 
 mod books;
 mod connection;
+mod control;
 mod meta;
 mod records;
 mod scripts;

@@ -9,10 +9,12 @@
 //! that thread: with one process per file, it is the store's clock.
 //!
 //! `schema` opens the file (and locks it to one gateway), `books` holds the
-//! protocol's rules as statements, `records` the admin API's keys and orgs.
+//! protocol's rules as statements, `records` the admin API's keys and orgs,
+//! `control` the operator's adjustments and the list of open holds.
 
 mod books;
 mod checkpoint;
+mod control;
 mod records;
 mod schema;
 #[cfg(test)]
@@ -33,8 +35,9 @@ pub use schema::SqliteOpenError;
 
 use super::records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 use super::{
-    ClaimedReserve, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeState,
-    SettleOutcome, Settlement, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
+    AdjustOutcome, Adjustment, ClaimedReserve, OnExpiry, OpenHold, Reconciliation, ReserveOutcome,
+    ReserveRequest, Scope, ScopeState, SettleOutcome, Settlement, StoreError,
+    DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
 };
 use crate::money::UsdMicros;
 use books::Rules;
@@ -239,6 +242,20 @@ impl SqliteStore {
             .await
     }
 
+    /// Applies an operator's refund or credit, once per exec id.
+    pub async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
+        let rules = self.shared.rules;
+        let adjustment = adjustment.clone();
+        self.call(move |conn, clock| control::adjust(conn, rules, &adjustment, clock.now()))
+            .await
+    }
+
+    /// Up to `limit` open reservations, oldest first.
+    pub async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
+        self.call(move |conn, _| control::open_holds(conn, limit).map(Ok))
+            .await
+    }
+
     /// The scope's counters in the period current on the store's clock.
     pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
         let scope = scope.clone();
@@ -266,6 +283,7 @@ impl SqliteStore {
                 let now = clock.now();
                 let expired = books::expire_due(conn, rules, now, usize::MAX)?;
                 books::forget_due(conn, now, usize::MAX)?;
+                control::forget_adjustments(conn, now)?;
                 books::fold_before(conn, books::before(now, retention))?;
                 Ok(Ok(expired))
             })

@@ -6,10 +6,11 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::control::Adjustments;
 use super::{later, to_delta};
 use crate::budget::{
-    Denial, LedgerEntry, LedgerStatus, OnExpiry, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
-    SettleOutcome, Settlement, StoreError,
+    Denial, LedgerEntry, LedgerStatus, OnExpiry, OpenHold, ReserveOutcome, ReserveRequest, Scope,
+    ScopeKind, SettleOutcome, Settlement, StoreError,
 };
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
@@ -37,6 +38,8 @@ pub(super) struct State {
     pub(super) claims: HashMap<String, String>,
     /// What a reservation never settled by its deadline is charged.
     pub(super) on_expiry: OnExpiry,
+    /// Operators' adjustments applied within the retry horizon.
+    pub(super) adjustments: Adjustments,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -139,6 +142,22 @@ impl Reservation {
             actual: 0,
             status,
             at,
+            note: None,
+        }
+    }
+
+    /// The reservation as the admin API lists it.
+    pub(super) fn hold(&self, exec_id: &str) -> OpenHold {
+        OpenHold {
+            exec_id: exec_id.to_owned(),
+            key: self.key.id.clone(),
+            org: self.org.as_ref().map(|org| org.id.clone()),
+            amount: self.amount,
+            started_at: self
+                .deadline
+                .checked_sub_signed(self.ttl)
+                .unwrap_or(DateTime::<Utc>::MIN_UTC),
+            deadline: self.deadline,
         }
     }
 
@@ -499,10 +518,15 @@ impl State {
     }
 
     pub(super) fn open(&self) -> impl Iterator<Item = &Reservation> {
+        self.open_with_ids().map(|(_, reservation)| reservation)
+    }
+
+    /// The open reservations with their exec ids.
+    pub(super) fn open_with_ids(&self) -> impl Iterator<Item = (&str, &Reservation)> {
         self.records
-            .values()
-            .filter_map(|record| match &record.state {
-                RecordState::Open(reservation) => Some(reservation),
+            .iter()
+            .filter_map(|(exec_id, record)| match &record.state {
+                RecordState::Open(reservation) => Some((exec_id.as_str(), reservation)),
                 _ => None,
             })
     }

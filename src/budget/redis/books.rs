@@ -1,5 +1,6 @@
-//! Reading a tag's books: its ledger stream, its open reservations, and the
-//! reconciliation of its counters against both (`tollgate reconcile`).
+//! Reading a tag's books: its ledger stream, its open reservations (counted,
+//! or listed for the admin API), and the reconciliation of its counters
+//! against both (`tollgate reconcile`).
 //!
 //! Reconciliation must not report drift that is only a race with live
 //! traffic, so it reads one consistent cut: `snapshot.lua` returns the
@@ -15,7 +16,7 @@ use serde::Deserialize;
 
 use super::connection::{CallPolicy, Connection, Request};
 use super::scripts::{ledger_status, store_time, Scripts, TagKeys};
-use crate::budget::{LedgerEntry, Reconciliation, ScopeKind, StoreError};
+use crate::budget::{LedgerEntry, OpenHold, Reconciliation, ScopeKind, StoreError};
 use crate::money::{UsdMicros, UsdMicrosDelta};
 use crate::usage::Usage;
 
@@ -42,6 +43,12 @@ pub(super) struct Record {
     pub o: Option<String>,
     #[serde(default)]
     pub op: Option<String>,
+    /// Deadline (ms).
+    #[serde(default)]
+    pub d: Option<String>,
+    /// TTL (ms): the deadline less this is when it was reserved.
+    #[serde(default)]
+    pub ttl: Option<String>,
 }
 
 impl Record {
@@ -57,6 +64,31 @@ impl Record {
 
     fn amount(&self) -> UsdMicros {
         self.a.as_deref().and_then(|a| a.parse().ok()).unwrap_or(0)
+    }
+
+    /// An open reservation as the admin API lists it; reserved at its
+    /// deadline less its TTL.
+    fn hold(self, exec_id: String) -> Result<OpenHold, StoreError> {
+        let ms = |value: &Option<String>| -> Result<i64, StoreError> {
+            value
+                .as_deref()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| {
+                    StoreError::Unavailable(format!(
+                        "reservation record {exec_id} lacks its deadline or TTL"
+                    ))
+                })
+        };
+        let deadline = ms(&self.d)?;
+        let started = deadline.saturating_sub(ms(&self.ttl)?);
+        Ok(OpenHold {
+            amount: self.amount(),
+            key: self.k.unwrap_or_default(),
+            org: self.o,
+            started_at: store_time(started)?,
+            deadline: store_time(deadline)?,
+            exec_id,
+        })
     }
 }
 
@@ -100,6 +132,7 @@ fn parse_entry(id: &str, fields: Vec<String>) -> Result<LedgerLine, StoreError> 
         actual: text("act")?.parse().map_err(|_| unreadable_entry(id))?,
         status: ledger_status(&text("st")?).ok_or_else(|| unreadable_entry(id))?,
         at: store_time(at_ms).unwrap_or(DateTime::UNIX_EPOCH),
+        note: map.get("note").cloned(),
     };
     Ok(LedgerLine {
         entry,
@@ -148,23 +181,50 @@ pub(super) async fn open_reservations(
     policy: CallPolicy,
     keys: &TagKeys,
 ) -> Result<(usize, UsdMicros), StoreError> {
+    let open = open_records(connection, policy, keys).await?;
+    let sum = open.iter().fold(0, |sum: UsdMicros, (_, record)| {
+        sum.saturating_add(record.amount())
+    });
+    Ok((open.len(), sum))
+}
+
+/// Every reservation open under the tag, in no particular order.
+pub(super) async fn open_holds(
+    connection: &Connection,
+    policy: CallPolicy,
+    keys: &TagKeys,
+) -> Result<Vec<OpenHold>, StoreError> {
+    open_records(connection, policy, keys)
+        .await?
+        .into_iter()
+        .map(|(exec_id, record)| record.hold(exec_id))
+        .collect()
+}
+
+/// The exec ids and records of the reservations open under the tag.
+async fn open_records(
+    connection: &Connection,
+    policy: CallPolicy,
+    keys: &TagKeys,
+) -> Result<Vec<(String, Record)>, StoreError> {
     let mut zrange = ::redis::cmd("ZRANGE");
     zrange.arg(keys.pending()).arg(0).arg(-1);
     let exec_ids: Vec<String> = connection
         .call(policy, "list open reservations", Request::Command(&zrange))
         .await?;
-    let mut open = (0, 0);
+    let mut open = Vec::new();
     for chunk in exec_ids.chunks(LEDGER_PAGE) {
         let mut hmget = ::redis::cmd("HMGET");
         hmget.arg(keys.res()).arg(chunk);
         let records: Vec<Option<String>> = connection
             .call(policy, "read open reservations", Request::Command(&hmget))
             .await?;
-        for raw in records.into_iter().flatten() {
+        for (exec_id, raw) in chunk.iter().zip(records) {
+            let Some(raw) = raw else { continue };
             let record = Record::parse(&raw)?;
             // Settled or expired between the two reads: no longer open.
             if record.is_open() {
-                open = (open.0 + 1, record.amount().saturating_add(open.1));
+                open.push((exec_id.clone(), record));
             }
         }
     }

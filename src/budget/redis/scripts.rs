@@ -21,8 +21,8 @@ use ::redis::Script;
 use chrono::{DateTime, Utc};
 
 use crate::budget::{
-    Denial, LedgerStatus, OnExpiry, Period, ReserveRequest, Scope, ScopeKind, SettleOutcome,
-    Settlement, StoreError,
+    AdjustOutcome, Adjustment, Denial, LedgerStatus, OnExpiry, Period, ReserveRequest, Scope,
+    ScopeKind, SettleOutcome, Settlement, StoreError,
 };
 use crate::money::UsdMicros;
 
@@ -74,6 +74,7 @@ impl TagKeys {
 pub(super) struct Scripts {
     pub reserve: Script,
     pub settle: Script,
+    pub adjust: Script,
     pub sweep: Script,
     pub state: Script,
     pub snapshot: Script,
@@ -118,6 +119,7 @@ impl Scripts {
         Scripts {
             reserve: Script::new(with_common!("reserve.lua")),
             settle: Script::new(with_common!("settle.lua")),
+            adjust: Script::new(with_common!("adjust.lua")),
             sweep: Script::new(with_common!("sweep.lua")),
             state: Script::new(with_common!("state.lua")),
             snapshot: Script::new(include_str!("../../../lua/snapshot.lua")),
@@ -212,6 +214,33 @@ pub(super) fn settle_args(
     ]
 }
 
+/// ARGV of `adjust.lua`; `epoch` is the store epoch the gateway serves
+/// under, `call_id` the same for every attempt of one call.
+pub(super) fn adjust_args(
+    adjustment: &Adjustment,
+    epoch: &str,
+    closed_record_ms: u64,
+    call_id: &str,
+) -> Vec<String> {
+    let (has_org, org_id, org_period) = match &adjustment.org {
+        Some(org) => (true, org.id.clone(), org.period.as_str()),
+        None => (false, String::new(), Period::Total.as_str()),
+    };
+    vec![
+        adjustment.exec_id.clone(),
+        adjustment.key.id.clone(),
+        adjustment.key.period.as_str().to_owned(),
+        flag(has_org).to_owned(),
+        org_id,
+        org_period.to_owned(),
+        adjustment.amount.to_string(),
+        adjustment.note.clone(),
+        epoch.to_owned(),
+        closed_record_ms.min(MAX_TTL_MS).to_string(),
+        call_id.to_owned(),
+    ]
+}
+
 /// A duration in whole milliseconds, as the scripts take it.
 pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -275,6 +304,19 @@ pub(super) enum SettleReply {
         /// it first.
         expired_now: bool,
     },
+}
+
+/// What `adjust.lua` answered.
+pub(super) enum AdjustReply {
+    /// Applied now, or before (a retry), or refused.
+    Done(AdjustOutcome),
+    /// The exec id was applied to another key or org.
+    Mismatch,
+    /// The credit would take this counter field to 2^53 or more; nothing
+    /// was written.
+    OutOfRange(String),
+    /// As [`ReserveReply::Epoch`]: nothing was done.
+    Epoch { mark: Option<String> },
 }
 
 /// What `sweep.lua` did.
@@ -377,6 +419,39 @@ pub(super) fn settle_reply(reply: &[String]) -> Result<SettleReply, StoreError> 
     }
 }
 
+pub(super) fn adjust_reply(reply: &[String]) -> Result<AdjustReply, StoreError> {
+    const SCRIPT: &str = "adjust.lua";
+    match field(reply, 0, SCRIPT)? {
+        "epoch_unknown" => Ok(AdjustReply::Epoch { mark: None }),
+        "epoch_mismatch" => Ok(AdjustReply::Epoch {
+            mark: Some(field(reply, 1, SCRIPT)?.to_owned()),
+        }),
+        "mismatch" => Ok(AdjustReply::Mismatch),
+        "out_of_range" => Ok(AdjustReply::OutOfRange(field(reply, 1, SCRIPT)?.to_owned())),
+        "refused" => {
+            let kind = match field(reply, 1, SCRIPT)? {
+                "key" => ScopeKind::Key,
+                "org" => ScopeKind::Org,
+                _ => return Err(bad_reply(SCRIPT, reply)),
+            };
+            Ok(AdjustReply::Done(AdjustOutcome::Refused {
+                kind,
+                id: field(reply, 2, SCRIPT)?.to_owned(),
+                spent: number(reply, 3, SCRIPT)?,
+            }))
+        }
+        "applied" => Ok(AdjustReply::Done(AdjustOutcome::Applied {
+            key_period_id: field(reply, 1, SCRIPT)?.to_owned(),
+            org_period_id: Some(field(reply, 2, SCRIPT)?)
+                .filter(|period| !period.is_empty())
+                .map(str::to_owned),
+            key_spent: number(reply, 3, SCRIPT)?,
+            applied: field(reply, 4, SCRIPT)? == "1",
+        })),
+        _ => Err(bad_reply(SCRIPT, reply)),
+    }
+}
+
 /// `(now, period id, committed, reserved)` from `state.lua`.
 pub(super) fn state_reply(
     reply: &[String],
@@ -405,6 +480,7 @@ pub(super) fn ledger_status(text: &str) -> Option<LedgerStatus> {
         LedgerStatus::Estimated,
         LedgerStatus::Late,
         LedgerStatus::Expired,
+        LedgerStatus::Adjustment,
     ]
     .into_iter()
     .find(|status| status.as_str() == text)

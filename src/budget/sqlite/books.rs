@@ -271,7 +271,7 @@ fn committed(conn: &Connection, kind: ScopeKind, id: &str, period_id: &str) -> S
 }
 
 /// `(spent, reserved)` of one scope and period.
-fn counter(
+pub(super) fn counter(
     conn: &Connection,
     kind: ScopeKind,
     id: &str,
@@ -291,7 +291,7 @@ fn counter(
 
 /// Moves one counter by signed amounts, never below zero (as the memory
 /// store's saturating arithmetic does).
-fn move_counter(
+pub(super) fn move_counter(
     conn: &Connection,
     kind: ScopeKind,
     id: &str,
@@ -400,6 +400,7 @@ pub(super) fn settle(
             actual: actual - delta(expiry_charge.unwrap_or(0)),
             status,
             at: now,
+            note: None,
         },
     )?;
     let key_committed = committed(conn, ScopeKind::Key, &record.key.id, &record.key.period_id)?;
@@ -486,6 +487,7 @@ fn expire(
             actual: delta(charged),
             status: LedgerStatus::Expired,
             at: now,
+            note: None,
         },
     )?;
     conn.prepare_cached(
@@ -556,13 +558,29 @@ pub(super) fn fold_before(conn: &Connection, cutoff: DateTime<Utc>) -> Sql<usize
         .execute([&cutoff])
 }
 
-/// Appends one ledger entry, with the periods it charged.
+/// Appends a reservation's ledger entry, in the periods it charged.
 fn book(conn: &Connection, record: &Record, entry: &LedgerEntry) -> Sql<()> {
+    book_in(
+        conn,
+        &record.key.period_id,
+        record.org.as_ref().map(|org| org.period_id.as_str()),
+        entry,
+    )
+}
+
+/// Appends one ledger entry, charged to the key in `key_period` and to
+/// its org in `org_period`.
+pub(super) fn book_in(
+    conn: &Connection,
+    key_period: &str,
+    org_period: Option<&str>,
+    entry: &LedgerEntry,
+) -> Sql<()> {
     conn.prepare_cached(
         "INSERT INTO ledger (exec_id, key, org, model, input_tokens, cached_input_tokens,
              cache_write_tokens, output_tokens, tool_calls, reserved_usd_micros,
-             actual_usd_micros, status, at, key_period_id, org_period_id)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+             actual_usd_micros, status, at, key_period_id, org_period_id, note)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
     )?
     .execute(rusqlite::params![
         entry.exec_id,
@@ -578,8 +596,9 @@ fn book(conn: &Connection, record: &Record, entry: &LedgerEntry) -> Sql<()> {
         entry.actual,
         entry.status.as_str(),
         rfc3339(entry.at),
-        record.key.period_id,
-        record.org.as_ref().map(|org| &org.period_id),
+        key_period,
+        org_period,
+        entry.note,
     ])?;
     Ok(())
 }
@@ -680,7 +699,7 @@ impl Rows {
 pub(super) fn ledger(conn: &Connection) -> Sql<Vec<LedgerEntry>> {
     let mut statement = conn.prepare(
         "SELECT exec_id, key, org, model, input_tokens, cached_input_tokens, cache_write_tokens,
-                output_tokens, tool_calls, reserved_usd_micros, actual_usd_micros, status, at
+                output_tokens, tool_calls, reserved_usd_micros, actual_usd_micros, status, at, note
            FROM ledger ORDER BY seq",
     )?;
     let entries = statement.query_map([], |row| {
@@ -704,6 +723,7 @@ pub(super) fn ledger(conn: &Connection) -> Sql<Vec<LedgerEntry>> {
             at: DateTime::parse_from_rfc3339(&at)
                 .map_err(|e| invalid(e.to_string()))?
                 .with_timezone(&Utc),
+            note: row.get(13)?,
         })
     })?;
     entries.collect()
@@ -745,6 +765,7 @@ fn status_from(text: &str) -> Sql<LedgerStatus> {
         "estimated" => LedgerStatus::Estimated,
         "late" => LedgerStatus::Late,
         "expired" => LedgerStatus::Expired,
+        "adjustment" => LedgerStatus::Adjustment,
         other => return Err(invalid(format!("ledger status {other:?}"))),
     })
 }
@@ -762,7 +783,7 @@ fn invalid(what: String) -> rusqlite::Error {
     rusqlite::Error::InvalidColumnType(0, what, rusqlite::types::Type::Text)
 }
 
-fn limit_arg(limit: usize) -> i64 {
+pub(super) fn limit_arg(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
@@ -770,7 +791,7 @@ pub(super) fn millis(at: DateTime<Utc>) -> i64 {
     at.timestamp_millis()
 }
 
-fn from_millis(ms: i64) -> DateTime<Utc> {
+pub(super) fn from_millis(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms)
         .single()
         .unwrap_or(DateTime::<Utc>::MAX_UTC)

@@ -15,12 +15,12 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 /// The schema this binary writes. A file with a lower version is upgraded
 /// in place by [`MIGRATIONS`]; a file with a higher one is refused.
-pub(super) const SCHEMA_VERSION: u32 = 2;
+pub(super) const SCHEMA_VERSION: u32 = 3;
 
 /// The statements that take a file from version `i + 1` to `i + 2`, in
 /// order. A new file runs them all after [`CREATE`], so a new file and an
 /// upgraded one have the same tables by construction.
-const MIGRATIONS: &[&str] = &[TO_2];
+const MIGRATIONS: &[&str] = &[TO_2, TO_3];
 
 /// Version 1: the budget books.
 const CREATE: &str = "
@@ -79,8 +79,9 @@ CREATE TABLE claims (
     exec_id TEXT NOT NULL
 ) WITHOUT ROWID;
 
--- One row per settled, expired or late entry: what moved the counters of
--- the key (in `key_period_id`) and of its org (in `org_period_id`).
+-- One row per settled, expired, late or adjustment entry: what moved the
+-- counters of the key (in `key_period_id`) and of its org (in
+-- `org_period_id`).
 CREATE TABLE ledger (
     seq                 INTEGER PRIMARY KEY,
     exec_id             TEXT    NOT NULL,
@@ -94,7 +95,7 @@ CREATE TABLE ledger (
     tool_calls          TEXT,               -- JSON, e.g. {\"web_search\": 2}
     reserved_usd_micros INTEGER NOT NULL,
     actual_usd_micros   INTEGER NOT NULL,
-    status              TEXT    NOT NULL,   -- ok | overrun | estimated | late | expired
+    status              TEXT    NOT NULL,   -- ok | overrun | estimated | late | expired (| adjustment, from version 3)
     at                  TEXT    NOT NULL,   -- RFC 3339 UTC, milliseconds
     key_period_id       TEXT    NOT NULL,
     org_period_id       TEXT
@@ -124,6 +125,25 @@ CREATE TABLE audit (
 
 -- One more on every applied write; gateways poll it to see changes.
 INSERT INTO meta (name, value) VALUES ('records_version', '0');
+";
+
+/// Version 3: operators' adjustments. The ledger keeps each one's note,
+/// and `adjustments` remembers those applied, for retries.
+const TO_3: &str = "
+ALTER TABLE ledger ADD COLUMN note TEXT;   -- an adjustment's note
+
+-- One row per operator adjustment applied, kept as long as a retry of it
+-- can arrive: its first answer.
+CREATE TABLE adjustments (
+    exec_id              TEXT    PRIMARY KEY,
+    key_id               TEXT    NOT NULL,
+    org_id               TEXT,
+    key_period_id        TEXT    NOT NULL,
+    org_period_id        TEXT,
+    key_spent_usd_micros INTEGER NOT NULL,   -- the key's spent right after it
+    forget_at            INTEGER NOT NULL    -- Unix milliseconds
+) WITHOUT ROWID;
+CREATE INDEX adjustments_by_forget_at ON adjustments (forget_at);
 ";
 
 /// Why the store's file could not be opened.
@@ -465,6 +485,39 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(tables, ["from_three", "from_two"]);
+    }
+
+    #[test]
+    fn every_version_after_the_first_has_its_migration() {
+        assert_eq!(MIGRATIONS.len() + 1, SCHEMA_VERSION as usize);
+    }
+
+    #[test]
+    fn the_adjustments_step_keeps_the_ledger_of_a_version_2_file() {
+        let old = Connection::open_in_memory().unwrap();
+        old.execute_batch(CREATE).unwrap();
+        old.execute_batch(TO_2).unwrap();
+        old.execute_batch(
+            "INSERT INTO ledger (exec_id, key, model, input_tokens, cached_input_tokens,
+                 cache_write_tokens, output_tokens, reserved_usd_micros, actual_usd_micros,
+                 status, at, key_period_id)
+             VALUES ('e1', 'alice', 'gpt-4o', 1, 0, 0, 2, 10, 7, 'ok',
+                 '2026-11-29T12:00:00.000Z', '2026-11-29');",
+        )
+        .unwrap();
+        old.execute_batch(TO_3).unwrap();
+        let kept: (String, i64, Option<String>) = old
+            .query_row(
+                "SELECT exec_id, actual_usd_micros, note FROM ledger",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(kept, ("e1".to_owned(), 7, None));
+        let adjustments: i64 = old
+            .query_row("SELECT count(*) FROM adjustments", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(adjustments, 0);
     }
 
     #[test]

@@ -613,11 +613,17 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
     {
         let conn = Connection::open(&path).unwrap();
         schema::create_version_1(&conn).unwrap();
+        // Today's statements write an adjustment's note too: the column
+        // is there only while they run.
+        conn.execute_batch("ALTER TABLE ledger ADD COLUMN note TEXT")
+            .unwrap();
         books::reserve(&conn, rules, &request("a", 4_000), None, start).unwrap();
         books::settle(&conn, rules, &settlement("a", 3_000), start)
             .unwrap()
             .unwrap();
         books::reserve(&conn, rules, &request("b", 2_000), None, start).unwrap();
+        conn.execute_batch("ALTER TABLE ledger DROP COLUMN note")
+            .unwrap();
     }
     // A reader leaves the upgrade to the gateway.
     let error = SqliteStore::open_reader(&path).unwrap_err();
