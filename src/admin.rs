@@ -1,6 +1,6 @@
 //! The admin API (`/admin/v1/…`, DESIGN.md "Control plane"): keys and orgs
-//! made, changed and deleted at run time, and the audit trail of those
-//! changes.
+//! made, changed and deleted at run time, the audit trail of those
+//! changes, adjustments (refunds and charges by hand) and the open holds.
 //!
 //! Every call carries the admin key as `Authorization: Bearer …`; with no
 //! admin key configured the routes answer 404, as if absent. Errors use
@@ -8,10 +8,11 @@
 //! with its audit entry, applied at once to this gateway's directory, and
 //! seen by every other gateway within a second (see `crate::directory`).
 //!
-//! `keys` and `orgs` are the routes, `fields` checks what a body says,
-//! `views` writes what a response shows.
+//! `keys`, `orgs`, `books` and `audit` are the routes, `fields` checks what
+//! a body says, `views` writes what a response shows.
 
 mod audit;
+mod books;
 mod fields;
 mod keys;
 mod orgs;
@@ -57,6 +58,11 @@ pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<B
         return AdminError::unauthorized().response();
     }
     let query = query_pairs(request.uri().query());
+    let idempotency_key = request
+        .headers()
+        .get("idempotency-key")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
     let body = match read_body(request.into_body()).await {
         Ok(body) => body,
         Err(error) => return error.response(),
@@ -69,6 +75,7 @@ pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<B
         gateway,
         query: &query,
         body: &body,
+        idempotency_key: idempotency_key.as_deref(),
     };
     let result = match (&method, segments.as_slice()) {
         (&Method::GET, ["keys"]) => keys::list(&call).await,
@@ -83,6 +90,8 @@ pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<B
         (&Method::PATCH, ["orgs", id]) => orgs::update(&call, id).await,
         (&Method::DELETE, ["orgs", id]) => orgs::delete(&call, id).await,
         (&Method::GET, ["audit"]) => audit::list(&call).await,
+        (&Method::POST, ["adjustments"]) => books::adjust(&call).await,
+        (&Method::GET, ["reservations"]) => books::reservations(&call).await,
         _ => Err(AdminError::not_found(&method, &path)),
     };
     result.unwrap_or_else(AdminError::response)
@@ -93,6 +102,9 @@ struct Call<'a> {
     gateway: &'a Gateway,
     query: &'a HashMap<String, String>,
     body: &'a Bytes,
+    /// The request's `Idempotency-Key`, which makes a retried adjustment
+    /// apply once.
+    idempotency_key: Option<&'a str>,
 }
 
 impl Call<'_> {

@@ -541,8 +541,161 @@ async fn the_admin_command_line_drives_the_api() {
     assert!(out.contains("config_managed"), "{out}");
     let (ok, out) = tokio::task::block_in_place(|| cli(h, &["orgs", "delete", "cli-org"]));
     assert!(!ok && out.contains("org_has_keys"), "{out}");
+    let (ok, out) = tokio::task::block_in_place(|| {
+        cli(
+            h,
+            &[
+                "adjust",
+                "--key",
+                "cli-key",
+                "--amount-usd",
+                "0.000007",
+                "--note",
+                "by hand",
+            ],
+        )
+    });
+    assert!(ok, "{out}");
+    let (_, shown) = admin(h, "GET", "/admin/v1/keys/cli-key", None).await;
+    let spent = shown["budget"]["spent_usd_micros"].as_u64().unwrap();
+    assert!(spent >= 7, "{shown}");
+    let (ok, out) = tokio::task::block_in_place(|| cli(h, &["reservations"]));
+    assert!(ok, "{out}");
     let (ok, out) = tokio::task::block_in_place(|| cli(h, &["keys", "delete", "cli-key"]));
     assert!(ok, "{out}");
     let (ok, out) = tokio::task::block_in_place(|| cli(h, &["orgs", "delete", "cli-org"]));
     assert!(ok, "{out}");
+}
+
+#[tokio::test]
+async fn adjustments_refund_and_charge_a_key_and_its_org_once() {
+    let h = gateway().await;
+    assert_eq!(call(&h, ALICE).await, StatusCode::OK);
+    h.settled().await;
+    let before = h.budget(ALICE).await;
+    let spent = before["key"]["spent_usd_micros"].as_u64().unwrap();
+    let org_spent = before["org"]["spent_usd_micros"].as_u64().unwrap();
+    assert!(spent >= 5, "{before}");
+
+    let refund = json!({"key": "alice", "amount_usd": "-0.000005", "note": "provider outage"});
+    let post = |body: Value, idempotency: &'static str| {
+        h.client()
+            .post(format!("{}/admin/v1/adjustments", h.url))
+            .bearer_auth(ADMIN)
+            .header("idempotency-key", idempotency)
+            .json(&body)
+            .send()
+    };
+    let response = post(refund.clone(), "refund-1").await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let entry: Value = response.json().await.unwrap();
+    assert_eq!(entry["status"], "adjustment");
+    assert_eq!(entry["amount_usd_micros"], -5);
+    assert_eq!(entry["org"], "acme");
+    assert_eq!(entry["key_spent_usd_micros"], spent - 5);
+    // The same request again (a client retry) is applied once.
+    let again: Value = post(refund, "refund-1")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["exec_id"], entry["exec_id"]);
+    let after = h.budget(ALICE).await;
+    assert_eq!(after["key"]["spent_usd_micros"], spent - 5);
+    assert_eq!(after["org"]["spent_usd_micros"], org_spent - 5);
+    let adjustments: Vec<_> = h
+        .ledger()
+        .into_iter()
+        .filter(|entry| entry.status == tollgate::budget::LedgerStatus::Adjustment)
+        .collect();
+    assert_eq!(adjustments.len(), 1);
+    assert_eq!(adjustments[0].actual, -5);
+    assert_eq!(adjustments[0].note.as_deref(), Some("provider outage"));
+
+    // A charge by hand.
+    let (status, _) = admin(
+        &h,
+        "POST",
+        "/admin/v1/adjustments",
+        Some(json!({"key": "alice", "amount_usd": "0.000025", "note": "billed twice upstream"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(h.budget(ALICE).await["key"]["spent_usd_micros"], spent + 20);
+
+    // A refund beyond what was spent, a number, a zero, no note, no key.
+    for (body, param) in [
+        (
+            json!({"key": "alice", "amount_usd": "-1000.00", "note": "x"}),
+            "amount_usd",
+        ),
+        (
+            json!({"key": "alice", "amount_usd": -0.5, "note": "x"}),
+            "amount_usd",
+        ),
+        (
+            json!({"key": "alice", "amount_usd": "0", "note": "x"}),
+            "amount_usd",
+        ),
+        (json!({"key": "alice", "amount_usd": "-0.01"}), "note"),
+        (json!({"amount_usd": "-0.01", "note": "x"}), "key"),
+    ] {
+        let (status, error) = admin(&h, "POST", "/admin/v1/adjustments", Some(body.clone())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {error}");
+        assert_eq!(error["error"]["param"], param, "{body}: {error}");
+    }
+    let (status, _) = admin(
+        &h,
+        "POST",
+        "/admin/v1/adjustments",
+        Some(json!({"key": "nobody", "amount_usd": "-0.01", "note": "x"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(h.budget(ALICE).await["key"]["spent_usd_micros"], spent + 20);
+}
+
+#[tokio::test]
+async fn open_holds_are_listed_while_their_calls_run() {
+    let digest = hex::encode(tollgate::config::hash_key(ADMIN));
+    let extra = format!("admin_key_sha256 = \"{digest}\"");
+    let h = start(Setup {
+        server_extra: Box::leak(extra.into_boxed_str()),
+        mock: tollgate_mock::MockOptions {
+            latency: std::time::Duration::from_millis(1500),
+            ..Setup::default().mock
+        },
+        ..Setup::default()
+    })
+    .await;
+    let (_, none) = admin(&h, "GET", "/admin/v1/reservations", None).await;
+    assert_eq!(none["reservations"], json!([]));
+    let body = chat("gpt-4o-mini", "hi");
+    let slow = h.post("/v1/chat/completions", ALICE, &body);
+    let watch = async {
+        let mut seen = Value::Null;
+        for _ in 0..100 {
+            let (_, holds) = admin(&h, "GET", "/admin/v1/reservations", None).await;
+            if holds["reservations"]
+                .as_array()
+                .is_some_and(|list| !list.is_empty())
+            {
+                seen = holds;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        seen
+    };
+    let (response, holds) = tokio::join!(slow, watch);
+    assert_eq!(response.status(), StatusCode::OK);
+    let hold = &holds["reservations"][0];
+    assert_eq!(hold["key"], "alice", "{holds}");
+    assert_eq!(hold["org"], "acme");
+    assert!(hold["amount_usd_micros"].as_u64().unwrap() > 0);
+    assert!(hold["deadline"].as_str().unwrap() > hold["started_at"].as_str().unwrap());
+    h.settled().await;
+    let (_, after) = admin(&h, "GET", "/admin/v1/reservations", None).await;
+    assert_eq!(after["reservations"], json!([]), "{after}");
 }

@@ -73,6 +73,34 @@ impl Fields {
         }
     }
 
+    /// A signed decimal USD string (`"-0.25"` refunds), in µUSD.
+    pub fn signed_usd(&mut self, name: &str) -> Result<Option<i64>, AdminError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::String(text)) => super::books::parse_signed_usd(&text)
+                .map(Some)
+                .map_err(|why| AdminError::bad(format!("{name}: {why}"), Some(name))),
+            Some(_) => Err(AdminError::bad(
+                format!("{name} must be a decimal string such as \"-0.25\" (negative refunds)"),
+                Some(name),
+            )),
+        }
+    }
+
+    /// Text of at most `max` bytes, not blank.
+    pub fn text(&mut self, name: &str, max: usize) -> Result<Option<String>, AdminError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::String(text)) if !text.trim().is_empty() && text.len() <= max => {
+                Ok(Some(text))
+            }
+            Some(_) => Err(AdminError::bad(
+                format!("{name} must be text of 1 to {max} bytes"),
+                Some(name),
+            )),
+        }
+    }
+
     pub fn period(&mut self) -> Result<Option<Period>, AdminError> {
         match self.take("period") {
             None => Ok(None),
