@@ -15,6 +15,7 @@
 //! amount (the default), and the cases about expiry again on one that
 //! releases it (`on_expiry = "release"`).
 
+mod aggregates;
 mod cases;
 mod claims;
 mod expiry;
@@ -36,6 +37,7 @@ use super::{
 };
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
+use aggregates::*;
 use cases::*;
 use claims::*;
 use expiry::*;
@@ -221,6 +223,8 @@ macro_rules! contract_tests {
             audit_pages_newest_first,
             concurrent_writes_of_one_revision_apply_once,
             writes_match_the_reference_book,
+            spend_rows_add_up_every_ledger_entry,
+            spend_rows_past_their_retention_are_swept,
             );
             mod release {
                 use super::*;
@@ -230,6 +234,7 @@ macro_rules! contract_tests {
                     sweep_expires_only_due_reservations,
                     expired_record_outlives_every_settle_retry,
                     expired_claim_is_reserved_again,
+                    spend_rows_add_up_every_ledger_entry,
                 );
             }
         }

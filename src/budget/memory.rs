@@ -12,6 +12,7 @@
 //! This file is the handle: locking and the clock; `state` holds the books
 //! and the protocol's rules over them.
 
+mod aggregates;
 mod state;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -23,11 +24,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::aggregates::first_kept_day;
 use super::records::{AuditEntry, RecordBook, RecordSet, RecordWrite, WriteOutcome};
 use super::{
     ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest, Scope,
-    ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_CLOSED_RECORD,
-    DEFAULT_LEDGER_RETENTION,
+    ScopeKind, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow, StoreError,
+    DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
 };
 use crate::money::UsdMicros;
 use state::{Counter, CounterKey, State};
@@ -84,6 +86,12 @@ impl MemoryStore {
     /// How long a settled or denied call's record is kept for retries.
     pub fn with_closed_record(self, keep: Duration) -> Self {
         self.shared.lock().closed_record = to_delta(keep);
+        self
+    }
+
+    /// How many days back the sweep keeps spend aggregate rows.
+    pub fn with_aggregate_retention_days(self, days: u32) -> Self {
+        self.shared.lock().aggregates.retention_days = days;
         self
     }
 
@@ -147,8 +155,9 @@ impl MemoryStore {
     }
 
     /// Expires every reservation past its deadline, forgets closed records
-    /// past their retention and folds ledger entries older than the ledger
-    /// retention; returns how many expired.
+    /// past their retention, folds ledger entries older than the ledger
+    /// retention and drops aggregate rows older than theirs; returns how
+    /// many expired.
     pub fn sweep_expired(&self) -> usize {
         let expired = {
             let mut state = self.shared.lock();
@@ -159,6 +168,8 @@ impl MemoryStore {
                 .checked_sub_signed(state.ledger_retention)
                 .unwrap_or(DateTime::<Utc>::MIN_UTC);
             state.fold_before(cutoff);
+            let first_kept = first_kept_day(now, state.aggregates.retention_days);
+            state.aggregates.drop_before(&first_kept);
             expired
         };
         self.log_expired(expired);
@@ -170,6 +181,11 @@ impl MemoryStore {
             let on_expiry = self.shared.lock().on_expiry;
             super::log_expired(None, expired, on_expiry);
         }
+    }
+
+    /// The spend aggregate rows `query` wants, by day, key and model.
+    pub fn spend(&self, query: &SpendQuery) -> Vec<SpendRow> {
+        self.shared.lock().aggregates.spend(query)
     }
 
     /// Every ledger entry not yet folded, oldest first.

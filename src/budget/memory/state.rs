@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::aggregates::Aggregates;
 use super::{later, to_delta};
 use crate::budget::{
     Denial, LedgerEntry, LedgerStatus, OnExpiry, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
@@ -37,6 +38,8 @@ pub(super) struct State {
     pub(super) claims: HashMap<String, String>,
     /// What a reservation never settled by its deadline is charged.
     pub(super) on_expiry: OnExpiry,
+    /// Spend per day, key and model, moved with every ledger entry.
+    pub(super) aggregates: Aggregates,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -474,6 +477,7 @@ impl State {
     }
 
     fn book(&mut self, reservation: &Reservation, entry: LedgerEntry) {
+        self.aggregates.add(&entry);
         self.ledger.push_back(LedgerLine {
             entry,
             charged_to: reservation.counter_keys().collect(),

@@ -556,7 +556,8 @@ pub(super) fn fold_before(conn: &Connection, cutoff: DateTime<Utc>) -> Sql<usize
         .execute([&cutoff])
 }
 
-/// Appends one ledger entry, with the periods it charged.
+/// Appends one ledger entry, with the periods it charged, and adds it to
+/// its day's spend aggregate.
 fn book(conn: &Connection, record: &Record, entry: &LedgerEntry) -> Sql<()> {
     conn.prepare_cached(
         "INSERT INTO ledger (exec_id, key, org, model, input_tokens, cached_input_tokens,
@@ -581,7 +582,7 @@ fn book(conn: &Connection, record: &Record, entry: &LedgerEntry) -> Sql<()> {
         record.key.period_id,
         record.org.as_ref().map(|org| &org.period_id),
     ])?;
-    Ok(())
+    super::aggregates::add(conn, entry)
 }
 
 /// The scope's counters in the period current at `now`.
