@@ -1,6 +1,6 @@
 --[[ adjust.lua — an operator's refund or credit to a key and its org, once.
 
-KEYS: the five keys of the tag (see common.lua): spend, res, pending, closed, ledger.
+KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg.
       One fixed set of keys per hash tag, all passed in KEYS: the key's and
       its org's counters share the tag, so the script is legal on a Redis
       Cluster.
@@ -124,6 +124,8 @@ entry[#entry + 1] = note
 entry[#entry + 1] = 'at'
 entry[#entry + 1] = fmt(now)
 redis.call('XADD', KEYS[5], '*', unpack(entry))
+-- In the spend reports too, as money moved by hand (no call).
+aggregate({ k = scopes[1].id }, 'adjustment', nil, amount, now)
 
 local key_spent = fmt(values[1] + amount - values[2])
 local rec = {

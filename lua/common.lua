@@ -16,6 +16,11 @@ of a Redis Cluster):
   KEYS[4] tg:{T}:closed   zset   exec_id (or `adj:<exec_id>`) by when its closed record may
                                  be forgotten (ms)
   KEYS[5] tg:{T}:ledger   stream one entry per settle, expiry or adjustment
+  KEYS[6] tg:{T}:agg      hash   `<day>|<key>|<model>|<metric>` spend aggregates: what the
+                                 ledger entries of that UTC day, key and model added up to
+                                 (metrics `n` calls, `in` `cin` `cw` `out` tokens, `usd`
+                                 µUSD, signed); `kept_from`, `scan` the sweep's progress
+                                 (see sweep.lua)
 
 DESIGN.md sketches one Redis key per reservation; a lazy sweep inside
 `reserve` would then touch keys it was not given in KEYS, which a cluster
@@ -60,9 +65,17 @@ of reserve and settle, `store.closed_record_secs`): as long as a retry of
 the call can arrive. A settled record keeps only what a retry reads: s, k,
 o, a, st, act, rem, by.
 
+Aggregates: every ledger entry adds to its row in the same script (see
+`aggregate`): `n` +1, except an adjustment and a late settle (whose call was counted when it
+expired), which still writes `n` (+0) so every entry has a row; token counts
+from the call (an expiry has none, nor a model: the record does not keep it,
+so its row's model is ''); `usd` += the entry's `act`.
+
 Invariants, per scope and period id:
   counter == folded + sum(ledger act) + sum(open amounts)
   counter:r == sum(open amounts)
+and per tag, while no row has passed the aggregate retention:
+  sum(agg usd) == sum(act) of every ledger entry ever booked, folded or not
 Every number stays below 2^53 (Lua numbers are doubles): arguments are
 checked before a script writes anything, since Redis does not roll back a
 script that fails half way.
@@ -108,10 +121,15 @@ local function signed_arg(text, what)
   return int_arg(text, what)
 end
 
--- A token count: stored as given, never added up here.
+-- A token count of at most 2^53 - 1, kept as given: it is stored in the
+-- ledger as text and added to the aggregates by HINCRBY, which must never
+-- fail half way through a script.
 local function count_arg(text, what)
-  if type(text) ~= 'string' or not string.match(text, '^%d+$') or #text > 20 then
+  if type(text) ~= 'string' or not string.match(text, '^%d+$') or #text > 16 then
     fail(what .. ' is not a count: ' .. tostring(text))
+  end
+  if text + 0 > MAX_SAFE then
+    fail(what .. ' is 2^53 or more: ' .. text)
   end
   return text
 end
@@ -325,8 +343,46 @@ local function close(exec_id, rec, now, keep_ms, stored)
   redis.call('ZADD', KEYS[4], fmt(now + keep_ms), exec_id)
 end
 
+-- === Spend aggregates ===
+
+-- Adds one ledger entry to its day's row (see the layout above and
+-- src/budget/redis/aggregates.rs): a HINCRBY per metric that moves, so a
+-- settle costs three to six small increments, and no read.
+local function aggregate(rec, status, call, moved, now)
+  local model = ''
+  if call then
+    model = call.model
+  end
+  local row = period_id('day', now) .. '|' .. rec.k .. '|' .. model .. '|'
+  local calls = '1'
+  if status == 'late' or status == 'adjustment' then
+    calls = '0'
+  end
+  redis.call('HINCRBY', KEYS[6], row .. 'n', calls)
+  if call then
+    if call.input ~= '0' then
+      redis.call('HINCRBY', KEYS[6], row .. 'in', call.input)
+    end
+    if call.cached ~= '0' then
+      redis.call('HINCRBY', KEYS[6], row .. 'cin', call.cached)
+    end
+    if call.written ~= '0' then
+      redis.call('HINCRBY', KEYS[6], row .. 'cw', call.written)
+    end
+    if call.output ~= '0' then
+      redis.call('HINCRBY', KEYS[6], row .. 'out', call.output)
+    end
+  end
+  if moved ~= 0 then
+    redis.call('HINCRBY', KEYS[6], row .. 'usd', fmt(moved))
+  end
+end
+
+-- === The ledger ===
+
 -- `call` holds model and usage counts (strings); nil for an expiry.
 -- `moved` is the entry's `act`: what it moved the counters by (signed).
+-- Every entry also goes to its day's aggregate row (`aggregate`).
 -- The fields are spelled out once per shape (with and without an org):
 -- building the entry as a list first cost more than the XADD itself.
 local function book(exec_id, rec, status, call, moved, now)
@@ -344,6 +400,7 @@ local function book(exec_id, rec, status, call, moved, now)
       'model', model, 'in', input, 'cin', cached, 'cw', written, 'out', output,
       'res', rec.a, 'act', actual, 'st', status, 'kp', rec.kp, 'at', fmt(now))
   end
+  aggregate(rec, status, call, moved, now)
 end
 
 -- What expiring `rec` charges under the policy.

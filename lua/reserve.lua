@@ -1,6 +1,6 @@
 --[[ reserve.lua — hold `amount` against a key and its org, all or nothing.
 
-KEYS: the five keys of the tag (see common.lua): spend, res, pending, closed, ledger.
+KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
       DESIGN.md's key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
@@ -38,7 +38,8 @@ after that reservation was settled or expired, until its record is
 forgotten), and an exec id with a record is never a duplicate, so the
 gateway's own retry of a claimed reserve gets its first answer; a
 reservation the lazy sweep expires is charged what on_expiry says, with an
-`expired` ledger entry of that charge; a denial or a duplicate charges
+`expired` ledger entry of that charge (added to its day's spend aggregate
+row, see common.lua); a denial or a duplicate charges
 nothing; a duplicate is not remembered (a retry of
 it asks again); a denial takes no claim; a reservation holds its claim
 until it closes; every key touched is in KEYS.

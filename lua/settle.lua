@@ -1,6 +1,6 @@
 --[[ settle.lua — charge a reserved call's actual cost, exactly once.
 
-KEYS: the five keys of the tag (see common.lua): spend, res, pending, closed, ledger.
+KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
       DESIGN.md's key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
@@ -38,6 +38,8 @@ by actual - ec, booked as one `late` entry of act = actual - ec (a settle
 that finds its reservation past its deadline books the `expired` entry
 first, as the sweep would have); a counter that would reach 2^53 refuses
 the settle (`out_of_range`) before anything is written, the expiry too.
+Every entry booked also adds to its day's spend aggregate row (agg, see
+common.lua), in this same script.
 An actual of 2^53 or more is refused by the caller before the script runs
 (here it would fail int_arg).
 ]]

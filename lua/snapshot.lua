@@ -1,7 +1,7 @@
 --[[ snapshot.lua — the tag's counters and open reservations at one instant,
 and where its ledger ends then (read only), for reconciliation.
 
-KEYS: the five keys of the tag (see common.lua): spend, res, pending, closed, ledger.
+KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
       DESIGN.md's key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.

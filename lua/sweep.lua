@@ -1,7 +1,8 @@
---[[ sweep.lua — expire due reservations, forget old closed records, and
-fold old ledger entries into their counters' folded sums.
+--[[ sweep.lua — expire due reservations, forget old closed records, fold
+old ledger entries into their counters' folded sums, and drop spend
+aggregate rows past their retention.
 
-KEYS: the five keys of the tag (see common.lua): spend, res, pending, closed, ledger.
+KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
       DESIGN.md's key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
@@ -11,13 +12,22 @@ ARGV:
   2 ledger retention (ms)
   3 on_expiry: 'charge' | 'release', what each expired reservation is
     charged (see common.lua)
-Returns: {expired, forgotten, folded, more}
+  4 aggregate retention (whole days): rows of days before today minus
+    this many are deleted
+Returns: {expired, forgotten, folded, more, dropped}
+  `dropped` counts the aggregate fields deleted.
 Ledger retention: entries are trimmed by age in whole hours (an entry goes
 once the hour it falls in is older than the retention), so trims are rare
 and a reader paging through the ledger can notice one (`folds` changes) and
 start again. Before an entry is trimmed, its actual is added to the `:f`
 field of each scope and period it charged, in this same script, so
 `counter == folded + sum(ledger act) + sum(open amounts)` stays exact.
+Aggregate retention: a pass over the agg hash (HSCAN, `limit` fields a
+call, its cursor kept in the `scan` field beside the first day the pass
+keeps) deletes the fields of older days; once a pass ends, `kept_from`
+holds that day, and until the day changes a sweep costs one HGET. A field
+present when a pass starts is seen by it (HSCAN's guarantee); fields
+written meanwhile are of today, never old.
 Invariants: idempotent (a repeated sweep finds nothing more to do); an
 expired reservation's amount leaves its reserved parts and what on_expiry
 charges stays in its committed counters, booked as one `expired` entry;
@@ -27,6 +37,7 @@ every key touched is in KEYS.
 local limit = int_arg(ARGV[1], 'sweep limit')
 local retention = int_arg(ARGV[2], 'ledger retention')
 local on_expiry = on_expiry_arg(ARGV[3])
+local aggregate_days = int_arg(ARGV[4], 'aggregate retention')
 
 local now = store_now()
 local expired = expire_due(now, limit, on_expiry)
@@ -81,8 +92,56 @@ if last_id then
   redis.call('HINCRBY', KEYS[1], 'folds', '1')
 end
 
+-- One step of the pass dropping aggregate rows of days before the first
+-- kept one; returns how many fields it deleted and whether the pass goes on.
+local function drop_old_aggregates()
+  local first_kept = period_id('day', now - aggregate_days * 86400000)
+  local done = redis.call('HGET', KEYS[6], 'kept_from')
+  if done and done >= first_kept then
+    return 0, false
+  end
+  -- A tag that never booked an entry: nothing to drop, and no hash made
+  -- only to say so.
+  if not done and redis.call('EXISTS', KEYS[6]) == 0 then
+    return 0, false
+  end
+  -- A pass in progress keeps the day it started with, so the day it
+  -- records at its end is one it has cleared throughout.
+  local cursor = '0'
+  local scan = redis.call('HGET', KEYS[6], 'scan')
+  if scan then
+    cursor, first_kept = string.match(scan, '^(%d+) (.+)$')
+  end
+  local page = redis.call('HSCAN', KEYS[6], cursor, 'COUNT', fmt(limit))
+  local fields = page[2]
+  local old = {}
+  for i = 1, #fields, 2 do
+    local field = fields[i]
+    -- Rows start with their day; the pass's own fields with a letter.
+    if string.find(field, '^%d') and string.sub(field, 1, 10) < first_kept then
+      old[#old + 1] = field
+    end
+  end
+  -- In slices: unpack puts every argument on Lua's stack.
+  for i = 1, #old, 500 do
+    redis.call('HDEL', KEYS[6], unpack(old, i, math.min(i + 499, #old)))
+  end
+  if page[1] == '0' then
+    redis.call('HDEL', KEYS[6], 'scan')
+    redis.call('HSET', KEYS[6], 'kept_from', first_kept)
+    return #old, false
+  end
+  redis.call('HSET', KEYS[6], 'scan', page[1] .. ' ' .. first_kept)
+  return #old, true
+end
+
+local dropped, dropping = 0, false
+if limit > 0 then
+  dropped, dropping = drop_old_aggregates()
+end
+
 local more = '0'
-if expired == limit or forgotten == limit or folded == limit then
+if expired == limit or forgotten == limit or folded == limit or dropping then
   more = '1'
 end
-return { fmt(expired), fmt(forgotten), fmt(folded), more }
+return { fmt(expired), fmt(forgotten), fmt(folded), more, fmt(dropped) }

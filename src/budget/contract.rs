@@ -16,6 +16,7 @@
 //! amount (the default), and the cases about expiry again on one that
 //! releases it (`on_expiry = "release"`).
 
+mod aggregates;
 mod cases;
 mod claims;
 mod control;
@@ -38,6 +39,7 @@ use super::{
 };
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
+use aggregates::*;
 use cases::*;
 use claims::*;
 use control::*;
@@ -231,6 +233,9 @@ macro_rules! contract_tests {
             adjustments_past_2_to_the_53_are_refused_alike,
             adjustments_are_remembered_for_the_retry_horizon_only,
             open_holds_lists_open_reservations_oldest_first,
+            spend_rows_add_up_every_ledger_entry,
+            spend_rows_past_their_retention_are_swept,
+            an_adjustment_is_spend_without_a_call,
             );
             mod release {
                 use super::*;
@@ -240,6 +245,7 @@ macro_rules! contract_tests {
                     sweep_expires_only_due_reservations,
                     expired_record_outlives_every_settle_retry,
                     expired_claim_is_reserved_again,
+                    spend_rows_add_up_every_ledger_entry,
                 );
             }
         }

@@ -13,6 +13,7 @@
 //! and the protocol's rules over them, `control` the operator's
 //! adjustments and the list of open holds.
 
+mod aggregates;
 mod control;
 mod state;
 #[cfg(test)]
@@ -25,11 +26,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::aggregates::first_kept_day;
 use super::records::{AuditEntry, RecordBook, RecordSet, RecordWrite, WriteOutcome};
 use super::{
     AdjustOutcome, Adjustment, ClaimedReserve, LedgerEntry, OnExpiry, OpenHold, Reconciliation,
     ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement,
-    StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
+    SpendQuery, SpendRow, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
 };
 use crate::money::UsdMicros;
 use state::{Counter, CounterKey, State};
@@ -86,6 +88,12 @@ impl MemoryStore {
     /// How long a settled or denied call's record is kept for retries.
     pub fn with_closed_record(self, keep: Duration) -> Self {
         self.shared.lock().closed_record = to_delta(keep);
+        self
+    }
+
+    /// How many days back the sweep keeps spend aggregate rows.
+    pub fn with_aggregate_retention_days(self, days: u32) -> Self {
+        self.shared.lock().aggregates.retention_days = days;
         self
     }
 
@@ -161,8 +169,9 @@ impl MemoryStore {
     }
 
     /// Expires every reservation past its deadline, forgets closed records
-    /// past their retention and folds ledger entries older than the ledger
-    /// retention; returns how many expired.
+    /// past their retention, folds ledger entries older than the ledger
+    /// retention and drops aggregate rows older than theirs; returns how
+    /// many expired.
     pub fn sweep_expired(&self) -> usize {
         let expired = {
             let mut state = self.shared.lock();
@@ -174,6 +183,8 @@ impl MemoryStore {
                 .checked_sub_signed(state.ledger_retention)
                 .unwrap_or(DateTime::<Utc>::MIN_UTC);
             state.fold_before(cutoff);
+            let first_kept = first_kept_day(now, state.aggregates.retention_days);
+            state.aggregates.drop_before(&first_kept);
             expired
         };
         self.log_expired(expired);
@@ -185,6 +196,11 @@ impl MemoryStore {
             let on_expiry = self.shared.lock().on_expiry;
             super::log_expired(None, expired, on_expiry);
         }
+    }
+
+    /// The spend aggregate rows `query` wants, by day, key and model.
+    pub fn spend(&self, query: &SpendQuery) -> Vec<SpendRow> {
+        self.shared.lock().aggregates.spend(query)
     }
 
     /// Every ledger entry not yet folded, oldest first.

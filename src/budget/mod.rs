@@ -27,10 +27,14 @@
 //!   the key and its org in their current periods and books an
 //!   `adjustment` entry, all or nothing, once per exec id.
 //! - `open_holds` lists the reservations open now, oldest first.
+//! - Every ledger entry also adds to its day's spend aggregate (day, key,
+//!   model) in the same atomic step (`aggregates`), so `spend` reports
+//!   without the raw ledger; rows are kept the aggregate retention.
 //!
 //! On Redis, everything a key and its org share lives under one hash tag
 //! ([`tag_for`]), so one script can charge both in one cluster slot.
 
+pub mod aggregates;
 #[cfg(test)]
 mod contract;
 pub mod memory;
@@ -48,6 +52,7 @@ use tokio::task::AbortHandle;
 pub use self::redis::{RedisStore, RedisUrlError};
 pub use crate::config::OnExpiry;
 pub use crate::period::Period;
+pub use aggregates::{SpendQuery, SpendRow, DEFAULT_AGGREGATE_RETENTION_DAYS};
 pub use memory::MemoryStore;
 pub use open::{open, tags, OpenError};
 pub use sqlite::{SqliteOpenError, SqliteStore};
@@ -237,8 +242,9 @@ impl BudgetStore {
         }
     }
 
-    /// Expires due reservations, forgets old closed records and folds old
-    /// ledger entries under the given tags (see [`tag_for`]; the memory and
+    /// Expires due reservations, forgets old closed records, folds old
+    /// ledger entries and drops spend aggregates past their retention
+    /// under the given tags (see [`tag_for`]; the memory and
     /// SQLite stores have no tags and sweep everything); returns how many
     /// reservations expired.
     pub async fn sweep(&self, tags: &[String]) -> Result<usize, StoreError> {
@@ -246,6 +252,21 @@ impl BudgetStore {
             BudgetStore::Memory(store) => Ok(store.sweep_expired()),
             BudgetStore::Sqlite(store) => store.sweep().await,
             BudgetStore::Redis(store) => store.sweep_tags(tags).await,
+        }
+    }
+
+    /// The spend aggregate rows under `tags` that `query` wants, sorted by
+    /// day, key and model (the memory and SQLite stores ignore `tags` and
+    /// read all).
+    pub async fn spend(
+        &self,
+        tags: &[String],
+        query: &SpendQuery,
+    ) -> Result<Vec<SpendRow>, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.spend(query)),
+            BudgetStore::Sqlite(store) => store.spend(query).await,
+            BudgetStore::Redis(store) => store.spend(tags, query).await,
         }
     }
 

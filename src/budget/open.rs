@@ -33,7 +33,8 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
             BudgetStore::Memory(
                 MemoryStore::new(store.settle_epsilon, store.on_expiry)
                     .with_ledger_retention(store.ledger_retention.min(store.closed_record))
-                    .with_closed_record(store.closed_record),
+                    .with_closed_record(store.closed_record)
+                    .with_aggregate_retention_days(store.aggregate_retention_days),
             )
         }
         StoreBackend::Sqlite { path } => {
@@ -43,7 +44,8 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
                 store.ledger_retention,
                 store.closed_record,
                 store.on_expiry,
-            )?;
+            )?
+            .with_aggregate_retention_days(store.aggregate_retention_days);
             tracing::info!(file = %path.display(), "budget store: sqlite");
             BudgetStore::Sqlite(sqlite)
         }
@@ -56,7 +58,8 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
                 store.on_expiry,
             )
             .await?
-            .with_closed_record(store.closed_record);
+            .with_closed_record(store.closed_record)
+            .with_aggregate_retention_days(store.aggregate_retention_days);
             for key in &config.keys {
                 redis.track_key(&key.id, key.org.as_deref());
             }

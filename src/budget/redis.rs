@@ -2,7 +2,7 @@
 //! operation (`lua/`), so any number of gateways share exact caps.
 //!
 //! Layout. Everything a key and its org share lives under one hash tag
-//! ([`tag_for`]: the org id, or `key:<key id>` without an org), in five
+//! ([`tag_for`]: the org id, or `key:<key id>` without an org), in six
 //! fixed keys per tag that every script receives in `KEYS`:
 //!
 //! | key              | type   | holds |
@@ -12,6 +12,7 @@
 //! | `tg:{T}:pending` | zset   | open exec ids by deadline |
 //! | `tg:{T}:closed`  | zset   | closed exec ids (and `adj:<exec id>`s) by when their record may be forgotten |
 //! | `tg:{T}:ledger`  | stream | one entry per settle, expiry or adjustment |
+//! | `tg:{T}:agg`     | hash   | `<day>\|<key>\|<model>\|<metric>` spend aggregates moved with every ledger entry (`aggregates`); `kept_from`, `scan` the sweep's retention pass |
 //!
 //! The admin API's keys and orgs live under a tag of their own,
 //! `tollgate:admin` (`records`). One more key lies outside every tag:
@@ -29,6 +30,13 @@
 //! they charged, in the same script: `counter == folded + Σ ledger + Σ open`
 //! stays exact.
 //!
+//! Spend aggregate rows older than the aggregate retention (whole UTC
+//! days) are deleted by the sweep, a bounded HSCAN page per call, and only
+//! once a day per tag. The `agg` key came after layout 1 without a layout
+//! change: a tag without it simply has no rows yet, and a gateway of an
+//! older build, which passes five keys, books no rows (its calls are
+//! missing from spend reports, never from the counters).
+//!
 //! Time is Redis's `TIME`. Only a test build can shift it (`test_clock`,
 //! `lua/test/clock.lua`); production scripts take no offset.
 //!
@@ -43,6 +51,7 @@
 //! configured ones and those it has reserved under). That lookup runs only
 //! on this error path.
 
+mod aggregates;
 mod books;
 mod connection;
 mod control;
@@ -58,7 +67,7 @@ mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -69,7 +78,8 @@ pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
 
 use super::{
     tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest,
-    Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError, DEFAULT_CLOSED_RECORD,
+    Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow, StoreError,
+    DEFAULT_AGGREGATE_RETENTION_DAYS, DEFAULT_CLOSED_RECORD,
 };
 use crate::config::RedisTls;
 use crate::money::{UsdMicros, MAX_USD_MICROS};
@@ -99,6 +109,8 @@ struct Inner {
     policy: CallPolicy,
     settle_epsilon: UsdMicros,
     ledger_retention: Duration,
+    /// How many days back the sweep keeps spend aggregate rows.
+    aggregate_retention_days: AtomicU32,
     /// What a reservation never settled by its deadline is charged; every
     /// script that can expire one is told.
     on_expiry: OnExpiry,
@@ -209,6 +221,7 @@ impl RedisStore {
                 policy,
                 settle_epsilon,
                 ledger_retention,
+                aggregate_retention_days: AtomicU32::new(DEFAULT_AGGREGATE_RETENTION_DAYS),
                 on_expiry,
                 closed_record_ms: AtomicU64::new(scripts::millis(DEFAULT_CLOSED_RECORD)),
                 epoch: meta::EpochWatch::default(),
@@ -225,6 +238,14 @@ impl RedisStore {
         self.inner
             .closed_record_ms
             .store(scripts::millis(keep), Ordering::Relaxed);
+        self
+    }
+
+    /// How many days back the sweep keeps spend aggregate rows.
+    pub fn with_aggregate_retention_days(self, days: u32) -> Self {
+        self.inner
+            .aggregate_retention_days
+            .store(days, Ordering::Relaxed);
         self
     }
 
@@ -499,8 +520,9 @@ impl RedisStore {
     }
 
     /// Expires due reservations, forgets closed records past their
-    /// retention and folds ledger entries past the ledger retention, under
-    /// each tag, in bounded `sweep.lua` calls; returns how many expired.
+    /// retention, folds ledger entries past the ledger retention and drops
+    /// spend aggregate rows past theirs, under each tag, in bounded
+    /// `sweep.lua` calls; returns how many expired.
     /// Reads `tg:meta` first, so a store that lost its epoch fails closed
     /// (and one that had an epoch accepted serves again) without waiting
     /// for a call.
@@ -514,6 +536,7 @@ impl RedisStore {
                     SWEEP_BATCH,
                     self.inner.ledger_retention,
                     self.inner.on_expiry,
+                    self.inner.aggregate_retention_days.load(Ordering::Relaxed),
                 );
                 let reply = self
                     .run(&self.inner.scripts.sweep, "sweep", &keys, &args)
@@ -558,6 +581,16 @@ impl RedisStore {
             total = (total.0 + count, total.1.saturating_add(sum));
         }
         Ok(total)
+    }
+
+    /// The spend aggregate rows under `tags` that `query` wants, by day,
+    /// key and model.
+    pub async fn spend(
+        &self,
+        tags: &[String],
+        query: &SpendQuery,
+    ) -> Result<Vec<SpendRow>, StoreError> {
+        aggregates::spend(&self.inner.connection, self.inner.policy, tags, query).await
     }
 
     /// Every scope and period under `tags` with its counter, folded sum,

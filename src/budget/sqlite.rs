@@ -9,9 +9,12 @@
 //! that thread: with one process per file, it is the store's clock.
 //!
 //! `schema` opens the file (and locks it to one gateway), `books` holds the
-//! protocol's rules as statements, `records` the admin API's keys and orgs,
-//! `control` the operator's adjustments and the list of open holds.
+//! protocol's rules as statements, `aggregates` the spend per day, key and
+//! model that every ledger entry adds to, `records` the admin API's keys
+//! and orgs, `control` the operator's adjustments and the list of open
+//! holds.
 
+mod aggregates;
 mod books;
 mod checkpoint;
 mod control;
@@ -25,6 +28,7 @@ mod writer;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -33,11 +37,12 @@ use rusqlite::{Connection, TransactionBehavior};
 
 pub use schema::SqliteOpenError;
 
+use super::aggregates::first_kept_day;
 use super::records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 use super::{
     AdjustOutcome, Adjustment, ClaimedReserve, OnExpiry, OpenHold, Reconciliation, ReserveOutcome,
-    ReserveRequest, Scope, ScopeState, SettleOutcome, Settlement, StoreError,
-    DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
+    ReserveRequest, Scope, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow, StoreError,
+    DEFAULT_AGGREGATE_RETENTION_DAYS, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
 };
 use crate::money::UsdMicros;
 use books::Rules;
@@ -58,6 +63,9 @@ struct Shared {
     path: PathBuf,
     rules: Rules,
     ledger_retention: TimeDelta,
+    /// How many days back the sweep keeps spend aggregate rows; set once
+    /// at start (`with_aggregate_retention_days`), after the handle exists.
+    aggregate_retention_days: AtomicU32,
 }
 
 /// What a store is opened with besides its file.
@@ -172,8 +180,17 @@ impl SqliteStore {
                 path: path.to_owned(),
                 rules: settings.rules,
                 ledger_retention: to_delta(settings.ledger_retention),
+                aggregate_retention_days: AtomicU32::new(DEFAULT_AGGREGATE_RETENTION_DAYS),
             }),
         }
+    }
+
+    /// How many days back the sweep keeps spend aggregate rows.
+    pub fn with_aggregate_retention_days(self, days: u32) -> Self {
+        self.shared
+            .aggregate_retention_days
+            .store(days, Ordering::Relaxed);
+        self
     }
 
     /// The file the store keeps its books in.
@@ -273,11 +290,13 @@ impl SqliteStore {
     }
 
     /// Expires every reservation past its deadline, forgets closed records
-    /// past their retention and folds ledger entries older than the ledger
-    /// retention; returns how many expired.
+    /// past their retention, folds ledger entries older than the ledger
+    /// retention and deletes aggregate rows older than theirs; returns how
+    /// many expired.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
         let rules = self.shared.rules;
         let retention = self.shared.ledger_retention;
+        let aggregate_days = self.shared.aggregate_retention_days.load(Ordering::Relaxed);
         let expired = self
             .call(move |conn, clock| {
                 let now = clock.now();
@@ -285,11 +304,19 @@ impl SqliteStore {
                 books::forget_due(conn, now, usize::MAX)?;
                 control::forget_adjustments(conn, now)?;
                 books::fold_before(conn, books::before(now, retention))?;
+                aggregates::drop_before(conn, &first_kept_day(now, aggregate_days))?;
                 Ok(Ok(expired))
             })
             .await?;
         self.log_expired(expired);
         Ok(expired)
+    }
+
+    /// The spend aggregate rows `query` wants, by day, key and model.
+    pub async fn spend(&self, query: &SpendQuery) -> Result<Vec<SpendRow>, StoreError> {
+        let query = query.clone();
+        self.call(move |conn, _| aggregates::spend(conn, &query).map(Ok))
+            .await
     }
 
     /// How many reservations are open and the sum of their amounts.

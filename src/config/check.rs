@@ -43,6 +43,11 @@ const DEFAULT_CLOSED_RECORD_SECS: u64 = 120;
 const MAX_CLOSED_RECORD_SECS: u64 = 24 * 3600;
 /// Ten years: beyond that a retention is a typo.
 const MAX_LEDGER_RETENTION_DAYS: u64 = 3650;
+/// Spend reports a year back and a bit, to compare a month with the same
+/// month a year before.
+const DEFAULT_AGGREGATE_RETENTION_DAYS: u64 = 400;
+/// Ten years, as for the ledger.
+const MAX_AGGREGATE_RETENTION_DAYS: u64 = 3650;
 
 /// Turns the raw file into a [`Config`], one section at a time.
 pub(super) struct Checker<'a> {
@@ -225,6 +230,21 @@ impl Checker<'_> {
                 format!("{retention_days} must be between 1 and {MAX_LEDGER_RETENTION_DAYS}"),
             ));
         }
+        let aggregate_retention_days = raw
+            .aggregate_retention_days
+            .unwrap_or(DEFAULT_AGGREGATE_RETENTION_DAYS);
+        let aggregate_retention_days = u32::try_from(aggregate_retention_days)
+            .ok()
+            .filter(|days| (1..=MAX_AGGREGATE_RETENTION_DAYS).contains(&u64::from(*days)))
+            .ok_or_else(|| {
+                self.invalid(
+                    "store.aggregate_retention_days",
+                    format!(
+                        "{aggregate_retention_days} must be between 1 and \
+                         {MAX_AGGREGATE_RETENTION_DAYS}"
+                    ),
+                )
+            })?;
         let closed_record_secs = raw.closed_record_secs.unwrap_or(DEFAULT_CLOSED_RECORD_SECS);
         if !(1..=MAX_CLOSED_RECORD_SECS).contains(&closed_record_secs) {
             return Err(self.invalid(
@@ -248,6 +268,7 @@ impl Checker<'_> {
             settle_epsilon: self.usd("store.settle_epsilon_usd", epsilon)?,
             on_store_error,
             ledger_retention: Duration::from_secs(retention_days * 24 * 3600),
+            aggregate_retention_days,
             closed_record: Duration::from_secs(closed_record_secs),
             on_expiry,
         })

@@ -76,6 +76,9 @@ pub struct StoreConfig {
     /// How long ledger entries are kept one by one; older ones are folded
     /// into per-scope sums, so reconciliation stays exact.
     pub ledger_retention: Duration,
+    /// How many UTC days back the spend aggregates (per day, key and
+    /// model) are kept; older rows are deleted by the sweep.
+    pub aggregate_retention_days: u32,
     /// How long a settled or denied call's record is kept for retries.
     pub closed_record: Duration,
     pub on_expiry: OnExpiry,

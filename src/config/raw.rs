@@ -52,6 +52,7 @@ pub(super) struct RawStore {
     pub settle_epsilon_usd: Option<toml::Value>,
     pub on_store_error: Option<String>,
     pub ledger_retention_days: Option<u64>,
+    pub aggregate_retention_days: Option<u64>,
     pub closed_record_secs: Option<u64>,
     pub on_expiry: Option<String>,
 }

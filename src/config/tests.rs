@@ -584,6 +584,25 @@ fn ledger_retention_defaults_to_30_days_and_is_bounded() {
 }
 
 #[test]
+fn aggregate_retention_defaults_to_400_days_and_is_bounded() {
+    assert_eq!(load(&base()).unwrap().store.aggregate_retention_days, 400);
+    let text = base().replacen("[store]", "[store]\naggregate_retention_days = 90", 1);
+    assert_eq!(load(&text).unwrap().store.aggregate_retention_days, 90);
+    for bad in ["0", "3651", "99999999999"] {
+        let message = error_after(
+            "[store]",
+            &format!("[store]\naggregate_retention_days = {bad}"),
+        );
+        assert!(
+            message.starts_with(&format!(
+                "test.toml: store.aggregate_retention_days: {bad} must be between 1 and 3650"
+            )),
+            "{message}"
+        );
+    }
+}
+
+#[test]
 fn on_expiry_defaults_to_charge_and_takes_release() {
     assert_eq!(load(&base()).unwrap().store.on_expiry, OnExpiry::Charge);
     for (text, expected) in [("charge", OnExpiry::Charge), ("release", OnExpiry::Release)] {

@@ -101,21 +101,21 @@ impl State {
             key_spent: after.first().copied().unwrap_or_default(),
         };
         let outcome = applied.outcome(true);
-        self.ledger.push_back(LedgerLine {
-            entry: LedgerEntry {
-                exec_id: adjustment.exec_id.clone(),
-                key: adjustment.key.id.clone(),
-                org: adjustment.org.as_ref().map(|org| org.id.clone()),
-                model: String::new(),
-                usage: Usage::default(),
-                reserved: 0,
-                actual: adjustment.amount,
-                status: LedgerStatus::Adjustment,
-                at: now,
-                note: Some(adjustment.note.clone()),
-            },
-            charged_to,
-        });
+        let entry = LedgerEntry {
+            exec_id: adjustment.exec_id.clone(),
+            key: adjustment.key.id.clone(),
+            org: adjustment.org.as_ref().map(|org| org.id.clone()),
+            model: String::new(),
+            usage: Usage::default(),
+            reserved: 0,
+            actual: adjustment.amount,
+            status: LedgerStatus::Adjustment,
+            at: now,
+            note: Some(adjustment.note.clone()),
+        };
+        // In the spend reports too, as money moved by hand (no call).
+        self.aggregates.add(&entry);
+        self.ledger.push_back(LedgerLine { entry, charged_to });
         let forget_at = later(now, self.closed_record);
         self.adjustments
             .retention

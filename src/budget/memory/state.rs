@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::aggregates::Aggregates;
 use super::control::Adjustments;
 use super::{later, to_delta};
 use crate::budget::{
@@ -40,6 +41,8 @@ pub(super) struct State {
     pub(super) on_expiry: OnExpiry,
     /// Operators' adjustments applied within the retry horizon.
     pub(super) adjustments: Adjustments,
+    /// Spend per day, key and model, moved with every ledger entry.
+    pub(super) aggregates: Aggregates,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -493,6 +496,7 @@ impl State {
     }
 
     fn book(&mut self, reservation: &Reservation, entry: LedgerEntry) {
+        self.aggregates.add(&entry);
         self.ledger.push_back(LedgerLine {
             entry,
             charged_to: reservation.counter_keys().collect(),

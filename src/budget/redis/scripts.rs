@@ -35,19 +35,19 @@ const MAX_TTL_MS: u64 = 1 << 50;
 /// are doubles).
 const MAX_SCRIPT_INTEGER: u64 = (1 << 53) - 1;
 
-/// The five keys of one hash tag, in the order every script takes them.
+/// The six keys of one hash tag, in the order every script takes them.
 /// They share the tag `{T}`, so a cluster keeps them in one slot.
-pub(super) struct TagKeys([String; 5]);
+pub(super) struct TagKeys([String; 6]);
 
 impl TagKeys {
     pub fn new(tag: &str) -> Self {
         TagKeys(
-            ["spend", "res", "pending", "closed", "ledger"]
+            ["spend", "res", "pending", "closed", "ledger", "agg"]
                 .map(|name| format!("tg:{{{tag}}}:{name}")),
         )
     }
 
-    pub fn all(&self) -> &[String; 5] {
+    pub fn all(&self) -> &[String; 6] {
         &self.0
     }
 
@@ -65,6 +65,11 @@ impl TagKeys {
 
     pub fn ledger(&self) -> &str {
         &self.0[4]
+    }
+
+    /// The spend aggregates (`aggregates`).
+    pub fn agg(&self) -> &str {
+        &self.0[5]
     }
 }
 
@@ -246,14 +251,21 @@ pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// ARGV of `sweep.lua`.
-pub(super) fn sweep_args(limit: usize, retention: Duration, on_expiry: OnExpiry) -> Vec<String> {
+/// ARGV of `sweep.lua`; `aggregate_days` is how many days back spend
+/// aggregate rows are kept.
+pub(super) fn sweep_args(
+    limit: usize,
+    retention: Duration,
+    on_expiry: OnExpiry,
+    aggregate_days: u32,
+) -> Vec<String> {
     let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
     vec![
         limit.to_string(),
         // No retention needs that long.
         retention_ms.min(MAX_SCRIPT_INTEGER).to_string(),
         on_expiry.as_str().to_owned(),
+        aggregate_days.to_string(),
     ]
 }
 

@@ -558,7 +558,8 @@ pub(super) fn fold_before(conn: &Connection, cutoff: DateTime<Utc>) -> Sql<usize
         .execute([&cutoff])
 }
 
-/// Appends a reservation's ledger entry, in the periods it charged.
+/// Appends one ledger entry, with the periods it charged, and adds it to
+/// its day's spend aggregate.
 fn book(conn: &Connection, record: &Record, entry: &LedgerEntry) -> Sql<()> {
     book_in(
         conn,
@@ -600,7 +601,7 @@ pub(super) fn book_in(
         org_period,
         entry.note,
     ])?;
-    Ok(())
+    super::aggregates::add(conn, entry)
 }
 
 /// The scope's counters in the period current at `now`.

@@ -15,12 +15,12 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 /// The schema this binary writes. A file with a lower version is upgraded
 /// in place by [`MIGRATIONS`]; a file with a higher one is refused.
-pub(super) const SCHEMA_VERSION: u32 = 3;
+pub(super) const SCHEMA_VERSION: u32 = 4;
 
 /// The statements that take a file from version `i + 1` to `i + 2`, in
 /// order. A new file runs them all after [`CREATE`], so a new file and an
 /// upgraded one have the same tables by construction.
-const MIGRATIONS: &[&str] = &[TO_2, TO_3];
+const MIGRATIONS: &[&str] = &[TO_2, TO_3, TO_4];
 
 /// Version 1: the budget books.
 const CREATE: &str = "
@@ -144,6 +144,36 @@ CREATE TABLE adjustments (
     forget_at            INTEGER NOT NULL    -- Unix milliseconds
 ) WITHOUT ROWID;
 CREATE INDEX adjustments_by_forget_at ON adjustments (forget_at);
+";
+
+/// Version 4: spend aggregates (`budget::aggregates`), one row per UTC
+/// day, key and model, upserted with every ledger entry and kept
+/// `store.aggregate_retention_days`. An upgraded file gets rows for the
+/// ledger entries it still holds (older ones were folded into counters,
+/// which keep no day or model).
+const TO_4: &str = "
+CREATE TABLE aggregates (
+    day                 TEXT    NOT NULL,   -- 'YYYY-MM-DD', UTC, when the entries were written
+    key                 TEXT    NOT NULL,
+    org                 TEXT,               -- the key's org, fixed per key
+    model               TEXT    NOT NULL,   -- '' for expiries
+    calls               INTEGER NOT NULL,   -- settles on time and expiries (late: 0)
+    input_tokens        INTEGER NOT NULL,
+    cached_input_tokens INTEGER NOT NULL,
+    cache_write_tokens  INTEGER NOT NULL,
+    output_tokens       INTEGER NOT NULL,
+    cost_usd_micros     INTEGER NOT NULL,   -- Σ ledger actual_usd_micros (signed)
+    PRIMARY KEY (day, key, model)
+) WITHOUT ROWID;
+
+INSERT INTO aggregates (day, key, org, model, calls, input_tokens, cached_input_tokens,
+    cache_write_tokens, output_tokens, cost_usd_micros)
+SELECT substr(at, 1, 10), key, MAX(org), model,
+       SUM(CASE WHEN status IN ('ok', 'overrun', 'estimated', 'expired') THEN 1 ELSE 0 END),
+       SUM(input_tokens), SUM(cached_input_tokens), SUM(cache_write_tokens),
+       SUM(output_tokens), SUM(actual_usd_micros)
+  FROM ledger
+ GROUP BY substr(at, 1, 10), key, model;
 ";
 
 /// Why the store's file could not be opened.

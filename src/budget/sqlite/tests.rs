@@ -18,7 +18,7 @@ use crate::budget::memory::testing::ManualClock;
 use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
 use crate::budget::{
     LedgerStatus, OnExpiry, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind, Settlement,
-    StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
+    SpendQuery, SpendRow, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
 };
 use crate::usage::Usage;
 
@@ -440,8 +440,17 @@ async fn the_ledger_is_a_table_an_operator_can_query() {
     assert_eq!((row.2, row.3, row.4), (10, 5, 640));
     assert_eq!(&row.5, "ok");
     assert!(row.6.ends_with('Z') && row.6.contains('T'), "{}", row.6);
-    // The README's query: spend per key today.
+    // The README's query: spend per key today, from the aggregates, which
+    // the ledger agrees with.
     let spent: i64 = conn
+        .query_row(
+            "SELECT SUM(cost_usd_micros) FROM aggregates WHERE day = date('now') GROUP BY key",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(spent, 640);
+    let in_ledger: i64 = conn
         .query_row(
             "SELECT SUM(actual_usd_micros) FROM ledger
               WHERE at >= strftime('%Y-%m-%dT00:00:00', 'now') GROUP BY key",
@@ -449,7 +458,7 @@ async fn the_ledger_is_a_table_an_operator_can_query() {
             |row| row.get(0),
         )
         .unwrap();
-    assert_eq!(spent, 640);
+    assert_eq!(in_ledger, 640);
 }
 
 #[tokio::test]
@@ -610,6 +619,8 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
         closed_ms: 120_000,
     };
     // Books written by a binary of version 1: one call settled, one open.
+    // That binary kept no spend aggregates: what today's rules add to them
+    // goes to a temporary table, gone with this connection.
     {
         let conn = Connection::open(&path).unwrap();
         schema::create_version_1(&conn).unwrap();
@@ -617,6 +628,12 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
         // is there only while they run.
         conn.execute_batch("ALTER TABLE ledger ADD COLUMN note TEXT")
             .unwrap();
+        conn.execute_batch(
+            "CREATE TEMP TABLE aggregates (day, key, org, model, calls, input_tokens,
+                 cached_input_tokens, cache_write_tokens, output_tokens, cost_usd_micros,
+                 PRIMARY KEY (day, key, model))",
+        )
+        .unwrap();
         books::reserve(&conn, rules, &request("a", 4_000), None, start).unwrap();
         books::settle(&conn, rules, &settlement("a", 3_000), start)
             .unwrap()
@@ -641,6 +658,31 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
     assert_eq!(store.ledger().await.len(), 2);
     let rows = store.reconcile().await.unwrap();
     assert!(rows.iter().all(|row| row.drift() == 0), "{rows:?}");
+
+    // The upgrade gave the ledger entries it found their aggregate row,
+    // which the settle after it added to.
+    let day = start.date_naive();
+    let query = SpendQuery {
+        from: day,
+        to: day,
+        key: None,
+        org: None,
+    };
+    assert_eq!(
+        store.spend(&query).await.unwrap(),
+        [SpendRow {
+            day: "2026-11-29".to_owned(),
+            key: "alice".to_owned(),
+            org: None,
+            model: "gpt-4o-mini".to_owned(),
+            calls: 2,
+            input_tokens: 20,
+            cached_input_tokens: 0,
+            cache_write_tokens: 0,
+            output_tokens: 10,
+            cost_usd_micros: 4_500,
+        }]
+    );
 
     // It keeps records from now on, from version 0.
     assert_eq!(store.records_version().await.unwrap(), 0);
