@@ -8,7 +8,7 @@
 //! with its audit entry, applied at once to this gateway's directory, and
 //! seen by every other gateway within a second (see `crate::directory`).
 //!
-//! `keys`, `orgs`, `books` and `audit` are the routes, `fields` checks what
+//! `keys`, `orgs`, `books`, `spend` and `audit` are the routes, `fields` checks what
 //! a body says, `views` writes what a response shows.
 
 mod audit;
@@ -16,6 +16,7 @@ mod books;
 mod fields;
 mod keys;
 mod orgs;
+mod spend;
 mod views;
 
 use std::collections::HashMap;
@@ -92,6 +93,7 @@ pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<B
         (&Method::GET, ["audit"]) => audit::list(&call).await,
         (&Method::POST, ["adjustments"]) => books::adjust(&call).await,
         (&Method::GET, ["reservations"]) => books::reservations(&call).await,
+        (&Method::GET, ["spend"]) => spend::report(&call).await,
         _ => Err(AdminError::not_found(&method, &path)),
     };
     result.unwrap_or_else(AdminError::response)

@@ -561,6 +561,8 @@ async fn the_admin_command_line_drives_the_api() {
     assert!(spent >= 7, "{shown}");
     let (ok, out) = tokio::task::block_in_place(|| cli(h, &["reservations"]));
     assert!(ok, "{out}");
+    let (ok, out) = tokio::task::block_in_place(|| cli(h, &["spend", "--group-by", "key"]));
+    assert!(ok && out.contains("cli-key"), "{out}");
     let (ok, out) = tokio::task::block_in_place(|| cli(h, &["keys", "delete", "cli-key"]));
     assert!(ok, "{out}");
     let (ok, out) = tokio::task::block_in_place(|| cli(h, &["orgs", "delete", "cli-org"]));
@@ -698,4 +700,90 @@ async fn open_holds_are_listed_while_their_calls_run() {
     h.settled().await;
     let (_, after) = admin(&h, "GET", "/admin/v1/reservations", None).await;
     assert_eq!(after["reservations"], json!([]), "{after}");
+}
+
+#[tokio::test]
+async fn spend_reports_group_what_the_ledger_charged() {
+    let h = gateway().await;
+    for key in [ALICE, ALICE, common::BOB] {
+        assert_eq!(call(&h, key).await, StatusCode::OK);
+    }
+    h.settled().await;
+    let ledger = h.ledger();
+    let cost_of = |key: &str| -> i64 {
+        ledger
+            .iter()
+            .filter(|entry| entry.key == key)
+            .map(|entry| entry.actual)
+            .sum()
+    };
+    let (status, report) = admin(&h, "GET", "/admin/v1/spend?group_by=key", None).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{report}");
+    assert_eq!(rows[0]["group"], "alice");
+    assert_eq!(rows[0]["calls"], 2);
+    assert_eq!(rows[0]["cost_usd_micros"], cost_of("alice"));
+    assert!(rows[0]["input_tokens"].as_u64().unwrap() > 0);
+    assert!(rows[0]["output_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(rows[1]["group"], "bob");
+    assert_eq!(rows[1]["calls"], 1);
+    assert_eq!(rows[1]["cost_usd_micros"], cost_of("bob"));
+    let today = chrono::Utc::now().date_naive().to_string();
+    assert_eq!(report["to"], today.as_str());
+
+    let (_, by_org) = admin(&h, "GET", "/admin/v1/spend?group_by=org", None).await;
+    assert_eq!(by_org["rows"][0]["group"], "acme");
+    assert_eq!(by_org["rows"][0]["calls"], 3);
+    let (_, by_model) = admin(&h, "GET", "/admin/v1/spend?group_by=model&key=alice", None).await;
+    assert_eq!(by_model["rows"][0]["group"], "gpt-4o-mini");
+    assert_eq!(by_model["rows"][0]["calls"], 2);
+    let (_, by_day) = admin(
+        &h,
+        "GET",
+        &format!("/admin/v1/spend?group_by=day&from={today}&to={today}"),
+        None,
+    )
+    .await;
+    assert_eq!(by_day["rows"][0]["group"], today.as_str());
+    assert_eq!(by_day["rows"][0]["calls"], 3);
+    let (_, none) = admin(
+        &h,
+        "GET",
+        "/admin/v1/spend?group_by=key&from=2020-01-01&to=2020-01-31",
+        None,
+    )
+    .await;
+    assert_eq!(none["rows"], json!([]));
+
+    let csv = h
+        .client()
+        .get(format!("{}/admin/v1/spend?group_by=key&format=csv", h.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(csv.status(), StatusCode::OK);
+    assert!(csv.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    let text = csv.text().await.unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "group,calls,input_tokens,cached_input_tokens,cache_write_tokens,output_tokens,cost_usd_micros");
+    assert!(lines[1].starts_with("alice,2,"), "{text}");
+    assert!(
+        lines[1].ends_with(&format!(",{}", cost_of("alice"))),
+        "{text}"
+    );
+
+    for query in [
+        "group_by=team",
+        "group_by=key&from=yesterday",
+        "group_by=key&format=xml",
+        "group_by=key&from=2026-12-02&to=2026-12-01",
+    ] {
+        let (status, error) = admin(&h, "GET", &format!("/admin/v1/spend?{query}"), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {error}");
+    }
 }

@@ -116,6 +116,29 @@ async fn a_change_on_one_gateway_applies_on_another_within_a_second() {
         "{on_b}"
     );
 
+    // Both gateways report the spend from the store's aggregates.
+    let (status, report) = admin(
+        &b.url,
+        "GET",
+        &format!("/admin/v1/spend?group_by=model&key={id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(report["rows"][0]["group"], "gpt-4o-mini", "{report}");
+    assert!(
+        report["rows"][0]["calls"].as_u64().unwrap() >= 1,
+        "{report}"
+    );
+    let (_, by_org) = admin(
+        &a.url,
+        "GET",
+        &format!("/admin/v1/spend?group_by=org&org={org}"),
+        None,
+    )
+    .await;
+    assert_eq!(by_org["rows"][0]["group"], org.as_str(), "{by_org}");
+
     // A lowered cap binds on B.
     let (status, _) = admin(
         &a.url,
