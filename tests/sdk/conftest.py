@@ -58,6 +58,7 @@ class Gateway:
     sdk_key: str
     tiny_key: str
     mock_url: str
+    admin_key: str
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
@@ -145,6 +146,7 @@ def gateway(binary: Path, tmp_path_factory) -> Iterator[Gateway]:
     provider_secret = f"sk-provider-{secrets.token_hex(16)}"
     sdk_key = f"tg-sdk-{secrets.token_hex(16)}"
     tiny_key = f"tg-tiny-{secrets.token_hex(16)}"
+    admin_key = f"tg-admin-{secrets.token_hex(16)}"
 
     mock, mock_address = _start(
         "mock-upstream",
@@ -157,14 +159,26 @@ def gateway(binary: Path, tmp_path_factory) -> Iterator[Gateway]:
         server, address = _start(
             "gateway",
             [str(binary), "serve", "--config", str(config_path)],
-            _child_env({"TG_TEST_OPENAI_KEY": provider_secret, "TG_TEST_ANTHROPIC_KEY": provider_secret}),
+            _child_env(
+                {
+                    "TG_TEST_OPENAI_KEY": provider_secret,
+                    "TG_TEST_ANTHROPIC_KEY": provider_secret,
+                    "TOLLGATE_ADMIN_KEY": admin_key,
+                }
+            ),
         )
     except BaseException:
         mock.stop()
         raise
     _processes[:] = [server, mock]
     try:
-        yield Gateway(url=f"http://{address}", sdk_key=sdk_key, tiny_key=tiny_key, mock_url=f"http://{mock_address}")
+        yield Gateway(
+            url=f"http://{address}",
+            sdk_key=sdk_key,
+            tiny_key=tiny_key,
+            mock_url=f"http://{mock_address}",
+            admin_key=admin_key,
+        )
     finally:
         _processes.clear()
         server.stop()
