@@ -13,6 +13,7 @@
 
 mod audit;
 mod books;
+mod change;
 mod fields;
 mod keys;
 mod orgs;

@@ -7,12 +7,12 @@ use http::Response;
 use serde_json::{json, Value};
 
 use super::fields::{required, Fields};
-use super::{audit, created, no_content, ok, page, views, AdminError, Call, WRITE_ATTEMPTS};
+use super::{change, created, no_content, ok, page, views, AdminError, Call};
 use crate::body::Body;
 use crate::budget::records::RecordKind;
 use crate::config::hash_key;
 use crate::directory::documents::KeyDoc;
-use crate::directory::{format_time, key_entry, KeyEntry};
+use crate::directory::{format_time, key_entry};
 
 const KIND: RecordKind = RecordKind::Key;
 
@@ -68,17 +68,13 @@ pub async fn create(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
     let alert_at = fields.alert_at()?.unwrap_or_default();
     fields.finish(CREATE_FIELDS)?;
 
-    let snapshot = call.gateway.directory.snapshot();
     if let Some(org) = &org {
-        if !snapshot.orgs.contains_key(org) {
+        if !call.gateway.directory.snapshot().orgs.contains_key(org) {
             return Err(AdminError::bad(
                 format!("no org `{org}`: create it first"),
                 Some("org"),
             ));
         }
-    }
-    if snapshot.keys.contains_key(&id) {
-        return Err(taken(&id));
     }
     let secret = format!("tg-{}", random_hex(32)?);
     let doc = KeyDoc {
@@ -96,13 +92,8 @@ pub async fn create(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
         alert_at,
         deleted_at: None,
     };
-    let new = serde_json::to_value(&doc).ok();
-    let entry = audit::entry("create", KIND, &id, None, new);
-    let revision = call
-        .write(KIND, &id, None, &doc, entry)
-        .await?
-        .ok_or_else(|| taken(&id))?;
-    let key = views::key(call.gateway, &current(call, doc, revision)?).await;
+    let revision = change::create(call, &id, &doc).await?;
+    let key = shown(call, doc, revision).await?;
     Ok(created(&json!({"key": key, "secret": secret})))
 }
 
@@ -127,7 +118,7 @@ pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
     let on_insufficient = fields.on_insufficient()?;
     let alert_at = fields.alert_at()?;
     fields.finish(UPDATE_FIELDS)?;
-    change(call, id, "update", |doc| {
+    let (doc, revision) = change::change(call, id, "update", |doc: &mut KeyDoc| {
         if let Some(cap) = cap {
             doc.cap_usd_micros = cap;
         }
@@ -153,8 +144,8 @@ pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
             doc.alert_at.clone_from(value);
         }
     })
-    .await
-    .map(|(key, _)| ok(&key))
+    .await?;
+    Ok(ok(&shown(call, doc, revision).await?))
 }
 
 /// `POST /admin/v1/keys/{id}/rotate` → `{"key", "secret"}`: the old secret
@@ -162,7 +153,11 @@ pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
 pub async fn rotate(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminError> {
     let secret = format!("tg-{}", random_hex(32)?);
     let digest = hex::encode(hash_key(&secret));
-    let (key, _) = change(call, id, "rotate", |doc| doc.key_sha256.clone_from(&digest)).await?;
+    let (doc, revision) = change::change(call, id, "rotate", |doc: &mut KeyDoc| {
+        doc.key_sha256.clone_from(&digest)
+    })
+    .await?;
+    let key = shown(call, doc, revision).await?;
     Ok(ok(&json!({"key": key, "secret": secret})))
 }
 
@@ -170,66 +165,23 @@ pub async fn rotate(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
 /// id stays taken and its spend stays in the books.
 pub async fn delete(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminError> {
     let at = format_time(Utc::now());
-    change(call, id, "delete", |doc| doc.deleted_at = Some(at.clone())).await?;
+    change::change(call, id, "delete", |doc: &mut KeyDoc| {
+        doc.deleted_at = Some(at.clone())
+    })
+    .await?;
     Ok(no_content())
-}
-
-/// Applies `edit` to the key's document and writes it, reading it again
-/// when another admin changed it in between; returns the key as shown.
-async fn change(
-    call: &Call<'_>,
-    id: &str,
-    action: &str,
-    edit: impl Fn(&mut KeyDoc),
-) -> Result<(Value, KeyDoc), AdminError> {
-    for _ in 0..WRITE_ATTEMPTS {
-        let snapshot = call.gateway.directory.snapshot();
-        let entry = snapshot
-            .keys
-            .get(id)
-            .ok_or_else(|| AdminError::no_such(KIND, id))?;
-        let stored = entry
-            .api
-            .as_ref()
-            .ok_or_else(|| AdminError::config_managed(KIND, id))?;
-        let mut doc = stored.doc.clone();
-        edit(&mut doc);
-        let old = serde_json::to_value(&stored.doc).ok();
-        let new = serde_json::to_value(&doc).ok();
-        let entry = audit::entry(action, KIND, id, old, new);
-        if let Some(revision) = call
-            .write(KIND, id, Some(stored.revision), &doc, entry)
-            .await?
-        {
-            let shown = if doc.deleted_at.is_some() {
-                Value::Null
-            } else {
-                views::key(call.gateway, &current(call, doc.clone(), revision)?).await
-            };
-            return Ok((shown, doc));
-        }
-    }
-    Err(AdminError::busy(KIND, id))
 }
 
 /// The key as this gateway now enforces it: from the directory, which
 /// the write just refreshed, or from the document written when that read
 /// failed.
-fn current(call: &Call<'_>, doc: KeyDoc, revision: u64) -> Result<KeyEntry, AdminError> {
+async fn shown(call: &Call<'_>, doc: KeyDoc, revision: u64) -> Result<Value, AdminError> {
     let snapshot = call.gateway.directory.snapshot();
-    match snapshot.keys.get(&doc.id) {
-        Some(entry) if entry.api.as_ref().is_some_and(|s| s.revision >= revision) => {
-            Ok(entry.clone())
-        }
-        _ => key_entry(doc, revision).map_err(AdminError::internal),
-    }
-}
-
-fn taken(id: &str) -> AdminError {
-    AdminError::conflict(
-        "id_taken",
-        format!("the id `{id}` is taken (ids of deleted keys stay taken): choose another"),
-    )
+    let entry = match snapshot.keys.get(&doc.id) {
+        Some(entry) if entry.api.as_ref().is_some_and(|s| s.revision >= revision) => entry.clone(),
+        _ => key_entry(doc, revision).map_err(AdminError::internal)?,
+    };
+    Ok(views::key(call.gateway, &entry).await)
 }
 
 /// `bytes` random bytes from the operating system, as hex.

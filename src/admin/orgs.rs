@@ -7,11 +7,11 @@ use http::Response;
 use serde_json::{json, Value};
 
 use super::fields::{required, Fields};
-use super::{audit, created, no_content, ok, page, views, AdminError, Call, WRITE_ATTEMPTS};
+use super::{change, created, no_content, ok, page, views, AdminError, Call};
 use crate::body::Body;
 use crate::budget::records::RecordKind;
 use crate::directory::documents::OrgDoc;
-use crate::directory::{format_time, org_entry, OrgEntry};
+use crate::directory::{format_time, org_entry};
 
 const KIND: RecordKind = RecordKind::Org;
 
@@ -45,9 +45,6 @@ pub async fn create(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
     let cap = required(fields.usd("cap_usd")?, "cap_usd")?;
     let period = required(fields.period()?, "period")?;
     fields.finish("id, cap_usd, period")?;
-    if call.gateway.directory.snapshot().orgs.contains_key(&id) {
-        return Err(taken(&id));
-    }
     let doc = OrgDoc {
         id: id.clone(),
         cap_usd_micros: cap,
@@ -55,13 +52,8 @@ pub async fn create(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
         created_at: format_time(Utc::now()),
         deleted_at: None,
     };
-    let entry = audit::entry("create", KIND, &id, None, serde_json::to_value(&doc).ok());
-    let revision = call
-        .write(KIND, &id, None, &doc, entry)
-        .await?
-        .ok_or_else(|| taken(&id))?;
-    let org = views::org(call.gateway, &current(call, doc, revision)?).await;
-    Ok(created(&org))
+    let revision = change::create(call, &id, &doc).await?;
+    Ok(created(&shown(call, doc, revision).await?))
 }
 
 /// `PATCH /admin/v1/orgs/{id}` (`cap_usd`, `period`)
@@ -73,7 +65,7 @@ pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
     let cap = fields.usd("cap_usd")?;
     let period = fields.period()?;
     fields.finish("cap_usd, period")?;
-    let shown = change(call, id, "update", |doc| {
+    let (doc, revision) = change::change(call, id, "update", |doc: &mut OrgDoc| {
         if let Some(cap) = cap {
             doc.cap_usd_micros = cap;
         }
@@ -82,7 +74,7 @@ pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
         }
     })
     .await?;
-    Ok(ok(&shown))
+    Ok(ok(&shown(call, doc, revision).await?))
 }
 
 /// `DELETE /admin/v1/orgs/{id}` → 204, or 409 while keys are in it.
@@ -100,59 +92,21 @@ pub async fn delete(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
         ));
     }
     let at = format_time(Utc::now());
-    change(call, id, "delete", |doc| doc.deleted_at = Some(at.clone())).await?;
+    change::change(call, id, "delete", |doc: &mut OrgDoc| {
+        doc.deleted_at = Some(at.clone())
+    })
+    .await?;
     Ok(no_content())
 }
 
-/// Applies `edit` to the org's document and writes it, reading it again
-/// when another admin changed it in between; returns the org as shown.
-async fn change(
-    call: &Call<'_>,
-    id: &str,
-    action: &str,
-    edit: impl Fn(&mut OrgDoc),
-) -> Result<Value, AdminError> {
-    for _ in 0..WRITE_ATTEMPTS {
-        let snapshot = call.gateway.directory.snapshot();
-        let entry = snapshot
-            .orgs
-            .get(id)
-            .ok_or_else(|| AdminError::no_such(KIND, id))?;
-        let stored = entry
-            .api
-            .as_ref()
-            .ok_or_else(|| AdminError::config_managed(KIND, id))?;
-        let mut doc = stored.doc.clone();
-        edit(&mut doc);
-        let old = serde_json::to_value(&stored.doc).ok();
-        let new = serde_json::to_value(&doc).ok();
-        let entry = audit::entry(action, KIND, id, old, new);
-        if let Some(revision) = call
-            .write(KIND, id, Some(stored.revision), &doc, entry)
-            .await?
-        {
-            if doc.deleted_at.is_some() {
-                return Ok(Value::Null);
-            }
-            return Ok(views::org(call.gateway, &current(call, doc, revision)?).await);
-        }
-    }
-    Err(AdminError::busy(KIND, id))
-}
-
-fn current(call: &Call<'_>, doc: OrgDoc, revision: u64) -> Result<OrgEntry, AdminError> {
+/// The org as this gateway now enforces it: from the directory, which
+/// the write just refreshed, or from the document written when that read
+/// failed.
+async fn shown(call: &Call<'_>, doc: OrgDoc, revision: u64) -> Result<Value, AdminError> {
     let snapshot = call.gateway.directory.snapshot();
-    match snapshot.orgs.get(&doc.id) {
-        Some(entry) if entry.api.as_ref().is_some_and(|s| s.revision >= revision) => {
-            Ok(entry.clone())
-        }
-        _ => org_entry(doc, revision).map_err(AdminError::internal),
-    }
-}
-
-fn taken(id: &str) -> AdminError {
-    AdminError::conflict(
-        "id_taken",
-        format!("the id `{id}` is taken (ids of deleted orgs stay taken): choose another"),
-    )
+    let entry = match snapshot.orgs.get(&doc.id) {
+        Some(entry) if entry.api.as_ref().is_some_and(|s| s.revision >= revision) => entry.clone(),
+        _ => org_entry(doc, revision).map_err(AdminError::internal)?,
+    };
+    Ok(views::org(call.gateway, &entry).await)
 }
