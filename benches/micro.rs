@@ -224,6 +224,7 @@ fn call_of(n: u64, key: &Scope, org: &Scope) -> (ReserveRequest, Settlement) {
         exec_id: exec_id.clone(),
         key: key.clone(),
         org: Some(org.clone()),
+        model: "gpt-4o-mini".to_owned(),
         amount: 12_345,
         ttl: Duration::from_secs(900),
     };

@@ -33,7 +33,9 @@ Record (`res` value), every number a decimal string:
       ids charged; kc the key's cap at reserve time; d deadline (ms);
       ttl (ms) how long a closed record is kept; c the idempotency claim
       the reservation holds while open (absent without one, once closed,
-      and once a later reservation took the claim over)
+      and once a later reservation took the claim over); m the model the
+      call is for (absent when none was given, and in records written
+      before this field existed), which its expiry books against
   expired: ec what the expiry charged (the amount under on_expiry 'charge',
            0 under 'release'; absent in records expired before this field
            existed, which were all released)
@@ -68,8 +70,8 @@ o, a, st, act, rem, by.
 Aggregates: every ledger entry adds to its row in the same script (see
 `aggregate`): `n` +1, except an adjustment and a late settle (whose call was counted when it
 expired), which still writes `n` (+0) so every entry has a row; token counts
-from the call (an expiry has none, nor a model: the record does not keep it,
-so its row's model is ''); `usd` += the entry's `act`.
+from the call (an expiry has none; its model is the record's `m`, '' when the
+record has none); `usd` += the entry's `act`.
 
 Invariants, per scope and period id:
   counter == folded + sum(ledger act) + sum(open amounts)
@@ -349,7 +351,7 @@ end
 -- src/budget/redis/aggregates.rs): a HINCRBY per metric that moves, so a
 -- settle costs three to six small increments, and no read.
 local function aggregate(rec, status, call, moved, now)
-  local model = ''
+  local model = rec.m or ''
   if call then
     model = call.model
   end
@@ -380,13 +382,14 @@ end
 
 -- === The ledger ===
 
--- `call` holds model and usage counts (strings); nil for an expiry.
+-- `call` holds model and usage counts (strings); nil for an expiry, which
+-- books against the model its record kept (`m`), if any.
 -- `moved` is the entry's `act`: what it moved the counters by (signed).
 -- Every entry also goes to its day's aggregate row (`aggregate`).
 -- The fields are spelled out once per shape (with and without an org):
 -- building the entry as a list first cost more than the XADD itself.
 local function book(exec_id, rec, status, call, moved, now)
-  local model, input, cached, written, output = '', '0', '0', '0', '0'
+  local model, input, cached, written, output = rec.m or '', '0', '0', '0', '0'
   local actual = fmt(moved)
   if call then
     model, input, cached, written, output = call.model, call.input, call.cached, call.written, call.output

@@ -20,6 +20,8 @@ ARGV:
     reservation it expires (see common.lua)
  14 the store epoch the gateway serves under (tg:meta's, see meta.lua)
  15 closed-record time (ms): how long a denial is remembered for retries
+ 16 model the call is for, kept in the open record (`m`, see common.lua) so
+    its expiry books against it; '' (or absent) for none
 Returns:
   {'reserved', expired}
   {'denied', expired, kind, id, period, cap, remaining, at_ms}
@@ -80,6 +82,7 @@ local keep_ms = int_arg(ARGV[15], 'closed-record time')
 if keep_ms > MAX_TTL_MS then
   fail('closed-record time is above 2^50 ms: ' .. ARGV[15])
 end
+local model = ARGV[16] or ''
 
 local now = store_now()
 local expired = expire_due(now, lazy_limit, on_expiry)
@@ -138,7 +141,7 @@ local rec = {
   s = 'open', a = fmt(amount), k = scopes[1].id, kp = scopes[1].pid,
   kc = fmt(scopes[1].cap), d = fmt(now + ttl), ttl = fmt(ttl),
   o = scopes[2] and scopes[2].id, op = scopes[2] and scopes[2].pid,
-  c = claim ~= '' and claim or nil,
+  c = claim ~= '' and claim or nil, m = model ~= '' and model or nil,
 }
 write_counters(fields, values, amount, amount)
 local records = { exec_id, cjson.encode(rec) }

@@ -695,6 +695,7 @@ async fn open_holds_are_listed_while_their_calls_run() {
     let hold = &holds["reservations"][0];
     assert_eq!(hold["key"], "alice", "{holds}");
     assert_eq!(hold["org"], "acme");
+    assert_eq!(hold["model"], "gpt-4o-mini");
     assert!(hold["amount_usd_micros"].as_u64().unwrap() > 0);
     assert!(hold["deadline"].as_str().unwrap() > hold["started_at"].as_str().unwrap());
     h.settled().await;

@@ -122,7 +122,8 @@ pub async fn reservations(call: &Call<'_>) -> Result<Response<Body>, AdminError>
             "key": hold.key,
             "org": hold.org,
             "run": null,
-            "model": null,
+            // A hold recorded by a version that kept no model names none.
+            "model": (!hold.model.is_empty()).then_some(&hold.model),
             "amount_usd_micros": hold.amount,
             "started_at": format_time(hold.started_at),
             "deadline": format_time(hold.deadline),

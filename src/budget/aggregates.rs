@@ -16,9 +16,9 @@
 //! So Σ `cost_usd_micros` over every row equals Σ `actual` over every
 //! ledger entry ever written, folded or not (while the rows are kept).
 //!
-//! An expiry's model is `""`: a reservation record does not keep the
-//! call's model (reserve is the hot path, and its record stays small), so
-//! what an expired call was for is known only once its late settle comes.
+//! An expiry's model is the one its reservation was made for, kept in the
+//! reservation record; `""` for a record written by a version that did
+//! not keep it.
 
 use chrono::{DateTime, Days, NaiveDate, Utc};
 
@@ -45,7 +45,8 @@ pub struct SpendRow {
     pub key: String,
     /// The key's org; fixed for a key, so one per row.
     pub org: Option<String>,
-    /// `""` for expiries (see the module docs).
+    /// `""` for adjustments, and for expiries of reservations recorded
+    /// without a model (see the module docs).
     pub model: String,
     pub calls: u64,
     pub input_tokens: u64,

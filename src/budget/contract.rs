@@ -233,6 +233,7 @@ macro_rules! contract_tests {
             adjustments_past_2_to_the_53_are_refused_alike,
             adjustments_are_remembered_for_the_retry_horizon_only,
             open_holds_lists_open_reservations_oldest_first,
+            a_reservation_without_a_model_expires_with_none,
             spend_rows_add_up_every_ledger_entry,
             spend_rows_past_their_retention_are_swept,
             an_adjustment_is_spend_without_a_call,
@@ -289,6 +290,7 @@ fn request(key: &Scope, org: Option<&Scope>, amount: UsdMicros, ttl_secs: u64) -
         exec_id: Uuid::now_v7().to_string(),
         key: key.clone(),
         org: org.cloned(),
+        model: "gpt-4o-mini".to_owned(),
         amount,
         ttl: Duration::from_secs(ttl_secs),
     }

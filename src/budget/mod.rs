@@ -408,6 +408,9 @@ pub struct ReserveRequest {
     pub exec_id: String,
     pub key: Scope,
     pub org: Option<Scope>,
+    /// The model the call is for (the one its settle will name), kept with
+    /// the reservation so its holds and its expiry can name it.
+    pub model: String,
     pub amount: UsdMicros,
     /// How long the reservation holds its headroom if it is never settled.
     pub ttl: Duration,
@@ -530,6 +533,9 @@ pub struct OpenHold {
     pub exec_id: String,
     pub key: String,
     pub org: Option<String>,
+    /// The model the call is for; empty for a reservation recorded by a
+    /// version that did not keep it.
+    pub model: String,
     pub amount: UsdMicros,
     /// When it was reserved, on the store's clock.
     pub started_at: DateTime<Utc>,

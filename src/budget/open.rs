@@ -128,6 +128,7 @@ period = "day"
                 exec_id: "call-1".to_owned(),
                 key,
                 org: None,
+                model: "gpt-4o-mini".to_owned(),
                 amount: 500,
                 ttl: Duration::from_secs(60),
             })

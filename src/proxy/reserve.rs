@@ -54,6 +54,7 @@ async fn reserve_bound(
         exec_id: exec_id.to_owned(),
         key: key_scope,
         org: org_scope,
+        model: admitted.call.model.clone(),
         amount,
         ttl: gateway.config.store.reservation_ttl,
     };

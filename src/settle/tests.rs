@@ -127,6 +127,7 @@ fn reserve(store: &MemoryStore, exec_id: &str, amount: UsdMicros) {
             period: key.period,
         },
         org: None,
+        model: "gpt-test".to_owned(),
         amount,
         ttl: Duration::from_secs(60),
     };

@@ -51,16 +51,38 @@ pub(super) async fn spend_rows_add_up_every_ledger_entry(f: &impl Fixture) {
     settle(&store, &alone, 90).await;
 
     // Bob's crashed call expires, then its settle comes late: the call is
-    // counted once (at expiry, model unknown), its cost corrected.
-    let crashed = request(&bob, Some(&org), 1_000, 2);
+    // counted once, at expiry, against the model it was reserved for; the
+    // late settle corrects its cost in the same row.
+    let crashed = ReserveRequest {
+        model: OTHER_MODEL.to_owned(),
+        ..request(&bob, Some(&org), 1_000, 2)
+    };
     reserve(&store, &crashed).await;
     f.advance(Duration::from_secs(3)).await;
     assert_eq!(f.sweep_expired().await, 1);
     let charged = expiry_charge(f, 1_000);
+    let ledger = f.ledger().await;
+    let expiry = ledger.last().unwrap();
     assert_eq!(
-        settle(&store, &crashed, 600).await.status,
-        LedgerStatus::Late
+        (expiry.exec_id.as_str(), expiry.status, expiry.actual),
+        (
+            crashed.exec_id.as_str(),
+            LedgerStatus::Expired,
+            delta(charged)
+        )
     );
+    assert_eq!(
+        expiry.model, OTHER_MODEL,
+        "booked against the reserved model"
+    );
+    let late = store
+        .settle(&Settlement {
+            model: OTHER_MODEL.to_owned(),
+            ..settlement(&crashed, 600)
+        })
+        .await
+        .unwrap();
+    assert_eq!(late.status, LedgerStatus::Late);
 
     let today = f.now().await.date_naive();
     let day = today.format("%Y-%m-%d").to_string();
@@ -91,15 +113,18 @@ pub(super) async fn spend_rows_add_up_every_ledger_entry(f: &impl Fixture) {
         },
         SpendRow {
             calls: 1,
-            cost_usd_micros: delta(charged),
-            ..row(&bob, Some(&org), "")
+            input_tokens: 1_000,
+            output_tokens: 200,
+            cost_usd_micros: 250,
+            ..row(&bob, Some(&org), gpt)
         },
         SpendRow {
             calls: 1,
-            input_tokens: 2_000,
-            output_tokens: 400,
-            cost_usd_micros: 250 + 600 - delta(charged),
-            ..row(&bob, Some(&org), gpt)
+            input_tokens: 1_000,
+            output_tokens: 200,
+            // What expiry charged, then replaced by the actual cost.
+            cost_usd_micros: 600,
+            ..row(&bob, Some(&org), OTHER_MODEL)
         },
         SpendRow {
             calls: 1,

@@ -348,7 +348,8 @@ pub(super) async fn adjustments_past_2_to_the_53_are_refused_alike(f: &impl Fixt
 }
 
 /// The open holds are the reservations not yet settled or expired, oldest
-/// first (by when they were reserved, not by deadline), at most `limit`.
+/// first (by when they were reserved, not by deadline), at most `limit`,
+/// each with the model its call was reserved for.
 pub(super) async fn open_holds_lists_open_reservations_oldest_first(f: &impl Fixture) {
     let store = f.store();
     let org = scope(ScopeKind::Org, 100_000, Period::Month);
@@ -356,10 +357,16 @@ pub(super) async fn open_holds_lists_open_reservations_oldest_first(f: &impl Fix
     let solo = scope(ScopeKind::Key, 10_000, Period::Day);
     let calls = [
         request(&alice, Some(&org), 100, TTL_SECS),
-        request(&solo, None, 200, 600),
+        ReserveRequest {
+            model: "claude-haiku-4-5".to_owned(),
+            ..request(&solo, None, 200, 600)
+        },
         // Reserved after the first, due before it.
         request(&alice, Some(&org), 300, 10),
-        request(&solo, None, 400, TTL_SECS),
+        ReserveRequest {
+            model: "claude-haiku-4-5".to_owned(),
+            ..request(&solo, None, 400, TTL_SECS)
+        },
     ];
     let mut reserved_between = Vec::new();
     for call in &calls {
@@ -390,6 +397,7 @@ pub(super) async fn open_holds_lists_open_reservations_oldest_first(f: &impl Fix
                 exec_id: call.exec_id.clone(),
                 key: call.key.id.clone(),
                 org: call.org.as_ref().map(|org| org.id.clone()),
+                model: call.model.clone(),
                 amount: call.amount,
                 started_at: hold.started_at,
                 deadline: hold.started_at + TimeDelta::from_std(call.ttl).unwrap(),

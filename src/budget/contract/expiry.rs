@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::budget::SpendQuery;
 
 /// The default policy: an expired reservation keeps its amount charged
 /// (the provider may have billed the call); a late settle moves the
@@ -33,7 +34,10 @@ pub(super) async fn expiry_charges_the_hold_then_a_late_settle_corrects_it(f: &i
     assert_eq!(expired.status, LedgerStatus::Expired);
     assert_eq!((expired.reserved, expired.actual), (1_000, 1_000));
     assert_eq!(expired.usage, Usage::default());
-    assert_eq!(expired.model, "");
+    assert_eq!(
+        expired.model, crashed.model,
+        "booked against the reserved model"
+    );
     assert_eq!(counters(&store, &key).await, (1_000, 500));
     assert_eq!(counters(&store, &org).await, (1_000, 500));
     assert!(matches!(
@@ -97,7 +101,10 @@ pub(super) async fn expiry_releases_the_hold_then_a_late_settle_charges_in_full(
     assert_eq!(expired.status, LedgerStatus::Expired);
     assert_eq!((expired.reserved, expired.actual), (1_000, 0));
     assert_eq!(expired.usage, Usage::default());
-    assert_eq!(expired.model, "");
+    assert_eq!(
+        expired.model, crashed.model,
+        "booked against the reserved model"
+    );
     assert_eq!(counters(&store, &key).await, (0, 1_000));
 
     // The call did cost money after all: charged in full, as late.
@@ -131,10 +138,52 @@ pub(super) async fn settle_after_the_deadline_is_late(f: &impl Fixture) {
         applied(LedgerStatus::Late, 400, 300, 700)
     );
     assert_eq!(counters(&store, &key).await, (300, 0));
+    let ledger = f.ledger().await;
     assert_eq!(
-        statuses(&f.ledger().await),
+        statuses(&ledger),
         [(LedgerStatus::Expired, 400), (LedgerStatus::Late, -100)]
     );
+    assert_eq!(
+        ledger[0].model, req.model,
+        "booked against the reserved model"
+    );
+}
+
+/// A reservation that names no model (as one recorded by a version that
+/// did not keep it) is listed and expires with none: its entry and its
+/// aggregate row have the model `""`.
+pub(super) async fn a_reservation_without_a_model_expires_with_none(f: &impl Fixture) {
+    let store = f.store();
+    let key = scope(ScopeKind::Key, 1_000, Period::Day);
+    let req = ReserveRequest {
+        model: String::new(),
+        ..request(&key, None, 400, 2)
+    };
+    reserve(&store, &req).await;
+    let holds = store.open_holds(&store.tags(), 10).await.unwrap();
+    assert_eq!(holds.len(), 1);
+    assert_eq!(holds[0].model, "");
+
+    f.advance(Duration::from_secs(3)).await;
+    assert_eq!(f.sweep_expired().await, 1);
+    let ledger = f.ledger().await;
+    assert_eq!(statuses(&ledger), [(LedgerStatus::Expired, 400)]);
+    assert_eq!(ledger[0].model, "");
+    let today = f.now().await.date_naive();
+    let query = SpendQuery {
+        from: today,
+        to: today,
+        key: None,
+        org: None,
+    };
+    let rows: Vec<(String, u64, i64)> = store
+        .spend(&store.tags(), &query)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| (row.model, row.calls, row.cost_usd_micros))
+        .collect();
+    assert_eq!(rows, [(String::new(), 1, 400)]);
 }
 
 /// The same under `on_expiry = "release"`: the expiry charges nothing and

@@ -98,6 +98,9 @@ pub(super) struct Reservation {
     pub(super) amount: UsdMicros,
     key: Charge,
     org: Option<Charge>,
+    /// The model the call was for, so an expiry with no settle still books
+    /// its charge against it.
+    model: String,
     deadline: DateTime<Utc>,
     ttl: TimeDelta,
     /// The idempotency claim this reservation holds while it is open.
@@ -132,14 +135,14 @@ impl Reservation {
         std::iter::once(key).chain(org)
     }
 
-    /// The ledger entry of a call that cost nothing, for the caller to
-    /// fill in.
+    /// The ledger entry of a call that cost nothing, against the model it
+    /// was reserved for, for the caller to fill in.
     fn ledger_entry(&self, exec_id: &str, status: LedgerStatus, at: DateTime<Utc>) -> LedgerEntry {
         LedgerEntry {
             exec_id: exec_id.to_owned(),
             key: self.key.id.clone(),
             org: self.org.as_ref().map(|org| org.id.clone()),
-            model: String::new(),
+            model: self.model.clone(),
             usage: Usage::default(),
             reserved: self.amount,
             actual: 0,
@@ -155,6 +158,7 @@ impl Reservation {
             exec_id: exec_id.to_owned(),
             key: self.key.id.clone(),
             org: self.org.as_ref().map(|org| org.id.clone()),
+            model: self.model.clone(),
             amount: self.amount,
             started_at: self
                 .deadline
@@ -229,6 +233,7 @@ impl State {
             amount: req.amount,
             key: charge(&req.key),
             org: req.org.as_ref().map(charge),
+            model: req.model.clone(),
             deadline: later(now, ttl),
             ttl,
             claim: claim.map(str::to_owned),

@@ -36,6 +36,7 @@ fn request(exec_id: &str, amount: UsdMicros, ttl_secs: u64) -> ReserveRequest {
         exec_id: exec_id.to_owned(),
         key: key(1_000_000),
         org: None,
+        model: "gpt-4o-mini".to_owned(),
         amount,
         ttl: Duration::from_secs(ttl_secs),
     }

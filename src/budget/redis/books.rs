@@ -49,6 +49,10 @@ pub(super) struct Record {
     /// TTL (ms): the deadline less this is when it was reserved.
     #[serde(default)]
     pub ttl: Option<String>,
+    /// The call's model; absent when none was given, and in records
+    /// written before the field existed.
+    #[serde(default)]
+    pub m: Option<String>,
 }
 
 impl Record {
@@ -85,6 +89,7 @@ impl Record {
             amount: self.amount(),
             key: self.k.unwrap_or_default(),
             org: self.o,
+            model: self.m.unwrap_or_default(),
             started_at: store_time(started)?,
             deadline: store_time(deadline)?,
             exec_id,

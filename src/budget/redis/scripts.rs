@@ -187,6 +187,7 @@ pub(super) fn reserve_args(
         on_expiry.as_str().to_owned(),
         epoch.to_owned(),
         closed_record_ms.min(MAX_TTL_MS).to_string(),
+        req.model.clone(),
     ]
 }
 

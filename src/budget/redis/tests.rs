@@ -54,6 +54,7 @@ fn request(key: &Scope, amount: UsdMicros) -> ReserveRequest {
         exec_id: uuid::Uuid::now_v7().to_string(),
         key: key.clone(),
         org: None,
+        model: "gpt-4o-mini".to_owned(),
         amount,
         ttl: Duration::from_secs(60),
     }

@@ -41,6 +41,9 @@ struct Record {
     deadline: i64,
     ttl_ms: i64,
     claim: Option<String>,
+    /// The model the call was for; empty for a row written before the
+    /// column existed.
+    model: String,
 }
 
 enum RecordState {
@@ -66,7 +69,7 @@ macro_rules! record_columns {
          org_id, org_period_id, org_cap_usd_micros, deadline, ttl_ms, claim, \
          expiry_charged_usd_micros, settled_status, settled_actual_usd_micros, \
          settled_key_remaining_usd_micros, denied_scope_kind, denied_scope_id, denied_period, \
-         denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at"
+         denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at, model"
     };
 }
 
@@ -130,6 +133,7 @@ impl Record {
             deadline: row.get(8)?,
             ttl_ms: row.get(9)?,
             claim: row.get(10)?,
+            model: row.get::<_, Option<String>>(21)?.unwrap_or_default(),
         })
     }
 
@@ -198,9 +202,9 @@ pub(super) fn reserve(
         "INSERT INTO reservations (exec_id, state, key_id, key_period_id, key_cap_usd_micros,
              org_id, org_period_id, org_cap_usd_micros, amount_usd_micros, claim, started_at,
              deadline, ttl_ms, forget_at, denied_scope_kind, denied_scope_id, denied_period,
-             denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at)
+             denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at, model)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-             ?18, ?19, ?20)",
+             ?18, ?19, ?20, ?21)",
     )?
     .execute(rusqlite::params![
         req.exec_id,
@@ -226,6 +230,7 @@ pub(super) fn reserve(
         denial.as_ref().map(|d| d.cap),
         denial.as_ref().map(|d| d.remaining),
         denial.as_ref().and_then(|d| d.resets_at).map(millis),
+        req.model,
     ])?;
     if let Some(denial) = denial {
         return Ok(ClaimedReserve::Ran(ReserveOutcome::Denied(denial)));
@@ -481,7 +486,7 @@ fn expire(
             exec_id: exec_id.to_owned(),
             key: record.key.id.clone(),
             org: record.org.as_ref().map(|org| org.id.clone()),
-            model: String::new(),
+            model: record.model.clone(),
             usage: Usage::default(),
             reserved: record.amount,
             actual: delta(charged),

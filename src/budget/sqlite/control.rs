@@ -147,7 +147,7 @@ pub(super) fn forget_adjustments(conn: &Connection, now: DateTime<Utc>) -> Sql<u
 /// calls' statements out of the connection's cache.
 pub(super) fn open_holds(conn: &Connection, limit: usize) -> Sql<Vec<OpenHold>> {
     conn.prepare(
-        "SELECT exec_id, key_id, org_id, amount_usd_micros, started_at, deadline
+        "SELECT exec_id, key_id, org_id, amount_usd_micros, started_at, deadline, model
            FROM reservations WHERE state = 'open'
           ORDER BY started_at, exec_id LIMIT ?1",
     )?
@@ -156,6 +156,7 @@ pub(super) fn open_holds(conn: &Connection, limit: usize) -> Sql<Vec<OpenHold>> 
             exec_id: row.get(0)?,
             key: row.get(1)?,
             org: row.get(2)?,
+            model: row.get::<_, Option<String>>(6)?.unwrap_or_default(),
             amount: row.get(3)?,
             started_at: from_millis(row.get(4)?),
             deadline: from_millis(row.get(5)?),

@@ -15,12 +15,12 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 /// The schema this binary writes. A file with a lower version is upgraded
 /// in place by [`MIGRATIONS`]; a file with a higher one is refused.
-pub(super) const SCHEMA_VERSION: u32 = 4;
+pub(super) const SCHEMA_VERSION: u32 = 5;
 
 /// The statements that take a file from version `i + 1` to `i + 2`, in
 /// order. A new file runs them all after [`CREATE`], so a new file and an
 /// upgraded one have the same tables by construction.
-const MIGRATIONS: &[&str] = &[TO_2, TO_3, TO_4];
+const MIGRATIONS: &[&str] = &[TO_2, TO_3, TO_4, TO_5];
 
 /// Version 1: the budget books.
 const CREATE: &str = "
@@ -174,6 +174,14 @@ SELECT substr(at, 1, 10), key, MAX(org), model,
        SUM(output_tokens), SUM(actual_usd_micros)
   FROM ledger
  GROUP BY substr(at, 1, 10), key, model;
+";
+
+/// Version 5: each reservation keeps the model its call was for, so the
+/// admin API's open holds name it and an expiry books its ledger entry and
+/// aggregate row against it. Rows written before stay NULL: their holds
+/// and expiries name no model (''), as before.
+const TO_5: &str = "
+ALTER TABLE reservations ADD COLUMN model TEXT;   -- the call's model
 ";
 
 /// Why the store's file could not be opened.
@@ -430,6 +438,15 @@ pub(super) fn create_version_1(conn: &Connection) -> rusqlite::Result<()> {
         [chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)],
     )?;
     Ok(())
+}
+
+/// A file as a binary of `version` laid it out: version 1, then the
+/// migrations up to `version`.
+#[cfg(test)]
+pub(super) fn create_version(conn: &Connection, version: u32) -> rusqlite::Result<()> {
+    let steps = usize::try_from(version.saturating_sub(1)).unwrap_or(usize::MAX);
+    create_version_1(conn)?;
+    migrate(conn, 1, &MIGRATIONS[..steps.min(MIGRATIONS.len())])
 }
 
 /// Runs the steps from version `found` on, inside the caller's transaction,

@@ -46,6 +46,7 @@ fn request(exec_id: &str, amount: u64) -> ReserveRequest {
         exec_id: exec_id.to_owned(),
         key: key(10_000),
         org: None,
+        model: "gpt-4o-mini".to_owned(),
         amount,
         ttl: Duration::from_secs(60),
     }
@@ -624,10 +625,13 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
     {
         let conn = Connection::open(&path).unwrap();
         schema::create_version_1(&conn).unwrap();
-        // Today's statements write an adjustment's note too: the column
-        // is there only while they run.
-        conn.execute_batch("ALTER TABLE ledger ADD COLUMN note TEXT")
-            .unwrap();
+        // Today's statements write an adjustment's note and a reservation's
+        // model too: the columns are there only while they run.
+        conn.execute_batch(
+            "ALTER TABLE ledger ADD COLUMN note TEXT;
+             ALTER TABLE reservations ADD COLUMN model TEXT;",
+        )
+        .unwrap();
         conn.execute_batch(
             "CREATE TEMP TABLE aggregates (day, key, org, model, calls, input_tokens,
                  cached_input_tokens, cache_write_tokens, output_tokens, cost_usd_micros,
@@ -639,8 +643,11 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
             .unwrap()
             .unwrap();
         books::reserve(&conn, rules, &request("b", 2_000), None, start).unwrap();
-        conn.execute_batch("ALTER TABLE ledger DROP COLUMN note")
-            .unwrap();
+        conn.execute_batch(
+            "ALTER TABLE ledger DROP COLUMN note;
+             ALTER TABLE reservations DROP COLUMN model;",
+        )
+        .unwrap();
     }
     // A reader leaves the upgrade to the gateway.
     let error = SqliteStore::open_reader(&path).unwrap_err();
@@ -714,6 +721,102 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
         )
         .unwrap();
     assert_eq!(version, SCHEMA_VERSION.to_string());
+}
+
+/// A version 4 file's reservations kept no model: upgraded, they are
+/// listed and expire with none (''), while new ones keep theirs.
+#[tokio::test]
+async fn a_version_4_file_is_upgraded_and_its_reservations_name_no_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let start = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(start));
+    let rules = Rules {
+        epsilon: 100,
+        on_expiry: OnExpiry::Charge,
+        closed_ms: 120_000,
+    };
+    // A call open in a file written by a binary of version 4. Today's
+    // reserve writes the model too: the column is there only while it runs.
+    {
+        let conn = Connection::open(&path).unwrap();
+        schema::create_version(&conn, 4).unwrap();
+        conn.execute_batch("ALTER TABLE reservations ADD COLUMN model TEXT")
+            .unwrap();
+        books::reserve(&conn, rules, &request("old", 1_000), None, start).unwrap();
+        conn.execute_batch("ALTER TABLE reservations DROP COLUMN model")
+            .unwrap();
+    }
+    let error = SqliteStore::open_reader(&path).unwrap_err();
+    assert!(
+        matches!(error, SqliteOpenError::Older { found: 4, .. }),
+        "{error}"
+    );
+
+    let store = SqliteStore::with_clock(&path, 100, OnExpiry::Charge, clock.clone());
+    clock.advance(Duration::from_secs(1));
+    store.reserve(&request("new", 2_000)).await.unwrap();
+    let holds: Vec<(String, String)> = store
+        .open_holds(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|hold| (hold.exec_id, hold.model))
+        .collect();
+    assert_eq!(
+        holds,
+        [
+            ("old".to_owned(), String::new()),
+            ("new".to_owned(), "gpt-4o-mini".to_owned())
+        ]
+    );
+
+    // Both expire: each entry and aggregate row names what its record kept.
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(store.sweep().await.unwrap(), 2);
+    let expired: Vec<(String, LedgerStatus, String)> = store
+        .ledger()
+        .await
+        .into_iter()
+        .map(|entry| (entry.exec_id, entry.status, entry.model))
+        .collect();
+    assert_eq!(
+        expired,
+        [
+            ("old".to_owned(), LedgerStatus::Expired, String::new()),
+            (
+                "new".to_owned(),
+                LedgerStatus::Expired,
+                "gpt-4o-mini".to_owned()
+            )
+        ]
+    );
+    let day = start.date_naive();
+    let query = SpendQuery {
+        from: day,
+        to: day,
+        key: None,
+        org: None,
+    };
+    let rows: Vec<(String, u64, i64)> = store
+        .spend(&query)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| (row.model, row.calls, row.cost_usd_micros))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (String::new(), 1, 1_000),
+            ("gpt-4o-mini".to_owned(), 1, 2_000)
+        ]
+    );
+    drop(store);
+
+    let fresh = dir.path().join("fresh.db");
+    drop(open(&fresh).unwrap());
+    assert_eq!(layout(&path), layout(&fresh));
 }
 
 #[tokio::test]
