@@ -2,7 +2,8 @@
 make a key and read its secret once, spend with it through the official
 OpenAI SDK and watch the spend appear without reloading, refund part of
 it, disable the key (the SDK is refused), rotate it; and no error in the
-browser's console, nor any markup from the data run as code."""
+browser's console, nor any markup from the data run as code. Keys load a
+page of 100 at a time."""
 
 from __future__ import annotations
 
@@ -199,4 +200,30 @@ def test_a_refused_admin_key_returns_to_the_sign_in_form(gateway, driver):
         for entry in driver.get_log("browser")
         if entry["level"] == "SEVERE" and "401" not in entry["message"]
     ]
+    assert errors == [], errors
+
+
+def test_keys_load_a_page_at_a_time_and_the_filter_searches_what_is_loaded(gateway, driver):
+    for number in range(120):
+        body = {"id": f"page-{number:03d}", "cap_usd": "1.00", "period": "day"}
+        status, made = gateway.admin("POST", "/admin/v1/keys", body)
+        assert status == 201, made
+    driver.get(f"{gateway.url}/admin/")
+    driver.execute_script(f"sessionStorage.setItem('tollgate.adminKey', {gateway.admin_key!r})")
+    driver.refresh()
+    until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#keys-body tr")) == 100, "not one page of 100 keys")
+    assert "more on the server" in driver.find_element(By.ID, "keys-count").text
+    total = len(gateway.admin("GET", "/admin/v1/keys?limit=1000")[1]["keys"])
+    driver.find_element(By.ID, "keys-more").click()
+    until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#keys-body tr")) == total, "the next page did not load")
+    assert not driver.find_element(By.ID, "keys-more").is_displayed()
+    # A refresh keeps every page loaded.
+    stamp = driver.find_element(By.ID, "status").text
+    until(driver, lambda d: d.find_element(By.ID, "status").text != stamp, "no refresh")
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#keys-body tr")) == total
+
+    driver.find_element(By.ID, "key-search").send_keys("page-11")
+    rows = driver.find_elements(By.CSS_SELECTOR, "#keys-body tr")
+    assert [row.get_attribute("data-id") for row in rows] == [f"page-11{digit}" for digit in range(10)]
+    errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == [], errors
