@@ -9,11 +9,13 @@
 //! seen by every other gateway within a second (see `crate::directory`).
 //!
 //! `keys`, `orgs`, `books`, `spend` and `audit` are the routes, `fields` checks what
-//! a body says, `views` writes what a response shows.
+//! a body says, `views` writes what a response shows. `console` serves the
+//! operator's page (`GET /admin/`), a client of these routes.
 
 mod audit;
 mod books;
 mod change;
+mod console;
 mod fields;
 mod keys;
 mod orgs;
@@ -55,6 +57,10 @@ pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<B
     let Some(admin_key) = gateway.config.server.admin_key else {
         return AdminError::not_found(&method, &path).response();
     };
+    // The console's files hold no data: the page asks for the key itself.
+    if let Some(file) = console::serve(&method, &path) {
+        return file;
+    }
     let presented = presented_key(request.headers()).map(hash_key);
     if !presented.is_some_and(|digest| bool::from(digest.ct_eq(&admin_key))) {
         return AdminError::unauthorized().response();

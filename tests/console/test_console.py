@@ -1,0 +1,229 @@
+"""The operator console in a real browser against the real binary: sign in,
+make a key and read its secret once, spend with it through the official
+OpenAI SDK and watch the spend appear without reloading, refund part of
+it, disable the key (the SDK is refused), rotate it; and no error in the
+browser's console, nor any markup from the data run as code. Keys load a
+page of 100 at a time."""
+
+from __future__ import annotations
+
+import secrets
+
+import openai
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as seen
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from conftest import CONFIG_KEY_ID
+
+CHAT_MODEL = "gpt-4o"
+# The console refreshes every 3 s; a change shows within two refreshes.
+WAIT_SECS = 10
+HOSTILE = "<script>window.pwned=1</script><img src=x onerror=window.pwned=1>"
+
+
+def usd(micros: int) -> str:
+    """µUSD as the console shows it: at least 2 decimals, at most 6."""
+    whole, fraction = divmod(abs(micros), 1_000_000)
+    digits = str(fraction).zfill(6).rstrip("0").ljust(2, "0")
+    return f"{'-' if micros < 0 else ''}${whole}.{digits}"
+
+
+def row_of(driver, key_id: str):
+    return driver.find_element(By.CSS_SELECTOR, f'#keys-body tr[data-id="{key_id}"]')
+
+
+def cell_text(driver, key_id: str, css: str) -> str:
+    try:
+        return row_of(driver, key_id).find_element(By.CSS_SELECTOR, css).text
+    except Exception:
+        return ""
+
+
+def until(driver, condition, message: str):
+    return WebDriverWait(driver, WAIT_SECS, poll_frequency=0.2).until(condition, message)
+
+
+def spent_micros(gateway, key_id: str) -> int:
+    status, key = gateway.admin("GET", f"/admin/v1/keys/{key_id}")
+    assert status == 200, key
+    return key["budget"]["spent_usd_micros"]
+
+
+def sdk(gateway, secret: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=secret, max_retries=0, timeout=30)
+
+
+def test_the_console_makes_watches_refunds_and_disables_a_key(gateway, driver, screenshots):
+    # A key whose metadata holds markup: the page must show it as text.
+    status, made = gateway.admin(
+        "POST", "/admin/v1/keys", {"id": "hostile", "cap_usd": "1.00", "period": "day", "metadata": {"x": HOSTILE}}
+    )
+    assert status == 201, made
+
+    driver.get(f"{gateway.url}/admin/")
+    until(driver, seen.visibility_of_element_located((By.ID, "sign-in-form")), "no sign-in form")
+    driver.save_screenshot(str(screenshots / "01-sign-in.png"))
+    driver.find_element(By.ID, "admin-key").send_keys(gateway.admin_key)
+    driver.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
+    until(driver, lambda d: cell_text(d, CONFIG_KEY_ID, "td.id") == CONFIG_KEY_ID, "the keys table did not load")
+    assert cell_text(driver, CONFIG_KEY_ID, "td:nth-child(3)") == "config"
+    # Kept for the tab only.
+    assert driver.execute_script("return sessionStorage.getItem('tollgate.adminKey')") == gateway.admin_key
+    assert driver.execute_script("return localStorage.length") == 0
+
+    hostile = row_of(driver, "hostile").find_element(By.CSS_SELECTOR, "td.id")
+    assert HOSTILE in hostile.get_attribute("title")
+    assert driver.execute_script("return window.pwned === undefined")
+    assert len(driver.find_elements(By.TAG_NAME, "script")) == 1
+    assert driver.find_elements(By.CSS_SELECTOR, "#keys-body img") == []
+
+    # Make a key; its secret is shown once.
+    key_id = f"console-{secrets.token_hex(4)}"
+    driver.find_element(By.CSS_SELECTOR, "#create-key summary").click()
+    form = driver.find_element(By.ID, "create-key-form")
+    form.find_element(By.NAME, "id").send_keys(key_id)
+    form.find_element(By.NAME, "org").send_keys("acme")
+    form.find_element(By.NAME, "cap_usd").send_keys("0.05")
+    Select(form.find_element(By.NAME, "period")).select_by_visible_text("total")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    until(driver, seen.visibility_of_element_located((By.ID, "secret-box")), "no secret shown")
+    secret = driver.find_element(By.ID, "secret-value").text
+    assert secret.startswith("tg-") and len(secret) == 67, secret
+    driver.find_element(By.ID, "secret-copy").click()
+    until(driver, lambda d: cell_text(d, key_id, "td:nth-child(5)") == "total", "the new key is not listed")
+    assert cell_text(driver, key_id, "td.budget .remaining") == "$0.05 left of $0.05"
+    driver.save_screenshot(str(screenshots / "02-key-made.png"))
+    driver.find_element(By.ID, "secret-dismiss").click()
+    assert driver.find_element(By.ID, "secret-value").text == ""
+
+    # Spend with it; the table shows it without a reload.
+    client = sdk(gateway, secret)
+    # About $0.015 of a $0.05 cap: a bar one can see.
+    completion = client.chat.completions.create(
+        model=CHAT_MODEL,
+        max_tokens=2000,
+        messages=[{"role": "user", "content": "Name a colour. mock:tokens=1500"}],
+    )
+    assert completion.usage.completion_tokens == 1500
+    spent = spent_micros(gateway, key_id)
+    assert spent > 0
+    until(
+        driver,
+        lambda d: cell_text(d, key_id, "td.budget .spent") == f"{usd(spent)} spent",
+        f"the keys table never showed {usd(spent)} spent",
+    )
+    until(
+        driver,
+        lambda d: CHAT_MODEL in d.find_element(By.ID, "chart-model").text,
+        "the spend-by-model chart does not show the call",
+    )
+    driver.save_screenshot(str(screenshots / "03-spend.png"))
+    driver.find_element(By.ID, "spend").screenshot(str(screenshots / "04-spend-charts.png"))
+
+    # Refund part of it.
+    refund = spent // 2
+    row_of(driver, key_id).find_element(By.CSS_SELECTOR, "button.refund").click()
+    until(driver, seen.visibility_of_element_located((By.ID, "dialog")), "no refund dialog")
+    driver.find_element(By.ID, "dialog-amount").send_keys(f"{refund // 1_000_000}.{refund % 1_000_000:06d}")
+    driver.find_element(By.ID, "dialog-note").send_keys("browser test refund")
+    driver.save_screenshot(str(screenshots / "05-refund.png"))
+    driver.find_element(By.ID, "dialog-ok").click()
+    until(driver, seen.invisibility_of_element_located((By.ID, "dialog")), "the refund dialog stayed open")
+    assert spent_micros(gateway, key_id) == spent - refund
+    until(
+        driver,
+        lambda d: cell_text(d, key_id, "td.budget .spent") == f"{usd(spent - refund)} spent",
+        "the refund does not show",
+    )
+
+    # Change its cap.
+    row_of(driver, key_id).find_element(By.CSS_SELECTOR, "button.cap").click()
+    until(driver, seen.visibility_of_element_located((By.ID, "dialog")), "no cap dialog")
+    amount = driver.find_element(By.ID, "dialog-amount")
+    amount.clear()
+    amount.send_keys("3.75")
+    driver.find_element(By.ID, "dialog-ok").click()
+    until(driver, lambda d: "of $3.75" in cell_text(d, key_id, "td.budget .remaining"), "the new cap does not show")
+
+    # Disable it: the SDK is refused.
+    row_of(driver, key_id).find_element(By.CSS_SELECTOR, "button.toggle").click()
+    until(driver, lambda d: cell_text(d, key_id, "td.state") == "disabled", "the key does not show disabled")
+    assert row_of(driver, key_id).find_element(By.CSS_SELECTOR, "button.toggle").text == "Enable"
+    with pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(model=CHAT_MODEL, max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+    driver.save_screenshot(str(screenshots / "06-disabled.png"))
+
+    # Enable it and rotate it: the old secret is refused, the new one served.
+    row_of(driver, key_id).find_element(By.CSS_SELECTOR, "button.toggle").click()
+    until(driver, lambda d: cell_text(d, key_id, "td.state") == "active", "the key does not show active")
+    row_of(driver, key_id).find_element(By.CSS_SELECTOR, "button.rotate").click()
+    until(driver, seen.alert_is_present(), "no confirmation before a rotation").accept()
+    until(driver, lambda d: d.find_element(By.ID, "secret-value").text not in ("", secret), "no new secret")
+    rotated = driver.find_element(By.ID, "secret-value").text
+    with pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(model=CHAT_MODEL, max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+    served = sdk(gateway, rotated).chat.completions.create(
+        model=CHAT_MODEL, max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert served.usage.completion_tokens > 0
+
+    # The search box filters the loaded keys by id prefix.
+    driver.find_element(By.ID, "key-search").send_keys("console-")
+    rows = driver.find_elements(By.CSS_SELECTOR, "#keys-body tr")
+    assert [row.get_attribute("data-id") for row in rows] == [key_id]
+
+    # A config key's actions are off: the API would refuse them.
+    driver.find_element(By.ID, "key-search").clear()
+    driver.execute_script("document.getElementById('key-search').dispatchEvent(new Event('input'))")
+    until(driver, lambda d: cell_text(d, CONFIG_KEY_ID, "td.id") == CONFIG_KEY_ID, "the filter did not clear")
+    assert not row_of(driver, CONFIG_KEY_ID).find_element(By.CSS_SELECTOR, "button.toggle").is_enabled()
+
+    errors = [entry for entry in driver.get_log("browser") if entry["level"] in ("SEVERE", "ERROR")]
+    assert errors == [], errors
+
+
+def test_a_refused_admin_key_returns_to_the_sign_in_form(gateway, driver):
+    driver.get(f"{gateway.url}/admin/")
+    driver.execute_script("sessionStorage.clear()")
+    driver.refresh()
+    until(driver, seen.visibility_of_element_located((By.ID, "sign-in-form")), "no sign-in form")
+    driver.find_element(By.ID, "admin-key").send_keys("tg-not-the-admin-key")
+    driver.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
+    until(driver, seen.visibility_of_element_located((By.ID, "sign-in-error")), "no sign-in error")
+    assert "refused" in driver.find_element(By.ID, "sign-in-error").text
+    assert driver.execute_script("return sessionStorage.getItem('tollgate.adminKey')") is None
+    # The browser logs the 401 itself; nothing else.
+    errors = [
+        entry["message"]
+        for entry in driver.get_log("browser")
+        if entry["level"] == "SEVERE" and "401" not in entry["message"]
+    ]
+    assert errors == [], errors
+
+
+def test_keys_load_a_page_at_a_time_and_the_filter_searches_what_is_loaded(gateway, driver):
+    for number in range(120):
+        body = {"id": f"page-{number:03d}", "cap_usd": "1.00", "period": "day"}
+        status, made = gateway.admin("POST", "/admin/v1/keys", body)
+        assert status == 201, made
+    driver.get(f"{gateway.url}/admin/")
+    driver.execute_script(f"sessionStorage.setItem('tollgate.adminKey', {gateway.admin_key!r})")
+    driver.refresh()
+    until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#keys-body tr")) == 100, "not one page of 100 keys")
+    assert "more on the server" in driver.find_element(By.ID, "keys-count").text
+    total = len(gateway.admin("GET", "/admin/v1/keys?limit=1000")[1]["keys"])
+    driver.find_element(By.ID, "keys-more").click()
+    until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#keys-body tr")) == total, "the next page did not load")
+    assert not driver.find_element(By.ID, "keys-more").is_displayed()
+    # A refresh keeps every page loaded.
+    stamp = driver.find_element(By.ID, "status").text
+    until(driver, lambda d: d.find_element(By.ID, "status").text != stamp, "no refresh")
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#keys-body tr")) == total
+
+    driver.find_element(By.ID, "key-search").send_keys("page-11")
+    rows = driver.find_elements(By.CSS_SELECTOR, "#keys-body tr")
+    assert [row.get_attribute("data-id") for row in rows] == [f"page-11{digit}" for digit in range(10)]
+    errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+    assert errors == [], errors
