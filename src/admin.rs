@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
 use crate::body::{full, json_response, Body};
-use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
+use crate::budget::records::{RecordKind, RecordWrite, StoredRecord, WriteOutcome};
 use crate::budget::StoreError;
 use crate::config::hash_key;
 use crate::directory::presented_key;
@@ -158,16 +158,27 @@ impl Call<'_> {
             .write_record(&write)
             .await
             .map_err(AdminError::store)?;
-        // Applied here at once; the other gateways poll for it.
-        if let Err(error) = self.gateway.directory.reload(&self.gateway.store).await {
-            tracing::warn!(%error, "changed a {kind} but could not read the keys and orgs back; the next poll will");
-        }
+        let directory = &self.gateway.directory;
         match outcome {
-            WriteOutcome::Written { revision, .. } => {
+            WriteOutcome::Written { revision, version } => {
+                // Applied here at once; the other gateways poll for it.
+                let record = StoredRecord {
+                    kind,
+                    id: id.to_owned(),
+                    revision,
+                    body: write.body,
+                };
+                directory.apply(&record, version, &self.gateway.store);
                 tracing::info!(target: "tollgate::audit", %kind, id, change = %write.audit, "admin change");
                 Ok(Some(revision))
             }
-            WriteOutcome::Conflict { .. } => Ok(None),
+            WriteOutcome::Conflict { .. } => {
+                // Someone else changed it: read what the store holds now.
+                if let Err(error) = directory.reload(&self.gateway.store).await {
+                    tracing::warn!(%error, "could not read the keys and orgs back; the next poll will");
+                }
+                Ok(None)
+            }
         }
     }
 

@@ -27,7 +27,7 @@ use glob::Pattern;
 use http::HeaderMap;
 use subtle::ConstantTimeEq;
 
-use crate::budget::records::{RecordKind, RecordSet};
+use crate::budget::records::{RecordKind, RecordSet, StoredRecord};
 use crate::budget::{BudgetStore, Scope, ScopeKind, StoreError};
 use crate::config::{hash_key, Config, KeyConfig, OrgConfig};
 use crate::error::GatewayError;
@@ -137,23 +137,9 @@ impl Snapshot {
             );
         }
         let records = records.map_or(&[][..], |set| &set.records[..]);
+        // Orgs first: a key is served only if its org exists.
         for record in records.iter().filter(|r| r.kind == RecordKind::Org) {
-            match serde_json::from_str::<OrgDoc>(&record.body) {
-                Ok(doc) if doc.deleted_at.is_some() => {}
-                Ok(doc) => match org_entry(doc, record.revision) {
-                    Ok(entry) if snapshot.orgs.contains_key(&entry.config.id) => tracing::warn!(
-                        org = %entry.config.id,
-                        "the config file now has an org of this id: the API's is ignored"
-                    ),
-                    Ok(entry) => {
-                        snapshot.orgs.insert(entry.config.id.clone(), entry);
-                    }
-                    Err(reason) => {
-                        tracing::error!(org = %record.id, reason, "ignoring an org document")
-                    }
-                },
-                Err(error) => tracing::error!(org = %record.id, %error, "ignoring an org document"),
-            }
+            snapshot.add_org(record);
         }
         for key in &config.keys {
             snapshot.insert_key(KeyEntry {
@@ -164,38 +150,91 @@ impl Snapshot {
             });
         }
         for record in records.iter().filter(|r| r.kind == RecordKind::Key) {
-            let doc = match serde_json::from_str::<KeyDoc>(&record.body) {
-                Ok(doc) if doc.deleted_at.is_some() => continue,
-                Ok(doc) => doc,
-                Err(error) => {
-                    tracing::error!(key = %record.id, %error, "ignoring a key document");
-                    continue;
-                }
-            };
-            let entry = match key_entry(doc, record.revision) {
-                Ok(entry) => entry,
-                Err(reason) => {
-                    tracing::error!(key = %record.id, reason, "ignoring a key document");
-                    continue;
-                }
-            };
-            let id = &entry.config.id;
-            if snapshot.keys.contains_key(id) {
-                tracing::warn!(key = %id, "the config file now has a key of this id: the API's is ignored");
-            } else if let Some(org) = entry
-                .config
-                .org
-                .as_ref()
-                .filter(|org| !snapshot.orgs.contains_key(*org))
-            {
-                tracing::error!(key = %id, org = %org, "refusing a key whose org no longer exists");
-            } else if snapshot.by_digest.contains_key(&entry.config.key_sha256) {
-                tracing::error!(key = %id, "refusing a key whose secret another key has");
-            } else {
-                snapshot.insert_key(entry);
-            }
+            snapshot.add_key(record);
         }
         snapshot
+    }
+
+    /// This snapshot with one document changed: the API's entry of its id
+    /// replaced (or removed, for a deleted one). Only that document is
+    /// read, so making thousands of keys one after the other costs a copy
+    /// of the maps each, not a read of every document.
+    fn with(&self, record: &StoredRecord, version: Option<u64>) -> Snapshot {
+        let mut next = Snapshot {
+            version,
+            keys: self.keys.clone(),
+            orgs: self.orgs.clone(),
+            by_digest: self.by_digest.clone(),
+        };
+        match record.kind {
+            RecordKind::Org => {
+                if next.orgs.get(&record.id).is_some_and(|e| e.api.is_some()) {
+                    next.orgs.remove(&record.id);
+                }
+                next.add_org(record);
+            }
+            RecordKind::Key => {
+                if let Some(entry) = next.keys.get(&record.id).filter(|e| e.api.is_some()) {
+                    let digest = entry.config.key_sha256;
+                    next.by_digest.remove(&digest);
+                    next.keys.remove(&record.id);
+                }
+                next.add_key(record);
+            }
+        }
+        next
+    }
+
+    fn add_org(&mut self, record: &StoredRecord) {
+        match serde_json::from_str::<OrgDoc>(&record.body) {
+            Ok(doc) if doc.deleted_at.is_some() => {}
+            Ok(doc) => match org_entry(doc, record.revision) {
+                Ok(entry) if self.orgs.contains_key(&entry.config.id) => tracing::warn!(
+                    org = %entry.config.id,
+                    "the config file now has an org of this id: the API's is ignored"
+                ),
+                Ok(entry) => {
+                    self.orgs.insert(entry.config.id.clone(), entry);
+                }
+                Err(reason) => {
+                    tracing::error!(org = %record.id, reason, "ignoring an org document")
+                }
+            },
+            Err(error) => tracing::error!(org = %record.id, %error, "ignoring an org document"),
+        }
+    }
+
+    fn add_key(&mut self, record: &StoredRecord) {
+        let doc = match serde_json::from_str::<KeyDoc>(&record.body) {
+            Ok(doc) if doc.deleted_at.is_some() => return,
+            Ok(doc) => doc,
+            Err(error) => {
+                tracing::error!(key = %record.id, %error, "ignoring a key document");
+                return;
+            }
+        };
+        let entry = match key_entry(doc, record.revision) {
+            Ok(entry) => entry,
+            Err(reason) => {
+                tracing::error!(key = %record.id, reason, "ignoring a key document");
+                return;
+            }
+        };
+        let id = &entry.config.id;
+        if self.keys.contains_key(id) {
+            tracing::warn!(key = %id, "the config file now has a key of this id: the API's is ignored");
+        } else if let Some(org) = entry
+            .config
+            .org
+            .as_ref()
+            .filter(|org| !self.orgs.contains_key(*org))
+        {
+            tracing::error!(key = %id, org = %org, "refusing a key whose org no longer exists");
+        } else if self.by_digest.contains_key(&entry.config.key_sha256) {
+            tracing::error!(key = %id, "refusing a key whose secret another key has");
+        } else {
+            self.insert_key(entry);
+        }
     }
 
     fn insert_key(&mut self, entry: KeyEntry) {
@@ -337,6 +376,26 @@ impl Directory {
         }
         self.reload(store).await?;
         Ok(true)
+    }
+
+    /// Applies one document this gateway has just written, which moved the
+    /// store to `version`. When no other change came in between (the
+    /// snapshot is at `version - 1`), the snapshot moves to `version`;
+    /// otherwise it keeps its version, so the next poll reads everything.
+    pub fn apply(&self, record: &StoredRecord, version: u64, store: &BudgetStore) {
+        if record.kind == RecordKind::Key {
+            if let Ok(doc) = serde_json::from_str::<KeyDoc>(&record.body) {
+                store.track_key(&doc.id, doc.org.as_deref());
+            }
+        }
+        self.current.rcu(|current| {
+            let next_version = if current.version == version.checked_sub(1) {
+                Some(version)
+            } else {
+                current.version
+            };
+            Arc::new(current.with(record, next_version))
+        });
     }
 
     /// Reads every document and swaps in a new snapshot, unless one from a

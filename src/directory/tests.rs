@@ -194,3 +194,55 @@ async fn a_refresh_reads_the_store_only_when_its_version_moved() {
         "k"
     );
 }
+
+#[test]
+fn a_document_written_here_is_applied_without_reading_the_others() {
+    use crate::budget::{MemoryStore, OnExpiry};
+    let store = BudgetStore::Memory(MemoryStore::new(0, OnExpiry::Charge));
+    let d = directory(Snapshot::build(
+        &config(),
+        Some(&records(&[key_doc("k1", None, "s-1")])),
+    ));
+    let record = |doc: &KeyDoc, revision| StoredRecord {
+        kind: RecordKind::Key,
+        id: doc.id.clone(),
+        revision,
+        body: serde_json::to_string(doc).unwrap(),
+    };
+    // The next version: applied, and the snapshot is at that version.
+    d.apply(&record(&key_doc("k2", Some("acme"), "s-2"), 1), 8, &store);
+    assert_eq!(d.snapshot().version, Some(8));
+    assert_eq!(
+        d.authenticate(&headers("x-api-key", "s-2")).unwrap().id,
+        "k2"
+    );
+    assert!(d.authenticate(&headers("x-api-key", "s-1")).is_ok());
+
+    // A rotation replaces the secret; a deletion removes the key.
+    d.apply(&record(&key_doc("k2", Some("acme"), "s-2b"), 2), 9, &store);
+    assert!(matches!(
+        d.authenticate(&headers("x-api-key", "s-2")),
+        Err(GatewayError::InvalidKey)
+    ));
+    assert!(d.authenticate(&headers("x-api-key", "s-2b")).is_ok());
+    let mut gone = key_doc("k1", None, "s-1");
+    gone.deleted_at = Some("2026-11-30T00:00:00Z".to_owned());
+    d.apply(&record(&gone, 2), 10, &store);
+    assert!(matches!(
+        d.authenticate(&headers("x-api-key", "s-1")),
+        Err(GatewayError::InvalidKey)
+    ));
+
+    // After a change made elsewhere (version 11), the snapshot keeps its
+    // version, so the next poll reads every document.
+    d.apply(&record(&key_doc("k3", None, "s-3"), 1), 12, &store);
+    assert!(d.authenticate(&headers("x-api-key", "s-3")).is_ok());
+    assert_eq!(d.snapshot().version, Some(10));
+    // A config key is never replaced by a document of its id.
+    d.apply(&record(&key_doc("a", None, "s-shadow"), 1), 13, &store);
+    assert!(matches!(
+        d.authenticate(&headers("x-api-key", "s-shadow")),
+        Err(GatewayError::InvalidKey)
+    ));
+    assert!(d.authenticate(&headers("x-api-key", "secret-a")).is_ok());
+}
