@@ -16,6 +16,9 @@
 //! the mock (D) with a closed loop, a concurrency-1 loop, an open loop and
 //! many concurrent streams, and prints one table per mode with the targets. See `load/run.rs` for the
 //! order of events and `load/report.rs` for how figures are computed.
+//! `--api-keys N` makes N keys through the admin API on each gateway of
+//! the instant phase and spreads its calls over them (`load/api_keys.rs`;
+//! the keys' documents stay in the store, on Redis too).
 //! `--soak` runs instead one gateway under the open loop for a long time
 //! and prints a line per interval and verdicts on its memory
 //! (`load/soak.rs`, `load/soak_report.rs`).
@@ -27,6 +30,8 @@
 //! exactly those afterwards, also after a failure; the SQLite files go
 //! with the temp dir.
 
+#[path = "load/api_keys.rs"]
+mod api_keys;
 #[path = "load/books.rs"]
 mod books;
 #[path = "load/calls.rs"]
@@ -139,6 +144,11 @@ struct Cli {
     /// Tokens per streamed reply.
     #[arg(long, default_value_t = 60)]
     stream_tokens: u64,
+    /// Keys to make through the admin API on each gateway of the instant
+    /// calls (closed, single, open), whose calls then go out with them in
+    /// turn instead of the config's key; 0: the config's key.
+    #[arg(long, default_value_t = 0)]
+    api_keys: usize,
     /// Redis for the G configuration.
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
@@ -179,6 +189,7 @@ pub struct Settings {
     pub tokens_per_sec: u32,
     pub stream_tokens: u64,
     pub redis_url: String,
+    pub api_keys: usize,
 }
 
 impl Settings {
@@ -202,6 +213,11 @@ impl Settings {
                 "--streams must be in 1..=20000 and --connections in 1..=4096".to_owned(),
             ));
         }
+        if cli.api_keys > 100_000 {
+            return Err(BenchError::Invalid(
+                "--api-keys must be in 0..=100000".to_owned(),
+            ));
+        }
         if cli.smoke {
             return Ok(Settings {
                 smoke: true,
@@ -217,6 +233,7 @@ impl Settings {
                 tokens_per_sec: 100,
                 stream_tokens: 10,
                 redis_url: cli.redis_url.clone(),
+                api_keys: cli.api_keys,
             });
         }
         Ok(Settings {
@@ -233,6 +250,7 @@ impl Settings {
             tokens_per_sec: cli.tokens_per_sec,
             stream_tokens: cli.stream_tokens,
             redis_url: cli.redis_url.clone(),
+            api_keys: cli.api_keys,
         })
     }
 }

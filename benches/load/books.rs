@@ -31,16 +31,18 @@ impl SettleCheck {
     }
 }
 
-/// Reads the gateway's books until they balance or the grace runs out.
+/// Reads the gateway's books until they balance or the grace runs out;
+/// `org_only`: the calls went out with many keys of one org.
 pub async fn check(
     target: &Target,
     phase: &'static str,
     calls: u64,
     charged: u64,
+    org_only: bool,
 ) -> Result<SettleCheck, BenchError> {
     let deadline = Instant::now() + SETTLE_GRACE;
     loop {
-        let (spent, reserved) = budget(target).await?;
+        let (spent, reserved) = budget(target, org_only).await?;
         let check = SettleCheck {
             phase,
             calls,
@@ -56,8 +58,9 @@ pub async fn check(
 }
 
 /// Spent and reserved of the calling key and its org; spent is `u64::MAX`
-/// when the two disagree (every call is charged to both).
-async fn budget(target: &Target) -> Result<(u64, u64), BenchError> {
+/// when the two disagree (every call is charged to both). `org_only`: of
+/// the org alone.
+async fn budget(target: &Target, org_only: bool) -> Result<(u64, u64), BenchError> {
     let reply = call_once(target.addr, target.get("/v1/budget")?).await?;
     if reply.status != 200 {
         return Err(BenchError::Status {
@@ -73,11 +76,15 @@ async fn budget(target: &Target) -> Result<(u64, u64), BenchError> {
         field("key", "spent_usd_micros"),
         field("org", "spent_usd_micros"),
     );
+    let org_reserved = field("org", "reserved_usd_micros");
+    if org_only {
+        return Ok((org_spent, org_reserved));
+    }
     let spent = if key_spent == org_spent {
         key_spent
     } else {
         u64::MAX
     };
-    let reserved = field("key", "reserved_usd_micros").max(field("org", "reserved_usd_micros"));
+    let reserved = field("key", "reserved_usd_micros").max(org_reserved);
     Ok((spent, reserved))
 }

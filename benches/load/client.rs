@@ -4,6 +4,8 @@
 //! cheapest process in the measurement.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST};
@@ -23,20 +25,49 @@ pub struct Target {
     pub label: &'static str,
     pub addr: SocketAddr,
     host: HeaderValue,
-    /// The gateway key; the mock and the pass-through pass it along
-    /// unread, so every configuration sends the same bytes.
-    auth: HeaderValue,
+    /// The gateway keys, taken in turn by successive requests (one, the
+    /// config's, unless `--api-keys` made more); the mock and the
+    /// pass-through pass it along unread, so every configuration sends the
+    /// same bytes.
+    auths: Arc<[HeaderValue]>,
+    /// The request count shared by every clone, which picks the key.
+    turn: Arc<AtomicUsize>,
 }
 
 impl Target {
     pub fn new(label: &'static str, addr: SocketAddr, key: &str) -> Result<Target, BenchError> {
-        let invalid = |e: http::header::InvalidHeaderValue| BenchError::Invalid(e.to_string());
         Ok(Target {
             label,
             addr,
-            host: HeaderValue::from_str(&addr.to_string()).map_err(invalid)?,
-            auth: HeaderValue::from_str(&format!("Bearer {key}")).map_err(invalid)?,
+            host: HeaderValue::from_str(&addr.to_string())
+                .map_err(|e| BenchError::Invalid(e.to_string()))?,
+            auths: Arc::new([bearer(key)?]),
+            turn: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    /// This target sending its requests with `keys` in turn instead.
+    pub fn with_keys(&self, keys: &[String]) -> Result<Target, BenchError> {
+        if keys.is_empty() {
+            return Err(BenchError::Invalid(format!("{}: no keys", self.label)));
+        }
+        Ok(Target {
+            auths: keys
+                .iter()
+                .map(|key| bearer(key))
+                .collect::<Result<_, _>>()?,
+            turn: Arc::new(AtomicUsize::new(0)),
+            ..self.clone()
+        })
+    }
+
+    /// The key of the next request. Round-robin, so with `--api-keys`
+    /// consecutive calls never share a key and every key is used.
+    fn auth(&self) -> HeaderValue {
+        match &*self.auths {
+            [only] => only.clone(),
+            auths => auths[self.turn.fetch_add(1, Ordering::Relaxed) % auths.len()].clone(),
+        }
     }
 
     fn request(
@@ -50,7 +81,7 @@ impl Target {
         *request.uri_mut() = path.parse().map_err(http::Error::from)?;
         let headers = request.headers_mut();
         headers.insert(HOST, self.host.clone());
-        headers.insert(AUTHORIZATION, self.auth.clone());
+        headers.insert(AUTHORIZATION, self.auth());
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         Ok(request)
     }
@@ -62,6 +93,10 @@ impl Target {
     pub fn get(&self, path: &str) -> Result<Request<Full<Bytes>>, BenchError> {
         self.request(Method::GET, path, Bytes::new())
     }
+}
+
+fn bearer(key: &str) -> Result<HeaderValue, BenchError> {
+    HeaderValue::from_str(&format!("Bearer {key}")).map_err(|e| BenchError::Invalid(e.to_string()))
 }
 
 /// One keep-alive connection.

@@ -52,6 +52,13 @@ pub fn render(settings: &Settings, outcome: &Outcome) -> Report {
         outcome.load_before,
         outcome.load_after
     );
+    if settings.api_keys > 0 {
+        let _ = writeln!(
+            out,
+            "keys: the gateways' instant calls go out with {} keys made through the admin API, in turn",
+            settings.api_keys
+        );
+    }
     for measured in m {
         if let Some(reason) = &measured.skipped {
             let _ = writeln!(

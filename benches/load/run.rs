@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
 
+use crate::api_keys;
 use crate::books::{self, SettleCheck};
 use crate::calls::Calls;
 use crate::drive::{self, Sample};
@@ -205,7 +206,22 @@ impl Bench<'_> {
             instant: mock.addr,
             streaming: stream_mock.addr,
         };
-        let mut subjects = self.start_subjects("instant", &upstreams)?;
+        let api_keys = self.settings.api_keys;
+        let mut subjects = self.start_subjects("instant", &upstreams, api_keys > 0)?;
+        if api_keys > 0 {
+            eprintln!("making {api_keys} keys on each gateway");
+            for subject in &mut subjects {
+                let Some(key) = &subject.key else { continue };
+                let secrets = self.runtime.block_on(api_keys::make(
+                    &subject.target,
+                    &self.files.admin_key(),
+                    &format!("{}-api", key.key_id),
+                    api_keys,
+                ))?;
+                subject.target = subject.target.with_keys(&secrets)?;
+                subject.api_keys = api_keys;
+            }
+        }
         let calls = Arc::new(Calls::instant()?);
         eprintln!("warming up");
         for subject in &mut subjects {
@@ -308,7 +324,9 @@ impl Bench<'_> {
             instant: mock.addr,
             streaming: stream_mock.addr,
         };
-        let mut subjects = self.start_subjects("streams", &upstreams)?;
+        // The streams keep the config's key: their gateways start fresh,
+        // and making the keys again would take longer than the phase.
+        let mut subjects = self.start_subjects("streams", &upstreams, false)?;
         std::thread::sleep(SETTLE_IN);
         for subject in &subjects {
             result_of(&mut self.measured, subject.label).idle_rss_kib =
@@ -364,6 +382,7 @@ impl Bench<'_> {
         &mut self,
         phase: &str,
         upstreams: &Upstreams,
+        admin: bool,
     ) -> Result<Vec<Subject>, BenchError> {
         let (subjects, g_skipped) = subjects::start(
             &self.files,
@@ -371,6 +390,7 @@ impl Bench<'_> {
             upstreams,
             &self.settings.redis_url,
             self.redis_down.as_deref(),
+            admin,
         )?;
         if let Some(reason) = g_skipped {
             result_of(&mut self.measured, "G").skipped = Some(reason);
@@ -387,6 +407,7 @@ impl Bench<'_> {
                     phase,
                     subject.calls,
                     subject.charged,
+                    subject.api_keys > 0,
                 ))?;
                 result_of(&mut self.measured, subject.label)
                     .settlement

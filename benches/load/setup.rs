@@ -113,13 +113,21 @@ impl RunFiles {
             .ok_or_else(|| BenchError::Invalid(format!("no price for {model}")))
     }
 
-    /// Writes the config of the gateway `name` and returns it with its key.
+    /// The admin key of the gateways that serve the admin API
+    /// (`--api-keys`).
+    pub fn admin_key(&self) -> String {
+        format!("tg-bench-{}-admin", self.run_id)
+    }
+
+    /// Writes the config of the gateway `name` and returns it with its key;
+    /// `admin`: with the admin API on, under [`RunFiles::admin_key`].
     pub fn gateway_config(
         &self,
         name: &str,
         store: &Store,
         instant: SocketAddr,
         streaming: SocketAddr,
+        admin: bool,
     ) -> Result<(PathBuf, GatewayKey), BenchError> {
         let key = GatewayKey {
             raw: format!("tg-bench-{}-{name}", self.run_id),
@@ -131,6 +139,13 @@ impl RunFiles {
             Store::Redis { url } => format!("backend = \"redis\"\nredis_url = \"{url}\""),
             Store::Sqlite { file } => format!("backend = \"sqlite\"\nsqlite_path = \"{file}\""),
         };
+        // Only when asked: the config-key run stays the gateway as it was.
+        let admin_line = if admin {
+            let sha = hex::encode(tollgate::config::hash_key(&self.admin_key()));
+            format!("admin_key_sha256 = \"{sha}\"\n")
+        } else {
+            String::new()
+        };
         let mut text = String::new();
         // `write!` to a String cannot fail.
         let _ = write!(
@@ -138,7 +153,7 @@ impl RunFiles {
             r#"[server]
 listen = "127.0.0.1:0"
 upstream_timeout_secs = 120
-
+{admin_line}
 [store]
 {store_section}
 reservation_ttl_secs = 300

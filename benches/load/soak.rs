@@ -246,7 +246,7 @@ fn soak(plan: &SoakPlan, store: SoakStore, runtime: &Runtime) -> Result<SoakRun,
         }
     };
     let label = store.label();
-    let mut subject = subjects::gateway(&files, label, "soak", &config_store, &upstreams)?;
+    let mut subject = subjects::gateway(&files, label, "soak", &config_store, &upstreams, false)?;
     let config = subject
         .config
         .as_deref()
@@ -318,6 +318,7 @@ fn soak(plan: &SoakPlan, store: SoakStore, runtime: &Runtime) -> Result<SoakRun,
         "soak",
         subject.calls,
         subject.charged,
+        false,
     ))?;
     let redis_keys = match sampler.probe.as_mut() {
         Some(probe) => probe.keys_with(&files.run_id)?,

@@ -39,6 +39,9 @@ pub struct Subject {
     pub store_file: Option<String>,
     /// The gateway's config file (gateways).
     pub config: Option<PathBuf>,
+    /// Keys made through the admin API that its calls go out with
+    /// (`--api-keys`), instead of `key`; 0 for none.
+    pub api_keys: usize,
 }
 
 impl Subject {
@@ -57,6 +60,7 @@ impl Subject {
             calls: 0,
             store_file: None,
             config: None,
+            api_keys: 0,
         }
     }
 
@@ -78,15 +82,17 @@ pub struct Upstreams {
     pub streaming: SocketAddr,
 }
 
-/// Starts P, G0, G and GS for one phase. G is optional: when `redis_down`
-/// names a reason, or the gateway refuses to start on Redis (a build
-/// without the Redis store), it is left out and the reason returned.
+/// Starts P, G0, G and GS for one phase, the gateways with the admin API
+/// on when `admin`. G is optional: when `redis_down` names a reason, or
+/// the gateway refuses to start on Redis (a build without the Redis
+/// store), it is left out and the reason returned.
 pub fn start(
     files: &RunFiles,
     phase: &str,
     upstreams: &Upstreams,
     redis_url: &str,
     redis_down: Option<&str>,
+    admin: bool,
 ) -> Result<(Vec<Subject>, Option<String>), BenchError> {
     // D and P send a key only so every configuration sends the same bytes.
     let direct_key = format!("tg-bench-{}-direct", files.run_id);
@@ -106,14 +112,21 @@ pub fn start(
         Some(passthrough),
         None,
     ));
-    subjects.push(gateway(files, "G0", phase, &Store::Memory, upstreams)?);
+    subjects.push(gateway(
+        files,
+        "G0",
+        phase,
+        &Store::Memory,
+        upstreams,
+        admin,
+    )?);
     let g_skipped = match redis_down {
         Some(reason) => Some(reason.to_owned()),
         None => {
             let store = Store::Redis {
                 url: redis_url.to_owned(),
             };
-            match gateway(files, "G", phase, &store, upstreams) {
+            match gateway(files, "G", phase, &store, upstreams, admin) {
                 Ok(subject) => {
                     subjects.push(subject);
                     None
@@ -134,7 +147,7 @@ pub fn start(
     };
     let file = format!("gs-{phase}.db");
     let store = Store::Sqlite { file: file.clone() };
-    let mut gs = gateway(files, "GS", phase, &store, upstreams)?;
+    let mut gs = gateway(files, "GS", phase, &store, upstreams, admin)?;
     gs.store_file = Some(file);
     subjects.push(gs);
     Ok((subjects, g_skipped))
@@ -147,12 +160,14 @@ pub fn gateway(
     phase: &str,
     store: &Store,
     upstreams: &Upstreams,
+    admin: bool,
 ) -> Result<Subject, BenchError> {
     let (config, key) = files.gateway_config(
         &format!("{}-{phase}", label.to_lowercase()),
         store,
         upstreams.instant,
         upstreams.streaming,
+        admin,
     )?;
     let process = Proc::start(&format!("gateway {label}"), setup::gateway_command(&config))?;
     let mut subject = Subject::new(
