@@ -31,8 +31,9 @@ const IN_FLIGHT: usize = 32;
 const KEY_CAP_USD: &str = "1000.00";
 /// The org's cap, as the config's org.
 const ORG_CAP_USD: &str = "1000000.00";
-/// Longest making the keys may take: every write makes the gateway read
-/// all the documents again, so it grows faster than the count.
+/// Longest making the keys may take: each write copies the gateway's maps
+/// of keys, and writes finishing out of order make it read every
+/// document again, so it grows faster than the count.
 fn time_limit(count: usize) -> Duration {
     Duration::from_secs(60) + Duration::from_millis(100) * u32::try_from(count).unwrap_or(u32::MAX)
 }
