@@ -20,9 +20,10 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
      form-action 'self'; frame-ancestors 'none'";
 
-/// The console's file at `path`, if `path` names one and the method is GET.
+/// The console's file at `path`, if `path` names one and the method is
+/// GET (or HEAD, whose body the server leaves out).
 pub fn serve(method: &Method, path: &str) -> Option<Response<Body>> {
-    if method != Method::GET {
+    if method != Method::GET && method != Method::HEAD {
         return None;
     }
     let (body, content_type) = match path {
@@ -73,6 +74,7 @@ mod tests {
     fn only_the_console_files_are_served() {
         assert!(serve(&Method::GET, "/admin/").is_some());
         assert!(serve(&Method::GET, "/admin").is_some());
+        assert!(serve(&Method::HEAD, "/admin/").is_some());
         assert!(serve(&Method::POST, "/admin/").is_none());
         assert!(serve(&Method::GET, "/admin/v1/keys").is_none());
         assert!(serve(&Method::GET, "/admin/console.map").is_none());
