@@ -503,6 +503,40 @@ impl Adjustment {
     }
 }
 
+/// What the memory and SQLite stores remember of an applied adjustment
+/// for its retries: whose it is, and its first outcome.
+#[derive(Clone, Debug)]
+pub(crate) struct AppliedAdjustment {
+    pub key: String,
+    pub org: Option<String>,
+    pub key_period_id: String,
+    pub org_period_id: Option<String>,
+    pub key_spent: UsdMicros,
+}
+
+impl AppliedAdjustment {
+    /// The answer to a retry of `adjustment`: its first outcome, or an
+    /// ownership mismatch when the retry names another key or org.
+    pub(crate) fn retried(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
+        let org = adjustment.org.as_ref().map(|org| org.id.as_str());
+        if self.key != adjustment.key.id || self.org.as_deref() != org {
+            return Err(StoreError::OwnershipMismatch {
+                exec_id: adjustment.exec_id.clone(),
+            });
+        }
+        Ok(self.outcome(false))
+    }
+
+    pub(crate) fn outcome(&self, applied: bool) -> AdjustOutcome {
+        AdjustOutcome::Applied {
+            key_period_id: self.key_period_id.clone(),
+            org_period_id: self.org_period_id.clone(),
+            key_spent: self.key_spent,
+            applied,
+        }
+    }
+}
+
 /// What an adjustment did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AdjustOutcome {

@@ -9,8 +9,10 @@ use chrono::{DateTime, Utc};
 
 use super::later;
 use super::state::{CounterKey, LedgerLine, State};
-use crate::budget::{AdjustOutcome, Adjustment, LedgerEntry, LedgerStatus, OpenHold, StoreError};
-use crate::money::{UsdMicros, MAX_USD_MICROS};
+use crate::budget::{
+    AdjustOutcome, Adjustment, AppliedAdjustment, LedgerEntry, LedgerStatus, OpenHold, StoreError,
+};
+use crate::money::MAX_USD_MICROS;
 use crate::usage::Usage;
 
 /// The adjustments applied within the retry horizon, so a retry gets the
@@ -18,29 +20,9 @@ use crate::usage::Usage;
 /// reservation records are.
 #[derive(Default)]
 pub(super) struct Adjustments {
-    applied: HashMap<String, Applied>,
+    applied: HashMap<String, AppliedAdjustment>,
     /// By the time each may be forgotten.
     retention: BTreeSet<(DateTime<Utc>, String)>,
-}
-
-/// An applied adjustment: whose it is, and its first outcome.
-struct Applied {
-    key: String,
-    org: Option<String>,
-    key_period_id: String,
-    org_period_id: Option<String>,
-    key_spent: UsdMicros,
-}
-
-impl Applied {
-    fn outcome(&self, applied: bool) -> AdjustOutcome {
-        AdjustOutcome::Applied {
-            key_period_id: self.key_period_id.clone(),
-            org_period_id: self.org_period_id.clone(),
-            key_spent: self.key_spent,
-            applied,
-        }
-    }
 }
 
 impl State {
@@ -56,14 +38,7 @@ impl State {
             return Err(adjustment.out_of_range());
         }
         if let Some(first) = self.adjustments.applied.get(&adjustment.exec_id) {
-            if first.key != adjustment.key.id
-                || first.org.as_deref() != adjustment.org.as_ref().map(|org| org.id.as_str())
-            {
-                return Err(StoreError::OwnershipMismatch {
-                    exec_id: adjustment.exec_id.clone(),
-                });
-            }
-            return Ok(first.outcome(false));
+            return first.retried(adjustment);
         }
         let key_period_id = adjustment.key.period.id_at(now);
         let org_period_id = adjustment.org.as_ref().map(|org| org.period.id_at(now));
@@ -93,7 +68,7 @@ impl State {
         for (key, spent) in charged_to.iter().zip(&after) {
             self.counters.entry(key.clone()).or_default().spent = *spent;
         }
-        let applied = Applied {
+        let applied = AppliedAdjustment {
             key: adjustment.key.id.clone(),
             org: adjustment.org.as_ref().map(|org| org.id.clone()),
             key_period_id,

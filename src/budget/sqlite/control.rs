@@ -8,8 +8,10 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension};
 
 use super::books::{book_in, counter, from_millis, limit_arg, millis, move_counter, Rules};
-use crate::budget::{AdjustOutcome, Adjustment, LedgerEntry, LedgerStatus, OpenHold, StoreError};
-use crate::money::{UsdMicros, MAX_USD_MICROS};
+use crate::budget::{
+    AdjustOutcome, Adjustment, AppliedAdjustment, LedgerEntry, LedgerStatus, OpenHold, StoreError,
+};
+use crate::money::MAX_USD_MICROS;
 use crate::usage::Usage;
 
 type Sql<T> = rusqlite::Result<T>;
@@ -28,12 +30,7 @@ pub(super) fn adjust(
     }
     let org_id = adjustment.org.as_ref().map(|org| org.id.as_str());
     if let Some(first) = applied(conn, &adjustment.exec_id)? {
-        if first.key != adjustment.key.id || first.org.as_deref() != org_id {
-            return Ok(Err(StoreError::OwnershipMismatch {
-                exec_id: adjustment.exec_id.clone(),
-            }));
-        }
-        return Ok(Ok(first.outcome(false)));
+        return Ok(first.retried(adjustment));
     }
     let key_period_id = adjustment.key.period.id_at(now);
     let org_period_id = adjustment.org.as_ref().map(|org| org.period.id_at(now));
@@ -98,33 +95,13 @@ pub(super) fn adjust(
     }))
 }
 
-/// An applied adjustment: whose it is, and its first outcome.
-struct Applied {
-    key: String,
-    org: Option<String>,
-    key_period_id: String,
-    org_period_id: Option<String>,
-    key_spent: UsdMicros,
-}
-
-impl Applied {
-    fn outcome(self, applied: bool) -> AdjustOutcome {
-        AdjustOutcome::Applied {
-            key_period_id: self.key_period_id,
-            org_period_id: self.org_period_id,
-            key_spent: self.key_spent,
-            applied,
-        }
-    }
-}
-
-fn applied(conn: &Connection, exec_id: &str) -> Sql<Option<Applied>> {
+fn applied(conn: &Connection, exec_id: &str) -> Sql<Option<AppliedAdjustment>> {
     conn.prepare_cached(
         "SELECT key_id, org_id, key_period_id, org_period_id, key_spent_usd_micros
            FROM adjustments WHERE exec_id = ?1",
     )?
     .query_row([exec_id], |row| {
-        Ok(Applied {
+        Ok(AppliedAdjustment {
             key: row.get(0)?,
             org: row.get(1)?,
             key_period_id: row.get(2)?,
