@@ -14,13 +14,7 @@ use common::{chat, start, Harness, Setup, ALICE};
 const ADMIN: &str = "tg-admin-secret";
 
 async fn gateway() -> Harness {
-    let digest = hex::encode(tollgate::config::hash_key(ADMIN));
-    let extra = format!("admin_key_sha256 = \"{digest}\"");
-    start(Setup {
-        server_extra: Box::leak(extra.into_boxed_str()),
-        ..Setup::default()
-    })
-    .await
+    start(Setup::with_admin_key(ADMIN)).await
 }
 
 /// An admin call: its status and JSON body (`null` when empty).
@@ -660,15 +654,12 @@ async fn adjustments_refund_and_charge_a_key_and_its_org_once() {
 
 #[tokio::test]
 async fn open_holds_are_listed_while_their_calls_run() {
-    let digest = hex::encode(tollgate::config::hash_key(ADMIN));
-    let extra = format!("admin_key_sha256 = \"{digest}\"");
     let h = start(Setup {
-        server_extra: Box::leak(extra.into_boxed_str()),
         mock: tollgate_mock::MockOptions {
             latency: std::time::Duration::from_millis(1500),
             ..Setup::default().mock
         },
-        ..Setup::default()
+        ..Setup::with_admin_key(ADMIN)
     })
     .await;
     let (_, none) = admin(&h, "GET", "/admin/v1/reservations", None).await;

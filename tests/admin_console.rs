@@ -18,13 +18,7 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
                    form-action 'self'; frame-ancestors 'none'";
 
 async fn gateway() -> Harness {
-    let digest = hex::encode(tollgate::config::hash_key(ADMIN));
-    let extra = format!("admin_key_sha256 = \"{digest}\"");
-    start(Setup {
-        server_extra: Box::leak(extra.into_boxed_str()),
-        ..Setup::default()
-    })
-    .await
+    start(Setup::with_admin_key(ADMIN)).await
 }
 
 /// GETs `path` with no key; checks the security headers; returns the body.

@@ -70,6 +70,19 @@ impl Default for Setup {
     }
 }
 
+impl Setup {
+    /// The default setup with the admin API on, opened by `admin_key`.
+    pub fn with_admin_key(admin_key: &str) -> Setup {
+        let digest = hex::encode(tollgate::config::hash_key(admin_key));
+        let extra = format!("admin_key_sha256 = \"{digest}\"");
+        Setup {
+            // One short line per test gateway; leaked to fit `&'static str`.
+            server_extra: Box::leak(extra.into_boxed_str()),
+            ..Setup::default()
+        }
+    }
+}
+
 pub struct Harness {
     pub url: String,
     pub addr: SocketAddr,

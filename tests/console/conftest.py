@@ -8,14 +8,11 @@ Screenshots go to target/console-screenshots/ (or CONSOLE_SCREENSHOTS).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import shutil
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +22,7 @@ import pytest
 # The process helpers are the SDK suite's.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk"))
 
-from support import PRICES_FILE, REPO_ROOT, StartupError, TollgateProcess, tollgate_bin  # noqa: E402
+from support import PRICES_FILE, REPO_ROOT, StartupError, TollgateProcess, admin_call, tollgate_bin  # noqa: E402
 
 CONFIG_KEY_ID = "config-key"
 LOG_TAIL_LINES = 40
@@ -58,18 +55,7 @@ class Gateway:
 
     def admin(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
         """An admin API call outside the browser: its status and JSON body."""
-        request = urllib.request.Request(
-            f"{self.url}{path}",
-            method=method,
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Authorization": f"Bearer {self.admin_key}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                text = response.read()
-                return response.status, json.loads(text) if text else {}
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read() or b"{}")
+        return admin_call(self.url, self.admin_key, method, path, body)
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:

@@ -37,6 +37,22 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 # === processes ===
 
 
+def admin_call(gateway_url: str, admin_key: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    """An admin API call: its status and JSON body ({} when empty)."""
+    request = urllib.request.Request(
+        f"{gateway_url}{path}",
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {admin_key}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            text = response.read()
+            return response.status, json.loads(text) if text else {}
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
 def tollgate_bin() -> Path:
     """The binary under test: `TOLLGATE_BIN` (relative to the repo root when
     relative), else the debug build."""

@@ -3,34 +3,18 @@ served at once, charged its usage, capped, and refused once disabled."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-
 import anthropic
 import openai
 import pytest
 
-from support import SpendMeter, read_budget
+from support import SpendMeter, admin_call, read_budget
 
 CHAT_MODEL = "gpt-4o-mini"
 MESSAGES_MODEL = "claude-haiku-4-5"
 
 
 def admin(gateway, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-    """An admin API call: its status and JSON body ({} when empty)."""
-    request = urllib.request.Request(
-        f"{gateway.url}{path}",
-        method=method,
-        data=json.dumps(body).encode() if body is not None else None,
-        headers={"Authorization": f"Bearer {gateway.admin_key}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            text = response.read()
-            return response.status, json.loads(text) if text else {}
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
+    return admin_call(gateway.url, gateway.admin_key, method, path, body)
 
 
 def ask(words: int) -> list[dict]:
