@@ -226,6 +226,8 @@ fn call_of(n: u64, key: &Scope, org: &Scope) -> (ReserveRequest, Settlement) {
         org: Some(org.clone()),
         model: "gpt-4o-mini".to_owned(),
         amount: 12_345,
+        min_amount: 12_345,
+        run: None,
         ttl: Duration::from_secs(900),
     };
     let settlement = Settlement {
@@ -259,7 +261,7 @@ fn reserve_and_settle(c: &mut Criterion) {
                 let started = Instant::now();
                 for n in done..done + batch {
                     let (request, settlement) = call_of(n, &key, &org);
-                    if store.reserve(&request) != ReserveOutcome::Reserved {
+                    if !store.reserve(&request).is_reserved() {
                         unreachable!("the cap is far above the benchmark's spend");
                     }
                     black_box(store.settle(&settlement).is_ok());
@@ -308,7 +310,10 @@ fn sqlite_reserve_and_settle(c: &mut Criterion) {
                 for _ in 0..iters {
                     let (request, settlement) = call_of(next, &key, &org);
                     next += 1;
-                    if !matches!(store.reserve(&request).await, Ok(ReserveOutcome::Reserved)) {
+                    if !matches!(
+                        store.reserve(&request).await,
+                        Ok(ReserveOutcome::Reserved { .. })
+                    ) {
                         unreachable!("the cap is far above the benchmark's spend");
                     }
                     black_box(store.settle(&settlement).await.is_ok());

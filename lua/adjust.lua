@@ -85,7 +85,7 @@ for _, scope in ipairs(scopes) do
   scope.pid = period_id(scope.period, now)
   scope.field = counter_field(scope.kind, scope.id, scope.pid)
 end
-local fields = held_fields(scopes[1].field, scopes[2] and scopes[2].field)
+local fields = held_fields({ scopes[1].field, scopes[2] and scopes[2].field })
 local values = read_counters(fields)
 
 -- Checked before anything is written: Redis does not roll a script back.

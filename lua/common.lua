@@ -3,9 +3,12 @@
 Layout (per hash tag T = the org id, or `key:<key id>` for a key without an
 org; every key a script touches shares T, so each script runs in one slot
 of a Redis Cluster):
-  KEYS[1] tg:{T}:spend    hash   `<kind>:<id>:<period id>`      committed (spent + reserved)
+  KEYS[1] tg:{T}:spend    hash   `<kind>:<id>:<period id>`      committed (spent + reserved);
+                                 kind key, org or run (id `<key>/<run>`, period `total`)
                                  `<kind>:<id>:<period id>:r`    reserved part
                                  `<kind>:<id>:<period id>:f`    folded ledger sum (trimmed entries)
+                                 `run:<id>:total:cap`           the run's cap, fixed by its first
+                                                                call ('none': not capped)
                                  `folds`                        times the ledger was trimmed
                                  `epoch`                        the store epoch these books were
                                                                 written under (see meta.lua)
@@ -14,7 +17,8 @@ of a Redis Cluster):
                                  `adj:<exec_id>` -> an applied adjustment's record
   KEYS[3] tg:{T}:pending  zset   exec_id by deadline (ms), open reservations only
   KEYS[4] tg:{T}:closed   zset   exec_id (or `adj:<exec_id>`) by when its closed record may
-                                 be forgotten (ms)
+                                 be forgotten (ms); `run:<key>/<run>` by when that run
+                                 is forgotten (its last call + the run TTL)
   KEYS[5] tg:{T}:ledger   stream one entry per settle, expiry or adjustment
   KEYS[6] tg:{T}:agg      hash   `<day>|<key>|<model>|<metric>` spend aggregates: what the
                                  ledger entries of that UTC day, key and model added up to
@@ -30,7 +34,9 @@ script cluster-safe.
 Record (`res` value), every number a decimal string:
   s   open | expired | settled | denied
   a   amount; k key id; o org id (absent without org); kp, op the period
-      ids charged; kc the key's cap at reserve time; d deadline (ms);
+      ids charged; r the run's scope id `<key>/<run>` (absent without a
+      run; its period is `total`), rt how long the run is kept after a
+      call (ms); kc the key's cap at reserve time; d deadline (ms);
       ttl (ms) how long a closed record is kept; c the idempotency claim
       the reservation holds while open (absent without one, once closed,
       and once a later reservation took the claim over); m the model the
@@ -48,8 +54,9 @@ reservations', so no exec id of one is ever read as the other): s
 'adjusted', k, o, kp, op as above, ks the key's spent right after it, by the
 id of the adjust call that applied it. Kept the closed-record time.
 
-Ledger entry fields: exec key [org] model in cin cw out res act st kp [op]
-[note] at (`note` on adjustments only; `at` always last).
+Ledger entry fields: exec key [org] [run] model in cin cw out res act st kp
+[op] [note] at (`run` the run id the client named, without its key; `note`
+on adjustments only; `at` always last).
 `act` is what the entry moved its counters by: the actual cost of a settle
 on time, what an expiry charged, for a `late` settle its actual cost
 less what its expiry charged (negative when the call cost less), and an
@@ -231,11 +238,20 @@ local function counter_field(kind, id, pid)
   return kind .. ':' .. id .. ':' .. pid
 end
 
--- The committed counters a reservation holds headroom in, the key's first.
+-- A run's counter: period `total`, id `<key>/<run>`.
+local function run_field(run)
+  return counter_field('run', run, 'total')
+end
+
+-- The committed counters a reservation holds headroom in: the key's, then
+-- its org's and its run's when it has them.
 local function charged_fields(rec)
   local fields = { counter_field('key', rec.k, rec.kp) }
   if rec.o then
-    fields[2] = counter_field('org', rec.o, rec.op)
+    fields[#fields + 1] = counter_field('org', rec.o, rec.op)
+  end
+  if rec.r then
+    fields[#fields + 1] = run_field(rec.r)
   end
   return fields
 end
@@ -257,12 +273,19 @@ end
 -- exact.
 
 -- The committed counters a reservation holds headroom in and their
--- reserved parts, the key's first.
-local function held_fields(key_field, org_field)
-  if org_field then
-    return { key_field, key_field .. ':r', org_field, org_field .. ':r' }
+-- reserved parts, in the order of `committed` (the key's first).
+local function held_fields(committed)
+  if #committed == 1 then
+    return { committed[1], committed[1] .. ':r' }
+  elseif #committed == 2 then
+    return { committed[1], committed[1] .. ':r', committed[2], committed[2] .. ':r' }
   end
-  return { key_field, key_field .. ':r' }
+  local fields = {}
+  for i = 1, #committed do
+    fields[2 * i - 1] = committed[i]
+    fields[2 * i] = committed[i] .. ':r'
+  end
+  return fields
 end
 
 -- The values of `fields`, 0 where absent.
@@ -279,7 +302,7 @@ end
 local function write_counters(fields, values, committed, reserved)
   -- The common case, every field moving, spells its HSET out: a list
   -- built field by field costs more than the command.
-  if committed ~= 0 and reserved ~= 0 then
+  if committed ~= 0 and reserved ~= 0 and #fields <= 4 then
     if fields[3] then
       redis.call('HSET', KEYS[1],
         fields[1], fmt(values[1] + committed), fields[2], fmt(values[2] + reserved),
@@ -394,7 +417,27 @@ local function book(exec_id, rec, status, call, moved, now)
   if call then
     model, input, cached, written, output = call.model, call.input, call.cached, call.written, call.output
   end
-  if rec.o then
+  if rec.r then
+    -- A run's entry names the run as the client did, without its key.
+    local entry = { 'exec', exec_id, 'key', rec.k }
+    if rec.o then
+      entry[#entry + 1] = 'org'
+      entry[#entry + 1] = rec.o
+    end
+    local run = string.sub(rec.r, #rec.k + 2)
+    local rest = { 'run', run, 'model', model, 'in', input, 'cin', cached, 'cw', written,
+      'out', output, 'res', rec.a, 'act', actual, 'st', status, 'kp', rec.kp }
+    for i = 1, #rest do
+      entry[#entry + 1] = rest[i]
+    end
+    if rec.o then
+      entry[#entry + 1] = 'op'
+      entry[#entry + 1] = rec.op
+    end
+    entry[#entry + 1] = 'at'
+    entry[#entry + 1] = fmt(now)
+    redis.call('XADD', KEYS[5], '*', unpack(entry))
+  elseif rec.o then
     redis.call('XADD', KEYS[5], '*', 'exec', exec_id, 'key', rec.k, 'org', rec.o,
       'model', model, 'in', input, 'cin', cached, 'cw', written, 'out', output,
       'res', rec.a, 'act', actual, 'st', status, 'kp', rec.kp, 'op', rec.op, 'at', fmt(now))
@@ -448,12 +491,50 @@ local function expire_due(now, limit, on_expiry)
   return expired
 end
 
--- Forgets up to `limit` closed records whose retention has passed.
+-- The `closed` member that says when a run is forgotten.
+local function run_member(run)
+  return 'run:' .. run
+end
+
+-- Keeps a run `rec.rt` ms from now: each call moves its forgetting on.
+local function touch_run(rec, now)
+  if rec.r then
+    redis.call('ZADD', KEYS[4], fmt(now + tonumber(rec.rt)), run_member(rec.r))
+  end
+end
+
+-- Forgets a run past its time: its counter, reserved and folded parts and
+-- its cap, unless a reservation still holds part of it (then it is looked
+-- at again an hour later).
+local function forget_run(member, run, now)
+  local field = run_field(run)
+  if tonumber(redis.call('HGET', KEYS[1], field .. ':r') or '0') > 0 then
+    redis.call('ZADD', KEYS[4], fmt(now + HOUR_MS), member)
+    return
+  end
+  redis.call('HDEL', KEYS[1], field, field .. ':r', field .. ':f', field .. ':cap')
+  redis.call('ZREM', KEYS[4], member)
+end
+
+-- Forgets up to `limit` closed records (and runs) whose retention has
+-- passed.
 local function forget_due(now, limit)
   local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', fmt(now), 'LIMIT', '0', fmt(limit))
-  if #due > 0 then
-    redis.call('HDEL', KEYS[2], unpack(due))
-    redis.call('ZREM', KEYS[4], unpack(due))
+  if #due == 0 then
+    return 0
+  end
+  local records = {}
+  for _, member in ipairs(due) do
+    local run = string.match(member, '^run:(.*)$')
+    if run then
+      forget_run(member, run, now)
+    else
+      records[#records + 1] = member
+    end
+  end
+  if #records > 0 then
+    redis.call('HDEL', KEYS[2], unpack(records))
+    redis.call('ZREM', KEYS[4], unpack(records))
   end
   return #due
 end

@@ -1,4 +1,5 @@
---[[ reserve.lua — hold `amount` against a key and its org, all or nothing.
+--[[ reserve.lua — hold the most of [min amount, amount] that fits against a
+key, its org and its run, all or nothing.
 
 KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
@@ -6,7 +7,7 @@ KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, led
       key it was not given, so the script is legal on a Redis Cluster.
 ARGV:
   1 exec_id
-  2 amount (µUSD)
+  2 amount (µUSD): the most the call may hold
   3 ttl (ms): how long the reservation holds its headroom if never settled,
     and how long its record is kept once closed
   4 key id        5 key period      6 key cap (µUSD)
@@ -22,15 +23,26 @@ ARGV:
  15 closed-record time (ms): how long a denial is remembered for retries
  16 model the call is for, kept in the open record (`m`, see common.lua) so
     its expiry books against it; '' (or absent) for none
+ 17 min amount (µUSD), at most ARGV 2: the least the call can be sent
+    with; '' (or absent) for the amount itself
+ 18 run scope id `<key id>/<run id>`, or '' (or absent) for none
+ 19 the run cap the call names (µUSD), or '' for none
+ 20 run TTL (ms): how long the run is kept after its last call
 Returns:
-  {'reserved', expired}
+  {'reserved', expired, amount}     amount: what is held, the largest in
+                                    [min amount, amount] that every scope
+                                    has room for (a retry: the first one)
   {'denied', expired, kind, id, period, cap, remaining, at_ms}
   {'duplicate', expired}
+  {'run_cap_conflict', expired, cap}  the run's first call fixed another
+                                      cap ('none': none); nothing changed
+                                      but the lazy sweep
   {'epoch_unknown'}         the tag's books carry no epoch mark: a new tag,
                             or books that vanished (Redis restarted empty)
   {'epoch_mismatch', mark}  they are marked with another epoch
   where `expired` counts the reservations the lazy sweep expired, and a
-  denial names the key when both scopes would deny.
+  denial names the first scope, in the order key, org, run, without room
+  for the min amount.
 Invariants: the epoch mark is checked before anything else, and an epoch
 answer changes nothing (not even the lazy sweep): the gateway reads
 tg:meta, marks the tag (mark_epoch.lua) only if the store still holds the
@@ -83,6 +95,24 @@ if keep_ms > MAX_TTL_MS then
   fail('closed-record time is above 2^50 ms: ' .. ARGV[15])
 end
 local model = ARGV[16] or ''
+local min_amount = amount
+if ARGV[17] and ARGV[17] ~= '' then
+  min_amount = int_arg(ARGV[17], 'min amount')
+  if min_amount > amount then
+    fail('min amount ' .. ARGV[17] .. ' is above the amount ' .. ARGV[2])
+  end
+end
+local run = ARGV[18] or ''
+local run_cap, run_ttl = ARGV[19] or '', 0
+if run ~= '' then
+  if run_cap ~= '' then
+    int_arg(run_cap, 'run cap')
+  end
+  run_ttl = int_arg(ARGV[20], 'run ttl')
+  if run_ttl > MAX_TTL_MS then
+    fail('run ttl is above 2^50 ms: ' .. ARGV[20])
+  end
+end
 
 local now = store_now()
 local expired = expire_due(now, lazy_limit, on_expiry)
@@ -100,12 +130,31 @@ if first then
   if first.s == 'denied' then
     return { 'denied', fmt(expired), first.dk, first.di, first.dp, first.dc, first.dr, first.at }
   end
-  return { 'reserved', fmt(expired) }
+  return { 'reserved', fmt(expired), first.a }
 end
 
 local held = holder and load_record(holder)
 if held and held.s == 'open' and tonumber(held.d) > now then
   return { 'duplicate', fmt(expired) }
+end
+
+-- The run's first call fixes its cap (or that it has none); a call naming
+-- another one is refused.
+local new_run_cap = nil
+if run ~= '' then
+  local fixed = redis.call('HGET', KEYS[1], run_field(run) .. ':cap')
+  if fixed and run_cap ~= '' and run_cap ~= fixed then
+    return { 'run_cap_conflict', fmt(expired), fixed }
+  end
+  if not fixed then
+    fixed = run_cap ~= '' and run_cap or 'none'
+    new_run_cap = fixed
+  end
+  local cap = MAX_SAFE
+  if fixed ~= 'none' then
+    cap = tonumber(fixed)
+  end
+  scopes[#scopes + 1] = { kind = 'run', id = run, period = 'total', cap = cap }
 end
 
 -- An org on the key's period shares its id, which is not cheap to derive.
@@ -118,14 +167,28 @@ for i = 1, #scopes do
   end
   scope.field = counter_field(scope.kind, scope.id, scope.pid)
 end
-local fields = held_fields(scopes[1].field, scopes[2] and scopes[2].field)
+local committed_fields = {}
+for i = 1, #scopes do
+  committed_fields[i] = scopes[i].field
+end
+local fields = held_fields(committed_fields)
 local values = read_counters(fields)
 
--- The key is checked first, so when both would deny, the key is named.
+-- The most every scope has room for, up to the amount.
+local grant = amount
+for i = 1, #scopes do
+  local room = scopes[i].cap - values[2 * i - 1]
+  if room < grant then
+    grant = room
+  end
+end
+
+-- Not even the min amount fits: the key is checked first, so when several
+-- would deny, the key is named, then the org.
 for i = 1, #scopes do
   local scope = scopes[i]
   local committed = values[2 * i - 1]
-  if committed + amount > scope.cap then
+  if grant < min_amount and committed + min_amount > scope.cap then
     local remaining = math.max(scope.cap - committed, 0)
     local denial = {
       s = 'denied', dk = scope.kind, di = scope.id, dp = scope.period,
@@ -137,13 +200,19 @@ for i = 1, #scopes do
 end
 
 -- Below the cap, so below 2^53.
+local org = ARGV[7] == '1' and scopes[2] or nil
 local rec = {
-  s = 'open', a = fmt(amount), k = scopes[1].id, kp = scopes[1].pid,
+  s = 'open', a = fmt(grant), k = scopes[1].id, kp = scopes[1].pid,
   kc = fmt(scopes[1].cap), d = fmt(now + ttl), ttl = fmt(ttl),
-  o = scopes[2] and scopes[2].id, op = scopes[2] and scopes[2].pid,
+  o = org and org.id, op = org and org.pid,
   c = claim ~= '' and claim or nil, m = model ~= '' and model or nil,
+  r = run ~= '' and run or nil, rt = run ~= '' and fmt(run_ttl) or nil,
 }
-write_counters(fields, values, amount, amount)
+write_counters(fields, values, grant, grant)
+if new_run_cap then
+  redis.call('HSET', KEYS[1], run_field(run) .. ':cap', new_run_cap)
+end
+touch_run(rec, now)
 local records = { exec_id, cjson.encode(rec) }
 if claim ~= '' then
   records[3] = claim_field(claim)
@@ -157,4 +226,4 @@ if claim ~= '' then
 end
 redis.call('HSET', KEYS[2], unpack(records))
 redis.call('ZADD', KEYS[3], rec.d, exec_id)
-return { 'reserved', fmt(expired) }
+return { 'reserved', fmt(expired), rec.a }

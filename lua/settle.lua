@@ -111,8 +111,7 @@ end
 
 -- Each scope's committed counter and its reserved part, in one read,
 -- checked before anything is written.
-local fields = held_fields(counter_field('key', rec.k, rec.kp),
-  rec.o and counter_field('org', rec.o, rec.op))
+local fields = held_fields(charged_fields(rec))
 local values = read_counters(fields)
 for i = 1, #fields, 2 do
   if values[i] + committed > MAX_SAFE then
@@ -138,6 +137,7 @@ if pending then
   redis.call('ZREM', KEYS[3], exec_id)
 end
 book(exec_id, rec, status, call, call.actual - (charged or 0), now)
+touch_run(rec, now)
 
 local remaining = math.max(rec.kc - (values[1] + committed), 0)
 rec.s = 'settled'

@@ -29,7 +29,7 @@ use subtle::ConstantTimeEq;
 
 use crate::budget::records::{RecordKind, RecordSet, StoredRecord};
 use crate::budget::{BudgetStore, Scope, ScopeKind, StoreError};
-use crate::config::{hash_key, Config, KeyConfig, OrgConfig};
+use crate::config::{hash_key, Config, KeyConfig, OnInsufficient, OrgConfig};
 use crate::error::GatewayError;
 use crate::period::Period;
 use documents::{KeyDoc, OrgDoc};
@@ -279,6 +279,8 @@ pub fn key_entry(doc: KeyDoc, revision: u64) -> Result<KeyEntry, String> {
             cap: doc.cap_usd_micros,
             period,
             models,
+            // A document written by a version that knew only "refuse".
+            on_insufficient: OnInsufficient::parse(&doc.on_insufficient).unwrap_or_default(),
         }),
         disabled: doc.disabled,
         expires_at,

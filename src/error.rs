@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::body::{full, Body};
 use crate::budget::{Denial, ScopeKind};
-use crate::money::format_usd;
+use crate::money::{format_usd, UsdMicros};
 
 /// The error body shapes of the two provider families.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +44,15 @@ pub enum GatewayError {
     #[error("model `{model}` is not available through this gateway: it has no configured price or provider. The operator can add its price to the price file (`tollgate prices import` writes entries from LiteLLM's price list) and a provider whose `models` match it")]
     UnknownModel { model: String },
     #[error("{}", budget_message(.0))]
-    BudgetExceeded(Denial),
+    BudgetExceeded(Box<BudgetRefusal>),
+    /// The call names a run cap other than the one its run's first call
+    /// fixed (`fixed`: none when `None`).
+    #[error("{}", run_cap_message(run, *fixed, *named))]
+    RunCapConflict {
+        run: String,
+        fixed: Option<UsdMicros>,
+        named: UsdMicros,
+    },
     /// A request with the same `Idempotency-Key` (under the same gateway
     /// key) is still in flight.
     #[error("a request with this Idempotency-Key is still in progress; this one was not sent and costs nothing. Wait for the first to finish, or send a new Idempotency-Key for a new request")]
@@ -61,21 +69,61 @@ pub enum GatewayError {
     NotFound { method: String, path: String },
 }
 
-fn budget_message(denial: &Denial) -> String {
+/// A call that no budget it falls under can take: which one refused it,
+/// what the call could cost, and what would fit.
+#[derive(Debug)]
+pub struct BudgetRefusal {
+    pub denial: Denial,
+    /// The call's upper bound, in µUSD.
+    pub bound: UsdMicros,
+    /// The largest output limit (per choice) with which the call would
+    /// fit what remains; `None` when none would.
+    pub fitting_output_limit: Option<u64>,
+}
+
+fn budget_message(refusal: &BudgetRefusal) -> String {
+    let denial = &refusal.denial;
     let scope = match denial.kind {
-        ScopeKind::Key => "key",
-        ScopeKind::Org => "org",
+        ScopeKind::Key => format!("key `{}`", denial.id),
+        ScopeKind::Org => format!("org `{}`", denial.id),
+        ScopeKind::Run => match denial.id.split_once('/') {
+            Some((key, run)) => format!("run `{run}` of key `{key}`"),
+            None => format!("run `{}`", denial.id),
+        },
+    };
+    let fit = match refusal.fitting_output_limit {
+        Some(limit) => format!(
+            ". An output limit (max_tokens, max_completion_tokens or max_output_tokens) of \
+             {limit} tokens or fewer fits what remains"
+        ),
+        None => ". Not even a small output limit fits what remains".to_owned(),
     };
     let resets = match denial.resets_at {
-        Some(at) => format!("; it resets at {}", at.format("%Y-%m-%dT%H:%M:%SZ")),
-        None => "; it does not reset (period total)".to_owned(),
+        Some(at) => format!(". The budget resets at {}", at.format("%Y-%m-%dT%H:%M:%SZ")),
+        None => ". It does not reset (period total)".to_owned(),
+    };
+    let per = match denial.period.as_str() {
+        "total" => "in total".to_owned(),
+        period => format!("per {period}"),
     };
     format!(
-        "budget exceeded for {scope} `{}`: cap ${} per {}, ${} remaining, not enough for this call's upper-bound cost{resets}",
-        denial.id,
+        "budget exceeded for {scope}: cap ${} {per}, ${} remaining, less than this call's upper-bound cost of ${}{fit}{resets}",
         format_usd(denial.cap),
-        denial.period.as_str(),
         format_usd(denial.remaining),
+        format_usd(refusal.bound),
+    )
+}
+
+fn run_cap_message(run: &str, fixed: Option<UsdMicros>, named: UsdMicros) -> String {
+    let fixed = match fixed {
+        Some(cap) => format!("a cap of ${}", format_usd(cap)),
+        None => "no cap".to_owned(),
+    };
+    format!(
+        "run `{run}` was started with {fixed}, and this request names ${}: a run's first call \
+         fixes its cap. Send the same x-tollgate-run-cap-usd (or none), or start another run; \
+         this request was not sent and costs nothing",
+        format_usd(named)
     )
 }
 
@@ -90,7 +138,9 @@ impl GatewayError {
                 StatusCode::NOT_FOUND
             }
             GatewayError::BudgetExceeded(_) => StatusCode::PAYMENT_REQUIRED,
-            GatewayError::IdempotencyConflict => StatusCode::CONFLICT,
+            GatewayError::IdempotencyConflict | GatewayError::RunCapConflict { .. } => {
+                StatusCode::CONFLICT
+            }
             GatewayError::ProviderKeyMissing { .. } | GatewayError::StoreUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -114,6 +164,9 @@ impl GatewayError {
             GatewayError::IdempotencyConflict => {
                 ("invalid_request_error", Some("idempotency_conflict"))
             }
+            GatewayError::RunCapConflict { .. } => {
+                ("invalid_request_error", Some("run_cap_conflict"))
+            }
             GatewayError::ProviderKeyMissing { .. } => {
                 ("server_error", Some("provider_not_configured"))
             }
@@ -130,9 +183,9 @@ impl GatewayError {
     fn anthropic_type(&self) -> &'static str {
         match self {
             GatewayError::MissingKey | GatewayError::InvalidKey => "authentication_error",
-            GatewayError::BadRequest { .. } | GatewayError::IdempotencyConflict => {
-                "invalid_request_error"
-            }
+            GatewayError::BadRequest { .. }
+            | GatewayError::IdempotencyConflict
+            | GatewayError::RunCapConflict { .. } => "invalid_request_error",
             GatewayError::BodyTooLarge { .. } => "request_too_large",
             GatewayError::ModelNotAllowed { .. } => "permission_error",
             GatewayError::UnknownModel { .. } | GatewayError::NotFound { .. } => "not_found_error",
@@ -179,7 +232,8 @@ impl GatewayError {
                 headers.insert("x-tollgate-request-id", id);
             }
         }
-        if let GatewayError::BudgetExceeded(denial) = &self {
+        if let GatewayError::BudgetExceeded(refusal) = &self {
+            let denial = &refusal.denial;
             // A cap is not a transient limit: tell SDKs not to retry, and
             // when the money comes back.
             headers.insert("x-should-retry", HeaderValue::from_static("false"));

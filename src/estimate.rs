@@ -98,6 +98,9 @@ pub fn warm_up() {
 /// A call's upper bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Estimate {
+    /// Input tokens counted in the request, before hosted tool results:
+    /// what [`bound`] prices the call from again for another output limit.
+    pub seen_input_tokens: u64,
     /// Input tokens, hosted tool results included.
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -131,8 +134,23 @@ pub use tools::{ToolBound, FILE_SEARCH_CHUNK_TOKENS, WEB_SEARCH_RESULT_TOKENS};
 
 pub fn estimate(call: &Call, price: &ModelPrice, counter: TokenCounter) -> Estimate {
     let context_window = price.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
-    let input_tokens = input_tokens(call.api, &call.body, counter, context_window);
-    let output_tokens = call.output_bound().saturating_mul(call.choices);
+    let seen = input_tokens(call.api, &call.body, counter, context_window);
+    bound(call, price, seen, call.output_bound())
+}
+
+/// The bound of `call` with `seen_input_tokens` counted in its request and
+/// an output bound of `output_bound` tokens per choice: how the gateway
+/// prices one call at several output limits without counting its input
+/// again.
+pub fn bound(
+    call: &Call,
+    price: &ModelPrice,
+    seen_input_tokens: u64,
+    output_bound: u64,
+) -> Estimate {
+    let context_window = price.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
+    let input_tokens = seen_input_tokens;
+    let output_tokens = output_bound.saturating_mul(call.choices);
     let tools = ToolBound::of(
         &call.tools,
         price,
@@ -155,6 +173,7 @@ pub fn estimate(call: &Call, price: &ModelPrice, counter: TokenCounter) -> Estim
     cost.add(output_tokens, rates.output);
     tools.add_fees(&mut cost, price);
     Estimate {
+        seen_input_tokens,
         input_tokens,
         output_tokens,
         amount: cost.usd_micros(),
@@ -572,6 +591,7 @@ mod tests {
     #[test]
     fn fallback_usage_caps_counted_output() {
         let e = Estimate {
+            seen_input_tokens: 10,
             input_tokens: 10,
             output_tokens: 5,
             amount: 1,

@@ -143,6 +143,9 @@ pub struct Metrics {
     allowed: Counter,
     denied_by_key: Counter,
     denied_by_org: Counter,
+    denied_by_run: Counter,
+    /// A call naming another run cap than its run's first call.
+    run_cap_conflicts: Counter,
     reserve_failed: Counter,
     settled_ok: Counter,
     settled_overrun: Counter,
@@ -242,6 +245,8 @@ impl Metrics {
             allowed: reserved("allowed", ""),
             denied_by_key: reserved("denied", ScopeKind::Key.as_str()),
             denied_by_org: reserved("denied", ScopeKind::Org.as_str()),
+            denied_by_run: reserved("denied", ScopeKind::Run.as_str()),
+            run_cap_conflicts: reserved("run_cap_conflict", ScopeKind::Run.as_str()),
             reserve_failed: reserved("error", ""),
             settled_ok: settled(LedgerStatus::Ok),
             settled_overrun: settled(LedgerStatus::Overrun),
@@ -278,11 +283,13 @@ impl Metrics {
     /// Counts a reserve's answer; an error is a store that did not answer.
     pub fn count_reserve(&self, outcome: &Result<ReserveOutcome, StoreError>) {
         let counter = match outcome {
-            Ok(ReserveOutcome::Reserved) => &self.allowed,
+            Ok(ReserveOutcome::Reserved { .. }) => &self.allowed,
             Ok(ReserveOutcome::Denied(denial)) => match denial.kind {
                 ScopeKind::Key => &self.denied_by_key,
                 ScopeKind::Org => &self.denied_by_org,
+                ScopeKind::Run => &self.denied_by_run,
             },
+            Ok(ReserveOutcome::RunCapConflict { .. }) => &self.run_cap_conflicts,
             Err(_) => &self.reserve_failed,
         };
         counter.inc();

@@ -180,6 +180,14 @@ impl SettleTicket {
         self.call = None;
     }
 
+    /// The call was fitted to what remains: it is sent with a lower
+    /// output limit, whose bound replaces the one it was admitted with.
+    pub fn refit(&mut self, estimate: Estimate) {
+        if let Some(call) = self.call.as_mut() {
+            call.estimate = estimate;
+        }
+    }
+
     /// The call is on its way to the provider; `hidden_output` when its
     /// model may bill output it does not stream.
     pub fn sent(&mut self, stream: bool, hidden_output: bool) {

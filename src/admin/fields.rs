@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::AdminError;
+use crate::config::OnInsufficient;
 use crate::money::parse_usd;
 use crate::period::Period;
 
@@ -180,15 +181,15 @@ impl Fields {
         }
     }
 
-    /// What a key does with a call whose bound does not fit: this gateway
-    /// refuses it (402); fitting a call to what remains is not offered.
+    /// What a key does with a call whose client-set output limit does not
+    /// fit: `"refuse"` it (402), or `"clamp"` the limit to what fits.
     pub fn on_insufficient(&mut self) -> Result<Option<String>, AdminError> {
         match self.take("on_insufficient") {
             None => Ok(None),
-            Some(Value::String(text)) if text == "refuse" => Ok(Some(text)),
+            Some(Value::String(text)) if OnInsufficient::parse(&text).is_some() => Ok(Some(text)),
             Some(_) => Err(AdminError::bad(
-                "on_insufficient: this gateway supports only \"refuse\" (a call whose bound \
-                 does not fit what remains gets 402)",
+                "on_insufficient must be \"refuse\" (a call whose bound does not fit what \
+                 remains gets 402) or \"clamp\" (its output limit is lowered to what fits)",
                 Some("on_insufficient"),
             )),
         }

@@ -81,7 +81,7 @@ impl Api {
 
     /// The body fields that limit output tokens, the API's own first: the
     /// one the gateway sets unless the provider reads another.
-    fn output_limit_fields(self) -> &'static [&'static str] {
+    pub fn output_limit_fields(self) -> &'static [&'static str] {
         match self {
             Api::ChatCompletions => &["max_completion_tokens", "max_tokens"],
             Api::Completions | Api::Messages => &["max_tokens"],
@@ -188,7 +188,23 @@ impl Call {
 
     /// The most output tokens one choice can be billed for.
     pub fn output_bound(&self) -> u64 {
-        self.output_limit.max(self.thinking_budget)
+        self.output_bound_at(self.output_limit)
+    }
+
+    /// The output bound the call would have with `limit` as its limit.
+    pub fn output_bound_at(&self, limit: u64) -> u64 {
+        limit.max(self.thinking_budget)
+    }
+
+    /// Whether the client set the output limit.
+    pub fn limit_given(&self) -> bool {
+        self.limit_given
+    }
+
+    /// Whether the call sets a thinking budget (Anthropic), which its
+    /// output limit must stay above: such a call's limit is never lowered.
+    pub fn has_thinking_budget(&self) -> bool {
+        self.thinking_budget > 0
     }
 
     /// How the stream's usage is read.
@@ -218,17 +234,9 @@ impl Call {
     /// none is named), and in no other limit field of the API. A client
     /// that set no limit gets `default` (the model's maximum).
     pub fn bound_output(&mut self, default: u64, provider_fields: &[String]) {
-        let fields = self.api.output_limit_fields();
-        let named: Vec<&'static str> = fields
-            .iter()
-            .copied()
-            .filter(|field| provider_fields.iter().any(|named| named == field))
-            .collect();
-        let targets = match (named.is_empty(), fields.first()) {
-            (false, _) => named,
-            (true, Some(own)) => vec![*own],
-            // Embeddings produce no output tokens.
-            (true, None) => return,
+        // Embeddings produce no output tokens.
+        let Some(targets) = self.limit_targets(provider_fields) else {
+            return;
         };
         if !self.limit_given {
             self.output_limit = if self.api == Api::Completions {
@@ -237,6 +245,39 @@ impl Call {
                 default
             };
         }
+        self.write_output_limit(&targets);
+    }
+
+    /// Sends the call with `limit` as its output limit (per choice), where
+    /// [`Call::bound_output`] puts it: the gateway lowered it to fit what
+    /// remains of the budget.
+    pub fn fit_output(&mut self, limit: u64, provider_fields: &[String]) {
+        if let Some(targets) = self.limit_targets(provider_fields) {
+            self.output_limit = limit;
+            self.write_output_limit(&targets);
+        }
+    }
+
+    /// The limit fields of this API that the provider reads (its own field
+    /// when it names none); `None` for an API without output.
+    fn limit_targets(&self, provider_fields: &[String]) -> Option<Vec<&'static str>> {
+        let fields = self.api.output_limit_fields();
+        let named: Vec<&'static str> = fields
+            .iter()
+            .copied()
+            .filter(|field| provider_fields.iter().any(|named| named == field))
+            .collect();
+        match (named.is_empty(), fields.first()) {
+            (false, _) => Some(named),
+            (true, Some(own)) => Some(vec![*own]),
+            (true, None) => None,
+        }
+    }
+
+    /// Writes the output limit into `targets` and removes it from the API's
+    /// other limit fields.
+    fn write_output_limit(&mut self, targets: &[&'static str]) {
+        let fields = self.api.output_limit_fields();
         let limit = Value::from(self.output_limit);
         for field in fields {
             let wanted = targets.contains(field);

@@ -23,6 +23,7 @@ mod control;
 mod expiry;
 mod records;
 mod redis_fixture;
+mod runs;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,7 +36,7 @@ use super::memory::testing::ManualClock;
 use super::{
     BudgetStore, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, MemoryStore, OnExpiry, Period,
     Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome,
-    Settlement, SqliteStore, StoreError, DEFAULT_CLOSED_RECORD,
+    Settlement, SqliteStore, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_RUN_TTL,
 };
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
@@ -46,6 +47,7 @@ use control::*;
 use expiry::*;
 use records::*;
 use redis_fixture::{cluster_fixture, redis_fixture};
+use runs::*;
 
 /// The settle epsilon every fixture gives its store.
 const EPSILON: UsdMicros = 100;
@@ -237,6 +239,12 @@ macro_rules! contract_tests {
             spend_rows_add_up_every_ledger_entry,
             spend_rows_past_their_retention_are_swept,
             an_adjustment_is_spend_without_a_call,
+            a_run_is_capped_inside_its_key,
+            a_run_without_a_cap_is_tracked_not_capped,
+            the_first_call_fixes_the_run_cap,
+            a_range_reserve_holds_the_most_that_fits,
+            concurrent_reserves_never_exceed_the_run_cap,
+            an_idle_run_is_forgotten_after_its_ttl,
             );
             mod release {
                 use super::*;
@@ -292,6 +300,8 @@ fn request(key: &Scope, org: Option<&Scope>, amount: UsdMicros, ttl_secs: u64) -
         org: org.cloned(),
         model: "gpt-4o-mini".to_owned(),
         amount,
+        min_amount: amount,
+        run: None,
         ttl: Duration::from_secs(ttl_secs),
     }
 }

@@ -30,8 +30,9 @@ use super::aggregates::first_kept_day;
 use super::records::{AuditEntry, RecordBook, RecordSet, RecordWrite, WriteOutcome};
 use super::{
     AdjustOutcome, Adjustment, ClaimedReserve, LedgerEntry, OnExpiry, OpenHold, Reconciliation,
-    ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement,
-    SpendQuery, SpendRow, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
+    ReserveOutcome, ReserveRequest, RunState, Scope, ScopeKind, ScopeState, SettleOutcome,
+    Settlement, SpendQuery, SpendRow, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
+    DEFAULT_RUN_TTL,
 };
 use crate::money::UsdMicros;
 use state::{Counter, CounterKey, State};
@@ -92,6 +93,12 @@ impl MemoryStore {
     }
 
     /// How many days back the sweep keeps spend aggregate rows.
+    /// How long a run is remembered after its last call.
+    pub fn with_run_ttl(self, ttl: Duration) -> Self {
+        self.shared.lock().run_ttl = to_delta(ttl);
+        self
+    }
+
     pub fn with_aggregate_retention_days(self, days: u32) -> Self {
         self.shared.lock().aggregates.retention_days = days;
         self
@@ -168,6 +175,22 @@ impl MemoryStore {
         }
     }
 
+    /// A run's cap and counters, if the run is remembered.
+    pub fn run_state(&self, id: &str) -> Option<RunState> {
+        let state = self.shared.lock();
+        let run = state.runs.get(id)?;
+        let counter = state
+            .counters
+            .get(&CounterKey::new(ScopeKind::Run, id, "total"))
+            .copied()
+            .unwrap_or_default();
+        Some(RunState {
+            cap: run.cap,
+            spent: counter.spent,
+            reserved: counter.reserved,
+        })
+    }
+
     /// Expires every reservation past its deadline, forgets closed records
     /// past their retention, folds ledger entries older than the ledger
     /// retention and drops aggregate rows older than theirs; returns how
@@ -179,6 +202,7 @@ impl MemoryStore {
             let expired = state.expire_due(now, usize::MAX);
             state.forget_due(now, usize::MAX);
             state.forget_adjustments(now);
+            state.forget_idle_runs(now);
             let cutoff = now
                 .checked_sub_signed(state.ledger_retention)
                 .unwrap_or(DateTime::<Utc>::MIN_UTC);
@@ -249,6 +273,9 @@ impl MemoryStore {
                 row.open = row.open.saturating_add(reservation.amount);
             }
         }
+        // A run's counter is a cap inside its key, forgotten with the run;
+        // every call of it is in its key's (and org's) books.
+        rows.retain(|key, _| key.kind != ScopeKind::Run);
         let mut rows: Vec<Reconciliation> = rows.into_values().collect();
         rows.sort_by(|a, b| (a.kind, &a.id, &a.period_id).cmp(&(b.kind, &b.id, &b.period_id)));
         rows
@@ -303,6 +330,7 @@ impl Shared {
             state: Mutex::new(State {
                 ledger_retention: to_delta(DEFAULT_LEDGER_RETENTION),
                 closed_record: to_delta(DEFAULT_CLOSED_RECORD),
+                run_ttl: to_delta(DEFAULT_RUN_TTL),
                 on_expiry,
                 ..State::default()
             }),

@@ -72,6 +72,9 @@ pub const DEFAULT_CLOSED_RECORD: Duration = Duration::from_secs(120);
 /// folded sums (and, on Redis, trimmed from the stream).
 pub const DEFAULT_LEDGER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// How long a run is remembered after its last call (`store.run_ttl_hours`).
+pub const DEFAULT_RUN_TTL: Duration = Duration::from_secs(24 * 3600);
+
 /// Which backend holds the counters.
 #[derive(Clone)]
 pub enum BudgetStore {
@@ -163,6 +166,16 @@ impl BudgetStore {
             BudgetStore::Memory(store) => Ok(store.scope_state(scope)),
             BudgetStore::Sqlite(store) => store.scope_state(scope).await,
             BudgetStore::Redis(store) => store.scope_state(scope).await,
+        }
+    }
+
+    /// A run's cap and counters (`id` is `<key>/<run>`), `None` when the
+    /// run is not remembered (never called, or forgotten).
+    pub async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.run_state(id)),
+            BudgetStore::Sqlite(store) => store.run_state(id).await,
+            BudgetStore::Redis(store) => store.run_state(id).await,
         }
     }
 
@@ -369,11 +382,13 @@ impl Reconciliation {
     }
 }
 
-/// Whether a scope is a gateway key or an org.
+/// Whether a scope is a gateway key, an org, or an agent's run inside a
+/// key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ScopeKind {
     Key,
     Org,
+    Run,
 }
 
 impl ScopeKind {
@@ -381,6 +396,16 @@ impl ScopeKind {
         match self {
             ScopeKind::Key => "key",
             ScopeKind::Org => "org",
+            ScopeKind::Run => "run",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<ScopeKind> {
+        match text {
+            "key" => Some(ScopeKind::Key),
+            "org" => Some(ScopeKind::Org),
+            "run" => Some(ScopeKind::Run),
+            _ => None,
         }
     }
 }
@@ -408,21 +433,80 @@ pub struct ReserveRequest {
     pub exec_id: String,
     pub key: Scope,
     pub org: Option<Scope>,
+    /// The agent run the call belongs to (`x-tollgate-run`), a third scope
+    /// inside the key.
+    pub run: Option<RunScope>,
     /// The model the call is for (the one its settle will name), kept with
     /// the reservation so its holds and its expiry can name it.
     pub model: String,
+    /// The least the call can be sent with: below it, the call is denied.
+    pub min_amount: UsdMicros,
+    /// The most the call may cost. The store holds the largest amount in
+    /// `[min_amount, amount]` that every scope allows; a call with a fixed
+    /// bound passes the same value twice.
     pub amount: UsdMicros,
     /// How long the reservation holds its headroom if it is never settled.
     pub ttl: Duration,
 }
 
+/// An agent's run: a scope inside its key, period `total`, whose cap the
+/// first call that names the run fixes (none: the run is tracked, not
+/// capped). It is forgotten `store.run_ttl_hours` after its last call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunScope {
+    /// `<key id>/<run id>`: runs of different keys never share a scope,
+    /// and a key id never contains `/`.
+    pub id: String,
+    /// The cap this call names (`x-tollgate-run-cap-usd`), if any.
+    pub cap: Option<UsdMicros>,
+}
+
+impl RunScope {
+    pub fn new(key: &str, run: &str, cap: Option<UsdMicros>) -> RunScope {
+        RunScope {
+            id: format!("{key}/{run}"),
+            cap,
+        }
+    }
+
+    /// The run id the client named, without its key.
+    pub fn run_id(&self) -> &str {
+        self.id.split_once('/').map_or(&self.id, |(_, run)| run)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReserveOutcome {
-    /// The amount is held against every scope (also the answer to a retry of
+    /// `amount` is held against every scope (also the answer to a retry of
     /// a reserve that succeeded).
-    Reserved,
+    Reserved { amount: UsdMicros },
     /// A scope would go over its cap; nothing was charged anywhere.
     Denied(Denial),
+    /// The call names a run cap other than the one the run's first call
+    /// fixed (`cap`, `None` when it fixed none); nothing was charged.
+    RunCapConflict { cap: Option<UsdMicros> },
+}
+
+impl ReserveOutcome {
+    pub fn is_reserved(&self) -> bool {
+        matches!(self, ReserveOutcome::Reserved { .. })
+    }
+}
+
+/// What `reserve` holds for a call: the largest amount in
+/// `[min_amount, max_amount]` that fits in every scope's room
+/// (`cap - committed`, negative once an overrun took a scope past its
+/// cap), or `None` when not even `min_amount` does.
+pub(crate) fn fitted_amount(
+    min_amount: UsdMicros,
+    max_amount: UsdMicros,
+    rooms: impl IntoIterator<Item = i128>,
+) -> Option<UsdMicros> {
+    let room = rooms.into_iter().fold(i128::from(max_amount), i128::min);
+    if room < i128::from(min_amount) {
+        return None;
+    }
+    UsdMicros::try_from(room).ok()
 }
 
 /// What a reserve under an idempotency claim answered.
@@ -567,6 +651,8 @@ pub struct OpenHold {
     pub exec_id: String,
     pub key: String,
     pub org: Option<String>,
+    /// The run id the client named (without its key), if any.
+    pub run: Option<String>,
     /// The model the call is for; empty for a reservation recorded by a
     /// version that did not keep it.
     pub model: String,
@@ -632,6 +718,8 @@ pub struct LedgerEntry {
     pub exec_id: String,
     pub key: String,
     pub org: Option<String>,
+    /// The run id the client named (without its key), if any.
+    pub run: Option<String>,
     pub model: String,
     pub usage: Usage,
     pub reserved: UsdMicros,
@@ -653,6 +741,15 @@ pub struct ScopeState {
     pub spent: UsdMicros,
     pub reserved: UsdMicros,
     pub resets_at: Option<DateTime<Utc>>,
+}
+
+/// An agent's run as remembered: its cap (`None`: not capped) and its
+/// counters (period `total`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunState {
+    pub cap: Option<UsdMicros>,
+    pub spent: UsdMicros,
+    pub reserved: UsdMicros,
 }
 
 /// Why a store call failed. Only `Unavailable` and `Timeout` are worth a

@@ -34,6 +34,7 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
                 MemoryStore::new(store.settle_epsilon, store.on_expiry)
                     .with_ledger_retention(store.ledger_retention.min(store.closed_record))
                     .with_closed_record(store.closed_record)
+                    .with_run_ttl(store.run_ttl)
                     .with_aggregate_retention_days(store.aggregate_retention_days),
             )
         }
@@ -45,6 +46,7 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
                 store.closed_record,
                 store.on_expiry,
             )?
+            .with_run_ttl(store.run_ttl)
             .with_aggregate_retention_days(store.aggregate_retention_days);
             tracing::info!(file = %path.display(), "budget store: sqlite");
             BudgetStore::Sqlite(sqlite)
@@ -59,6 +61,7 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
             )
             .await?
             .with_closed_record(store.closed_record)
+            .with_run_ttl(store.run_ttl)
             .with_aggregate_retention_days(store.aggregate_retention_days);
             for key in &config.keys {
                 redis.track_key(&key.id, key.org.as_deref());
@@ -130,6 +133,8 @@ period = "day"
                 org: None,
                 model: "gpt-4o-mini".to_owned(),
                 amount: 500,
+                min_amount: 500,
+                run: None,
                 ttl: Duration::from_secs(60),
             })
             .await

@@ -78,8 +78,8 @@ pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
 
 use super::{
     tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest,
-    Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow, StoreError,
-    DEFAULT_AGGREGATE_RETENTION_DAYS, DEFAULT_CLOSED_RECORD,
+    RunState, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow,
+    StoreError, DEFAULT_AGGREGATE_RETENTION_DAYS, DEFAULT_CLOSED_RECORD, DEFAULT_RUN_TTL,
 };
 use crate::config::RedisTls;
 use crate::money::{UsdMicros, MAX_USD_MICROS};
@@ -116,6 +116,8 @@ struct Inner {
     on_expiry: OnExpiry,
     /// How long a settled or denied record is kept for retries, in ms.
     closed_record_ms: AtomicU64,
+    /// How long a run is kept after its last call, in ms.
+    run_ttl_ms: AtomicU64,
     /// The store epoch this store serves under, or why it fails closed.
     epoch: meta::EpochWatch,
     /// Added to Redis's clock by every script that reads it; see
@@ -224,6 +226,7 @@ impl RedisStore {
                 aggregate_retention_days: AtomicU32::new(DEFAULT_AGGREGATE_RETENTION_DAYS),
                 on_expiry,
                 closed_record_ms: AtomicU64::new(scripts::millis(DEFAULT_CLOSED_RECORD)),
+                run_ttl_ms: AtomicU64::new(scripts::millis(DEFAULT_RUN_TTL)),
                 epoch: meta::EpochWatch::default(),
                 #[cfg(test)]
                 clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
@@ -238,6 +241,14 @@ impl RedisStore {
         self.inner
             .closed_record_ms
             .store(scripts::millis(keep), Ordering::Relaxed);
+        self
+    }
+
+    /// How long a run is kept after its last call.
+    pub fn with_run_ttl(self, ttl: Duration) -> Self {
+        self.inner
+            .run_ttl_ms
+            .store(scripts::millis(ttl), Ordering::Relaxed);
         self
     }
 
@@ -318,14 +329,20 @@ impl RedisStore {
                 self.inner.on_expiry,
                 &epoch,
                 self.closed_record_ms(),
+                self.inner.run_ttl_ms.load(Ordering::Relaxed),
             );
             let reply = self
                 .run(&self.inner.scripts.reserve, "reserve", &keys, &args)
                 .await?;
             let (expired, answer) = match scripts::reserve_reply(&reply)? {
-                ReserveReply::Reserved { expired } => {
-                    (expired, ClaimedReserve::Ran(ReserveOutcome::Reserved))
-                }
+                ReserveReply::Reserved { expired, amount } => (
+                    expired,
+                    ClaimedReserve::Ran(ReserveOutcome::Reserved { amount }),
+                ),
+                ReserveReply::RunCapConflict { expired, cap } => (
+                    expired,
+                    ClaimedReserve::Ran(ReserveOutcome::RunCapConflict { cap }),
+                ),
                 ReserveReply::Denied { expired, denial } => {
                     (expired, ClaimedReserve::Ran(ReserveOutcome::Denied(denial)))
                 }
@@ -454,15 +471,19 @@ impl RedisStore {
     pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
         // Counters that vanished would read as nothing spent.
         self.epoch().await?;
+        let key = match scope.kind {
+            ScopeKind::Run => scope.id.split_once('/').map_or(&*scope.id, |(key, _)| key),
+            _ => &scope.id,
+        };
         let tag = match scope.kind {
             ScopeKind::Org => scope.id.clone(),
-            ScopeKind::Key => self
+            ScopeKind::Key | ScopeKind::Run => self
                 .inner
                 .tags()
                 .of_key
-                .get(&scope.id)
+                .get(key)
                 .cloned()
-                .unwrap_or_else(|| tag_for(None, &scope.id)),
+                .unwrap_or_else(|| tag_for(None, key)),
         };
         let args = scripts::state_args(scope);
         let reply = self
@@ -480,6 +501,45 @@ impl RedisStore {
             reserved,
             resets_at: scope.period.resets_at(now),
         })
+    }
+
+    /// A run's cap and counters (`id` is `<key>/<run>`), if it is
+    /// remembered: read under its key's tag.
+    pub async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        self.epoch().await?;
+        let key = id.split_once('/').map_or(id, |(key, _)| key);
+        let tag = self
+            .inner
+            .tags()
+            .of_key
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| tag_for(None, key));
+        let field = format!("run:{id}:total");
+        let mut hmget = ::redis::cmd("HMGET");
+        hmget
+            .arg(TagKeys::new(&tag).spend())
+            .arg(&field)
+            .arg(format!("{field}:r"))
+            .arg(format!("{field}:cap"));
+        let values: Vec<Option<String>> = self
+            .inner
+            .connection
+            .call(self.inner.policy, "read a run", Request::Command(&hmget))
+            .await?;
+        let number = |value: &Option<String>| -> UsdMicros {
+            value.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
+        };
+        let Some(cap) = values.get(2).cloned().flatten() else {
+            return Ok(None);
+        };
+        let committed = values.first().map_or(0, number);
+        let reserved = values.get(1).map_or(0, number);
+        Ok(Some(RunState {
+            cap: cap.parse().ok(),
+            spent: committed.saturating_sub(reserved),
+            reserved,
+        }))
     }
 
     /// Whether Redis answers (every primary, on a cluster) and serves

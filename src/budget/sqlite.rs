@@ -28,7 +28,7 @@ mod writer;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -41,8 +41,9 @@ use super::aggregates::first_kept_day;
 use super::records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 use super::{
     AdjustOutcome, Adjustment, ClaimedReserve, OnExpiry, OpenHold, Reconciliation, ReserveOutcome,
-    ReserveRequest, Scope, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow, StoreError,
-    DEFAULT_AGGREGATE_RETENTION_DAYS, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
+    ReserveRequest, RunState, Scope, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow,
+    StoreError, DEFAULT_AGGREGATE_RETENTION_DAYS, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
+    DEFAULT_RUN_TTL,
 };
 use crate::money::UsdMicros;
 use books::Rules;
@@ -66,6 +67,8 @@ struct Shared {
     /// How many days back the sweep keeps spend aggregate rows; set once
     /// at start (`with_aggregate_retention_days`), after the handle exists.
     aggregate_retention_days: AtomicU32,
+    /// How long a run is kept after its last call, in milliseconds.
+    run_ttl_ms: AtomicI64,
 }
 
 /// What a store is opened with besides its file.
@@ -108,6 +111,7 @@ impl SqliteStore {
             epsilon: settle_epsilon,
             on_expiry,
             closed_ms: millis(closed_record),
+            run_ttl_ms: millis(DEFAULT_RUN_TTL),
         };
         Ok(Self::start(
             conn,
@@ -130,6 +134,7 @@ impl SqliteStore {
             epsilon: 0,
             on_expiry: OnExpiry::Charge,
             closed_ms: millis(DEFAULT_CLOSED_RECORD),
+            run_ttl_ms: millis(DEFAULT_RUN_TTL),
         };
         Ok(Self::start(
             conn,
@@ -181,6 +186,7 @@ impl SqliteStore {
                 rules: settings.rules,
                 ledger_retention: to_delta(settings.ledger_retention),
                 aggregate_retention_days: AtomicU32::new(DEFAULT_AGGREGATE_RETENTION_DAYS),
+                run_ttl_ms: AtomicI64::new(millis(DEFAULT_RUN_TTL)),
             }),
         }
     }
@@ -191,6 +197,20 @@ impl SqliteStore {
             .aggregate_retention_days
             .store(days, Ordering::Relaxed);
         self
+    }
+
+    /// How long a run is kept after its last call.
+    pub fn with_run_ttl(self, ttl: Duration) -> Self {
+        self.shared.run_ttl_ms.store(millis(ttl), Ordering::Relaxed);
+        self
+    }
+
+    /// The rules every operation follows, with the run TTL set now.
+    fn rules(&self) -> Rules {
+        Rules {
+            run_ttl_ms: self.shared.run_ttl_ms.load(Ordering::Relaxed),
+            ..self.shared.rules
+        }
     }
 
     /// The file the store keeps its books in.
@@ -236,7 +256,7 @@ impl SqliteStore {
         req: &ReserveRequest,
         claim: Option<String>,
     ) -> Result<ClaimedReserve, StoreError> {
-        let rules = self.shared.rules;
+        let rules = self.rules();
         let req = req.clone();
         let (outcome, expired) = self
             .call(move |conn, clock| {
@@ -253,7 +273,7 @@ impl SqliteStore {
 
     /// Settles a reservation with its actual cost, exactly once.
     pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
-        let rules = self.shared.rules;
+        let rules = self.rules();
         let settlement = settlement.clone();
         self.call(move |conn, clock| books::settle(conn, rules, &settlement, clock.now()))
             .await
@@ -261,7 +281,7 @@ impl SqliteStore {
 
     /// Applies an operator's refund or credit, once per exec id.
     pub async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
-        let rules = self.shared.rules;
+        let rules = self.rules();
         let adjustment = adjustment.clone();
         self.call(move |conn, clock| control::adjust(conn, rules, &adjustment, clock.now()))
             .await
@@ -270,6 +290,13 @@ impl SqliteStore {
     /// Up to `limit` open reservations, oldest first.
     pub async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
         self.call(move |conn, _| control::open_holds(conn, limit).map(Ok))
+            .await
+    }
+
+    /// A run's cap and counters, if it is remembered.
+    pub async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        let id = id.to_owned();
+        self.call(move |conn, _| books::run_state(conn, &id).map(Ok))
             .await
     }
 
@@ -294,7 +321,7 @@ impl SqliteStore {
     /// retention and deletes aggregate rows older than theirs; returns how
     /// many expired.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
-        let rules = self.shared.rules;
+        let rules = self.rules();
         let retention = self.shared.ledger_retention;
         let aggregate_days = self.shared.aggregate_retention_days.load(Ordering::Relaxed);
         let expired = self
@@ -303,6 +330,7 @@ impl SqliteStore {
                 let expired = books::expire_due(conn, rules, now, usize::MAX)?;
                 books::forget_due(conn, now, usize::MAX)?;
                 control::forget_adjustments(conn, now)?;
+                books::forget_idle_runs(conn, rules, now)?;
                 books::fold_before(conn, books::before(now, retention))?;
                 aggregates::drop_before(conn, &first_kept_day(now, aggregate_days))?;
                 Ok(Ok(expired))

@@ -9,8 +9,8 @@ use glob::Pattern;
 
 use super::raw::{RawConfig, RawKey, RawOrg, RawProvider, RawServer, RawStore};
 use super::{
-    hash_key, Config, ConfigError, KeyConfig, OnExpiry, OnStoreError, OrgConfig, Provider, Secret,
-    ServerConfig, StoreBackend, StoreConfig,
+    hash_key, Config, ConfigError, KeyConfig, OnExpiry, OnInsufficient, OnStoreError, OrgConfig,
+    Provider, Secret, ServerConfig, StoreBackend, StoreConfig,
 };
 use crate::money::{parse_usd, UsdMicros};
 use crate::period::Period;
@@ -31,6 +31,13 @@ const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 75;
 /// Well under the file descriptors a raised RLIMIT_NOFILE gives, leaving
 /// room for provider and store connections.
 const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
+/// The least output limit a call is fitted to: enough for a short answer
+/// or a tool call.
+const DEFAULT_MIN_CLAMPED_OUTPUT_TOKENS: u64 = 256;
+/// A run is forgotten a day after its last call.
+const DEFAULT_RUN_TTL_HOURS: u64 = 24;
+/// A year.
+const MAX_RUN_TTL_HOURS: u64 = 366 * 24;
 const DEFAULT_ADMIN_KEY_ENV: &str = "TOLLGATE_ADMIN_KEY";
 const DEFAULT_RESERVATION_TTL_SECS: u64 = 900;
 const DEFAULT_SETTLE_EPSILON_USD: &str = "0.0001";
@@ -138,6 +145,11 @@ impl Checker<'_> {
         )?;
         let max_connections = usize::try_from(max_connections)
             .map_err(|_| self.invalid("server.max_connections", "is too large"))?;
+        let min_clamped_output_tokens = self.positive(
+            "server.min_clamped_output_tokens",
+            raw.min_clamped_output_tokens,
+            DEFAULT_MIN_CLAMPED_OUTPUT_TOKENS,
+        )?;
         Ok(ServerConfig {
             listen,
             max_request_bytes,
@@ -147,6 +159,7 @@ impl Checker<'_> {
             header_read_timeout: Duration::from_secs(header_read_timeout),
             idle_timeout: Duration::from_secs(idle_timeout),
             max_connections,
+            min_clamped_output_tokens,
         })
     }
 
@@ -252,6 +265,17 @@ impl Checker<'_> {
                 format!("{closed_record_secs} must be between 1 and {MAX_CLOSED_RECORD_SECS}"),
             ));
         }
+        let run_ttl_hours = raw.run_ttl_hours.unwrap_or(DEFAULT_RUN_TTL_HOURS);
+        if !(1..=MAX_RUN_TTL_HOURS).contains(&run_ttl_hours) || run_ttl_hours * 3600 < ttl_secs {
+            return Err(self.invalid(
+                "store.run_ttl_hours",
+                format!(
+                    "{run_ttl_hours} must be between 1 and {MAX_RUN_TTL_HOURS}, and at least \
+                     store.reservation_ttl_secs ({ttl_secs} s), so a run is never forgotten \
+                     while a call of it is open"
+                ),
+            ));
+        }
         let on_expiry = match raw.on_expiry.as_deref() {
             None | Some("charge") => OnExpiry::Charge,
             Some("release") => OnExpiry::Release,
@@ -271,6 +295,7 @@ impl Checker<'_> {
             aggregate_retention_days,
             closed_record: Duration::from_secs(closed_record_secs),
             on_expiry,
+            run_ttl: Duration::from_secs(run_ttl_hours * 3600),
         })
     }
 
@@ -440,6 +465,15 @@ impl Checker<'_> {
                 cap: self.usd(&field("cap_usd"), &raw.cap_usd)?,
                 period: self.period(&field("period"), &raw.period)?,
                 models,
+                on_insufficient: match raw.on_insufficient.as_deref() {
+                    None => OnInsufficient::Refuse,
+                    Some(text) => OnInsufficient::parse(text).ok_or_else(|| {
+                        self.invalid(
+                            field("on_insufficient"),
+                            format!("{text:?} is not \"refuse\" or \"clamp\""),
+                        )
+                    })?,
+                },
             });
         }
         Ok(keys)

@@ -61,6 +61,10 @@ pub struct ServerConfig {
     /// accepted, so that a flood of them cannot exhaust file descriptors
     /// and starve the calls (and `/healthz`) already being served.
     pub max_connections: usize,
+    /// The least output limit the gateway fits a call to (when it sets
+    /// the limit itself, or clamps a key's call under `on_insufficient =
+    /// "clamp"`): below it, the call is refused instead.
+    pub min_clamped_output_tokens: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -82,6 +86,8 @@ pub struct StoreConfig {
     /// How long a settled or denied call's record is kept for retries.
     pub closed_record: Duration,
     pub on_expiry: OnExpiry,
+    /// How long an agent's run is remembered after its last call.
+    pub run_ttl: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -200,6 +206,36 @@ pub struct KeyConfig {
     pub period: Period,
     /// `None` allows every model.
     pub models: Option<Vec<Pattern>>,
+    pub on_insufficient: OnInsufficient,
+}
+
+/// What a call whose client-set output limit does not fit its budget gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnInsufficient {
+    /// 402, saying what output limit would fit.
+    #[default]
+    Refuse,
+    /// Sent with its output limit lowered to the most that fits (at least
+    /// `server.min_clamped_output_tokens`), the response saying so in
+    /// `x-tollgate-output-limit-clamped`.
+    Clamp,
+}
+
+impl OnInsufficient {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnInsufficient::Refuse => "refuse",
+            OnInsufficient::Clamp => "clamp",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<OnInsufficient> {
+        match text {
+            "refuse" => Some(OnInsufficient::Refuse),
+            "clamp" => Some(OnInsufficient::Clamp),
+            _ => None,
+        }
+    }
 }
 
 impl KeyConfig {

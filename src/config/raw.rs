@@ -37,6 +37,7 @@ pub(super) struct RawServer {
     pub header_read_timeout_secs: Option<u64>,
     pub idle_timeout_secs: Option<u64>,
     pub max_connections: Option<u64>,
+    pub min_clamped_output_tokens: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -55,6 +56,7 @@ pub(super) struct RawStore {
     pub aggregate_retention_days: Option<u64>,
     pub closed_record_secs: Option<u64>,
     pub on_expiry: Option<String>,
+    pub run_ttl_hours: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -94,4 +96,5 @@ pub(super) struct RawKey {
     pub cap_usd: toml::Value,
     pub period: String,
     pub models: Option<Vec<String>>,
+    pub on_insufficient: Option<String>,
 }

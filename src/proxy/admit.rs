@@ -13,10 +13,12 @@ use sha2::{Digest, Sha256};
 use crate::api::{
     check_api_matches, check_headers, check_hosted_tools, check_priced_options, Api, Call,
 };
-use crate::config::{KeyConfig, Provider, Secret};
+use crate::budget::RunScope;
+use crate::config::{KeyConfig, OnInsufficient, Provider, Secret};
 use crate::error::GatewayError;
-use crate::estimate::{estimate, Estimate, TokenCounter};
+use crate::estimate::{bound, estimate, Estimate, TokenCounter};
 use crate::gateway::Gateway;
+use crate::money::{parse_usd, UsdMicros, MAX_USD_MICROS};
 use crate::prices::ModelPrice;
 use crate::upstream;
 
@@ -37,11 +39,23 @@ const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// OpenAI's).
 const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
 
+/// The header naming the agent run a call belongs to.
+pub const RUN_HEADER: &str = "x-tollgate-run";
+/// The header giving the run's cap, fixed by its first call.
+pub const RUN_CAP_HEADER: &str = "x-tollgate-run-cap-usd";
+/// The longest run id accepted.
+const MAX_RUN_ID_BYTES: usize = 128;
+
 /// A call that may be reserved and sent.
 pub struct Admitted<'g> {
     pub key: Arc<KeyConfig>,
     /// The claim of the request's `Idempotency-Key`, if it sent one.
     pub claim: Option<String>,
+    /// The agent run it belongs to (`x-tollgate-run`), if any.
+    pub run: Option<RunScope>,
+    /// How far its output limit may be lowered to fit what remains;
+    /// `None`: its bound is fixed.
+    pub fit: Option<Fit>,
     pub call: Call,
     pub price: &'g ModelPrice,
     pub provider: &'g Provider,
@@ -59,6 +73,7 @@ pub async fn admit<'g>(
 ) -> Result<Admitted<'g>, GatewayError> {
     let key = gateway.directory.authenticate(headers)?;
     let claim = idempotency_claim(headers, &key.id)?;
+    let run = run_scope(headers, &key.id)?;
     let body = read_body(headers, body, gateway.config.server.max_request_bytes).await?;
     let body_len = body.len();
     let prices = &gateway.config.prices;
@@ -101,22 +116,224 @@ pub async fn admit<'g>(
         let estimate = estimate(&call, price, counter);
         (call, estimate)
     };
-    let upstream = upstream::request(provider, provider_key, api, headers, call.forward_body())
-        .map_err(|error| {
-            tracing::error!(provider = %provider.name, %error, "could not build the provider request");
-            GatewayError::UpstreamUnreachable {
-                provider: provider.name.clone(),
-            }
-        })?;
+    let fit = Fit::of(
+        &key,
+        &call,
+        price,
+        &estimate,
+        gateway.config.server.min_clamped_output_tokens,
+    );
+    let upstream = upstream_request(provider, provider_key, api, headers, &call)?;
     Ok(Admitted {
         key,
         claim,
+        run,
+        fit,
         call,
         price,
         provider,
         estimate,
         upstream,
     })
+}
+
+/// The provider's request for `call`.
+fn upstream_request(
+    provider: &Provider,
+    provider_key: &Secret,
+    api: Api,
+    headers: &HeaderMap,
+    call: &Call,
+) -> Result<Request<Full<Bytes>>, GatewayError> {
+    upstream::request(provider, provider_key, api, headers, call.forward_body()).map_err(|error| {
+        tracing::error!(provider = %provider.name, %error, "could not build the provider request");
+        GatewayError::UpstreamUnreachable {
+            provider: provider.name.clone(),
+        }
+    })
+}
+
+/// The range a call's output limit may be fitted in: from
+/// `min_clamped_output_tokens` up to the limit it has now.
+#[derive(Clone, Copy, Debug)]
+pub struct Fit {
+    pub min_tokens: u64,
+    /// The call's bound at `min_tokens`: the least it can be reserved.
+    pub min_amount: UsdMicros,
+    /// The client set the limit (the key clamps): the response says so.
+    pub client_limit: bool,
+}
+
+impl Fit {
+    /// A call's output limit is fitted to what remains when the gateway
+    /// set it (the client gave none), or when the client's does not fit
+    /// and its key clamps. Never the provider's own small default of the
+    /// legacy completions API, nor a limit a thinking budget must stay
+    /// below.
+    fn of(
+        key: &KeyConfig,
+        call: &Call,
+        price: &ModelPrice,
+        estimate: &Estimate,
+        min_clamped: u64,
+    ) -> Option<Fit> {
+        let fitted_by_gateway = !call.limit_given() && call.api != Api::Completions;
+        let clamped = call.limit_given() && key.on_insufficient == OnInsufficient::Clamp;
+        if !(fitted_by_gateway || clamped)
+            || call.api.output_limit_fields().is_empty()
+            || call.has_thinking_budget()
+        {
+            return None;
+        }
+        let min_tokens = min_clamped.min(call.output_limit);
+        (min_tokens < call.output_limit).then(|| Fit {
+            min_tokens,
+            min_amount: bound(call, price, estimate.seen_input_tokens, min_tokens).amount,
+            client_limit: call.limit_given(),
+        })
+    }
+}
+
+impl Admitted<'_> {
+    /// Lowers the call's output limit to the most that `reserved` pays for
+    /// (never below the fit's least), with its bound and its provider
+    /// request to match. Returns the new limit, or `None` when the whole
+    /// bound was reserved and nothing changed.
+    pub fn fit_to(
+        &mut self,
+        reserved: UsdMicros,
+        api: Api,
+        headers: &HeaderMap,
+    ) -> Result<Option<u64>, GatewayError> {
+        let Some(fit) = self.fit else {
+            return Ok(None);
+        };
+        if reserved >= self.estimate.amount {
+            return Ok(None);
+        }
+        let limit = largest_fitting(
+            &self.call,
+            self.price,
+            self.estimate.seen_input_tokens,
+            reserved,
+            fit.min_tokens,
+            self.call.output_limit,
+        )
+        .unwrap_or(fit.min_tokens);
+        self.call
+            .fit_output(limit, &self.provider.output_limit_fields);
+        self.estimate = bound(
+            &self.call,
+            self.price,
+            self.estimate.seen_input_tokens,
+            self.call.output_bound(),
+        );
+        let key = provider_key(self.provider)?;
+        self.upstream = upstream_request(self.provider, key, api, headers, &self.call)?;
+        Ok(Some(limit))
+    }
+
+    /// The largest output limit below the call's own with which its bound
+    /// fits in `remaining`, for a refusal to say how to fit; `None` when
+    /// none does, or the call has no output limit to lower.
+    pub fn fitting_output_limit(&self, remaining: UsdMicros) -> Option<u64> {
+        if self.call.api.output_limit_fields().is_empty() || self.call.output_limit <= 1 {
+            return None;
+        }
+        largest_fitting(
+            &self.call,
+            self.price,
+            self.estimate.seen_input_tokens,
+            remaining,
+            1,
+            self.call.output_limit - 1,
+        )
+    }
+}
+
+/// The largest output limit in `[low, high]` whose bound is at most
+/// `budget`, by bisection (the bound grows with the limit); `None` when
+/// not even `low` fits.
+fn largest_fitting(
+    call: &Call,
+    price: &ModelPrice,
+    seen_input_tokens: u64,
+    budget: UsdMicros,
+    low: u64,
+    high: u64,
+) -> Option<u64> {
+    let fits = |limit: u64| {
+        bound(call, price, seen_input_tokens, call.output_bound_at(limit)).amount <= budget
+    };
+    if low > high || !fits(low) {
+        return None;
+    }
+    let (mut fits_up_to, mut too_much) = (low, high.saturating_add(1));
+    while too_much - fits_up_to > 1 {
+        let middle = fits_up_to + (too_much - fits_up_to) / 2;
+        if fits(middle) {
+            fits_up_to = middle;
+        } else {
+            too_much = middle;
+        }
+    }
+    Some(fits_up_to)
+}
+
+/// The run the request names, as a scope of its key: `x-tollgate-run`
+/// (1 to 128 of `A-Z a-z 0-9 . _ : -`), with the cap it names, if any, in
+/// `x-tollgate-run-cap-usd` (a decimal USD string).
+pub fn run_scope(headers: &HeaderMap, key_id: &str) -> Result<Option<RunScope>, GatewayError> {
+    let invalid = |message: String| GatewayError::BadRequest {
+        message,
+        param: None,
+        code: Some("invalid_run_header"),
+    };
+    let single = |name: &str| -> Result<Option<&str>, GatewayError> {
+        let mut values = headers.get_all(name).iter();
+        let Some(value) = values.next() else {
+            return Ok(None);
+        };
+        if values.next().is_some() {
+            return Err(invalid(format!("send the {name} header once")));
+        }
+        value
+            .to_str()
+            .map(Some)
+            .map_err(|_| invalid(format!("the {name} header must be visible ASCII")))
+    };
+    let run = single(RUN_HEADER)?;
+    let cap = single(RUN_CAP_HEADER)?;
+    let Some(run) = run else {
+        if cap.is_some() {
+            return Err(invalid(format!(
+                "{RUN_CAP_HEADER} caps a run: send it with {RUN_HEADER}, which names the run"
+            )));
+        }
+        return Ok(None);
+    };
+    let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-');
+    if run.is_empty() || run.len() > MAX_RUN_ID_BYTES || !run.chars().all(valid_char) {
+        return Err(invalid(format!(
+            "{RUN_HEADER} must be 1 to {MAX_RUN_ID_BYTES} characters of A-Z, a-z, 0-9, \
+             '.', '_', ':' and '-', not {run:?}"
+        )));
+    }
+    let cap = match cap {
+        None => None,
+        Some(text) => Some(
+            parse_usd(text.trim())
+                .ok()
+                .filter(|cap| *cap <= MAX_USD_MICROS)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "{RUN_CAP_HEADER} must be a decimal USD amount such as \"2.00\", \
+                         not {text:?}"
+                    ))
+                })?,
+        ),
+    };
+    Ok(Some(RunScope::new(key_id, run, cap)))
 }
 
 /// The provider's credential, or a 503 naming the variable that holds it

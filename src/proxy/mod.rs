@@ -5,9 +5,12 @@
 //!    (setting an output limit if the client gave none), find the model's
 //!    price and provider and the key's right to it, estimate the call's
 //!    upper bound and build the provider's request;
-//! 2. [`reserve`]: reserve the bound against every cap (refused with 409
+//! 2. [`reserve`]: reserve the bound against every cap — key, org and the
+//!    agent run the request names (`x-tollgate-run`) — refused with 409
 //!    while a request with the same `Idempotency-Key` under the same
-//!    gateway key is still in flight);
+//!    gateway key is still in flight; a call whose output limit the
+//!    gateway may lower reserves the most of its range that fits, and is
+//!    sent with the limit that amount pays for;
 //! 3. [`forward`]: send it with the provider's credential;
 //! 4. settle the actual cost — before the body of a plain response, before
 //!    the terminal event of a stream (see [`crate::metered`]).
@@ -37,8 +40,14 @@ use crate::body::{close_connection, drain, Body};
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use admit::admit;
+pub use admit::run_scope;
 use forward::forward;
 use reserve::reserve;
+
+/// The response header saying that a client-set output limit was lowered
+/// to fit what remains of the budget (a key with `on_insufficient =
+/// "clamp"`), and to what.
+const OUTPUT_LIMIT_CLAMPED: &str = "x-tollgate-output-limit-clamped";
 
 pub async fn handle(
     gateway: &Arc<Gateway>,
@@ -73,7 +82,7 @@ async fn proxy(
     body: &mut Incoming,
     exec_id: &str,
 ) -> Result<Response<Body>, GatewayError> {
-    let admitted = admit(gateway, api, headers, body).await?;
+    let mut admitted = admit(gateway, api, headers, body).await?;
     let mut ticket = gateway.settler.ticket(
         exec_id,
         &admitted.key,
@@ -81,7 +90,23 @@ async fn proxy(
         admitted.price,
         admitted.estimate,
     );
-    reserve(gateway, &admitted, exec_id, &mut ticket).await?;
+    let reserved = reserve(gateway, &admitted, exec_id, &mut ticket).await?;
+    // Fitted to what remains: sent with the output limit the reserved
+    // amount pays for, and settled against the bound that limit gives.
+    let fitted = match reserved {
+        Some(amount) => admitted.fit_to(amount, api, headers)?,
+        None => None,
+    };
+    if fitted.is_some() {
+        ticket.refit(admitted.estimate);
+    }
+    let said = admitted.fit.is_some_and(|fit| fit.client_limit);
     ticket.sent(admitted.call.stream, admitted.price.reasoning);
-    forward(gateway, admitted, ticket, exec_id).await
+    let mut response = forward(gateway, admitted, ticket, exec_id).await?;
+    if let Some(limit) = fitted.filter(|_| said) {
+        response
+            .headers_mut()
+            .insert(OUTPUT_LIMIT_CLAMPED, HeaderValue::from(limit));
+    }
+    Ok(response)
 }

@@ -1,38 +1,42 @@
 //! Reserving an admitted call's upper bound against every cap that applies,
-//! under the request's idempotency claim when it has one.
+//! under the request's idempotency claim when it has one. A call whose
+//! output limit may be fitted reserves a range, and gets the most of it
+//! that fits.
 
 use crate::budget::{ClaimedReserve, ReserveOutcome, ReserveRequest};
 use crate::config::OnStoreError;
-use crate::error::GatewayError;
+use crate::error::{BudgetRefusal, GatewayError};
 use crate::gateway::Gateway;
 use crate::metrics::StoreOp;
+use crate::money::UsdMicros;
 use crate::settle::SettleTicket;
 
 use super::admit::Admitted;
 
 /// Reserves the call's bound, and tells `ticket` what is left to settle.
-/// Refused (denied, a duplicate, the store down): nothing is sent.
+/// Returns the amount held, `None` when the call goes unmetered. Refused
+/// (denied, a duplicate, a run cap conflict, the store down): nothing is
+/// sent.
 pub async fn reserve(
     gateway: &Gateway,
     admitted: &Admitted<'_>,
     exec_id: &str,
     ticket: &mut SettleTicket,
-) -> Result<(), GatewayError> {
+) -> Result<Option<UsdMicros>, GatewayError> {
     match reserve_bound(gateway, admitted, exec_id).await {
-        Ok(true) => Ok(()),
+        Ok(Some(amount)) => Ok(Some(amount)),
         // The store is down and the operator chose to let calls through
         // unmetered (each one is logged): nothing to settle.
-        Ok(false) => {
+        Ok(None) => {
             ticket.disarm();
-            Ok(())
+            Ok(None)
         }
         Err(error) => {
-            // Denied or a duplicate, nothing was reserved. When the store
-            // failed, a reserve may have landed with its answer lost: the
-            // ticket, dropped armed, settles nothing against it in the
-            // background, which frees its headroom at once rather than at
-            // its deadline (and finds nothing to release when it never
-            // landed).
+            // Refused, nothing was reserved. When the store failed, a
+            // reserve may have landed with its answer lost: the ticket,
+            // dropped armed, settles nothing against it in the background,
+            // which frees its headroom at once rather than at its deadline
+            // (and finds nothing to release when it never landed).
             if !matches!(error, GatewayError::StoreUnavailable) {
                 ticket.disarm();
             }
@@ -41,20 +45,24 @@ pub async fn reserve(
     }
 }
 
-/// `Ok(false)`: the store is down and the operator opted to let calls
+/// `Ok(None)`: the store is down and the operator opted to let calls
 /// through (`on_store_error = "allow"`).
 async fn reserve_bound(
     gateway: &Gateway,
     admitted: &Admitted<'_>,
     exec_id: &str,
-) -> Result<bool, GatewayError> {
+) -> Result<Option<UsdMicros>, GatewayError> {
     let (key_scope, org_scope) = gateway.directory.scopes(&admitted.key);
     let amount = admitted.estimate.amount;
     let request = ReserveRequest {
         exec_id: exec_id.to_owned(),
         key: key_scope,
         org: org_scope,
+        run: admitted.run.clone(),
         model: admitted.call.model.clone(),
+        min_amount: admitted
+            .fit
+            .map_or(amount, |fit| fit.min_amount.min(amount)),
         amount,
         ttl: gateway.config.store.reservation_ttl,
     };
@@ -77,8 +85,23 @@ async fn reserve_bound(
     };
     gateway.metrics.count_reserve(&outcome);
     match outcome {
-        Ok(ReserveOutcome::Reserved) => Ok(true),
-        Ok(ReserveOutcome::Denied(denial)) => Err(GatewayError::BudgetExceeded(denial)),
+        Ok(ReserveOutcome::Reserved { amount }) => Ok(Some(amount)),
+        Ok(ReserveOutcome::Denied(denial)) => {
+            let fitting_output_limit = admitted.fitting_output_limit(denial.remaining);
+            Err(GatewayError::BudgetExceeded(Box::new(BudgetRefusal {
+                denial,
+                bound: amount,
+                fitting_output_limit,
+            })))
+        }
+        Ok(ReserveOutcome::RunCapConflict { cap }) => {
+            let run = admitted.run.as_ref();
+            Err(GatewayError::RunCapConflict {
+                run: run.map(|run| run.run_id().to_owned()).unwrap_or_default(),
+                fixed: cap,
+                named: run.and_then(|run| run.cap).unwrap_or_default(),
+            })
+        }
         Err(error) => match gateway.config.store.on_store_error {
             OnStoreError::Reject => {
                 tracing::error!(%exec_id, %error, "budget store error: call refused");
@@ -87,7 +110,7 @@ async fn reserve_bound(
             OnStoreError::Allow => {
                 tracing::error!(%exec_id, key = %admitted.key.id, amount_usd_micros = amount, %error,
                     "budget store error: call let through UNMETERED (on_store_error = \"allow\")");
-                Ok(false)
+                Ok(None)
             }
         },
     }

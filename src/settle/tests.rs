@@ -77,13 +77,14 @@ async fn a_ready_settling_finishes_on_drop() {
 // === Usage no call can have ===
 
 use crate::budget::{
-    LedgerStatus, MemoryStore, OnExpiry, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind,
+    LedgerStatus, MemoryStore, OnExpiry, Period, ReserveRequest, Scope, ScopeKind,
 };
 use crate::money::{Price, MAX_USD_MICROS};
 use crate::usage::AbsurdUsage;
 
 /// The bound of every call here: 100 input and 50 output tokens, at most.
 const BOUND: Estimate = Estimate {
+    seen_input_tokens: 100,
     input_tokens: 100,
     output_tokens: 50,
     amount: 2_000,
@@ -113,6 +114,7 @@ fn alice() -> KeyConfig {
         cap: MAX_USD_MICROS,
         period: Period::Total,
         models: None,
+        on_insufficient: crate::config::OnInsufficient::Refuse,
     }
 }
 
@@ -129,9 +131,11 @@ fn reserve(store: &MemoryStore, exec_id: &str, amount: UsdMicros) {
         org: None,
         model: "gpt-test".to_owned(),
         amount,
+        min_amount: amount,
+        run: None,
         ttl: Duration::from_secs(60),
     };
-    assert_eq!(store.reserve(&request), ReserveOutcome::Reserved);
+    assert!(store.reserve(&request).is_reserved());
 }
 
 /// A memory store and a ticket for one call of [`BOUND`] already sent to

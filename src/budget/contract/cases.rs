@@ -11,15 +11,13 @@ pub(super) async fn reserve_up_to_the_cap_exactly(f: &impl Fixture) {
     let store = f.store();
     let key = scope(ScopeKind::Key, 1_000, Period::Day);
 
-    assert_eq!(
-        reserve(&store, &request(&key, None, 600, TTL_SECS)).await,
-        ReserveOutcome::Reserved
-    );
+    assert!(reserve(&store, &request(&key, None, 600, TTL_SECS))
+        .await
+        .is_reserved());
     // Exactly what remains still fits.
-    assert_eq!(
-        reserve(&store, &request(&key, None, 400, TTL_SECS)).await,
-        ReserveOutcome::Reserved
-    );
+    assert!(reserve(&store, &request(&key, None, 400, TTL_SECS))
+        .await
+        .is_reserved());
 
     let now = f.now().await;
     let denied = reserve(&store, &request(&key, None, 1, TTL_SECS)).await;
@@ -43,10 +41,9 @@ pub(super) async fn reserve_up_to_the_cap_exactly(f: &impl Fixture) {
 pub(super) async fn one_micro_over_the_remaining_is_denied(f: &impl Fixture) {
     let store = f.store();
     let key = scope(ScopeKind::Key, 1_000, Period::Total);
-    assert_eq!(
-        reserve(&store, &request(&key, None, 300, TTL_SECS)).await,
-        ReserveOutcome::Reserved
-    );
+    assert!(reserve(&store, &request(&key, None, 300, TTL_SECS))
+        .await
+        .is_reserved());
 
     match reserve(&store, &request(&key, None, 701, TTL_SECS)).await {
         ReserveOutcome::Denied(denial) => {
@@ -60,10 +57,9 @@ pub(super) async fn one_micro_over_the_remaining_is_denied(f: &impl Fixture) {
         (0, 300),
         "a denial charges nothing"
     );
-    assert_eq!(
-        reserve(&store, &request(&key, None, 700, TTL_SECS)).await,
-        ReserveOutcome::Reserved
-    );
+    assert!(reserve(&store, &request(&key, None, 700, TTL_SECS))
+        .await
+        .is_reserved());
 }
 
 pub(super) async fn settle_below_at_and_above_the_reservation(f: &impl Fixture) {
@@ -77,7 +73,7 @@ pub(super) async fn settle_below_at_and_above_the_reservation(f: &impl Fixture) 
         (1_000 + EPSILON + 1, LedgerStatus::Overrun),
     ] {
         let req = request(&key, None, 1_000, TTL_SECS);
-        assert_eq!(reserve(&store, &req).await, ReserveOutcome::Reserved);
+        assert!(reserve(&store, &req).await.is_reserved());
         remaining -= actual;
         assert_eq!(
             settle(&store, &req, actual).await,
@@ -101,7 +97,7 @@ pub(super) async fn overrun_is_charged_past_the_cap(f: &impl Fixture) {
     let store = f.store();
     let key = scope(ScopeKind::Key, 1_000, Period::Day);
     let req = request(&key, None, 1_000, TTL_SECS);
-    assert_eq!(reserve(&store, &req).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &req).await.is_reserved());
     assert_eq!(
         settle(&store, &req, 1_500).await,
         applied(LedgerStatus::Overrun, 1_000, 1_500, 0)
@@ -118,7 +114,7 @@ pub(super) async fn estimated_usage_is_marked_estimated(f: &impl Fixture) {
     let store = f.store();
     let key = scope(ScopeKind::Key, 10_000, Period::Day);
     let req = request(&key, None, 1_000, TTL_SECS);
-    assert_eq!(reserve(&store, &req).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &req).await.is_reserved());
     let estimated = Settlement {
         estimated: true,
         ..settlement(&req, 1_200)
@@ -135,13 +131,13 @@ pub(super) async fn reserve_retry_charges_once(f: &impl Fixture) {
     let store = f.store();
     let key = scope(ScopeKind::Key, 1_000, Period::Day);
     let req = request(&key, None, 700, TTL_SECS);
-    assert_eq!(reserve(&store, &req).await, ReserveOutcome::Reserved);
-    assert_eq!(reserve(&store, &req).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &req).await.is_reserved());
+    assert!(reserve(&store, &req).await.is_reserved());
     assert_eq!(counters(&store, &key).await, (0, 700));
 
     settle(&store, &req, 500).await;
     // A retry that arrives after the settle still gets the first answer.
-    assert_eq!(reserve(&store, &req).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &req).await.is_reserved());
     assert_eq!(counters(&store, &key).await, (500, 0));
     assert_eq!(f.open_reservations().await, (0, 0));
 }
@@ -170,7 +166,7 @@ pub(super) async fn denied_retry_returns_the_same_denial(f: &impl Fixture) {
     let key = scope(ScopeKind::Key, 1_000, Period::Day);
     let first = request(&key, None, 800, TTL_SECS);
     let second = request(&key, None, 300, TTL_SECS);
-    assert_eq!(reserve(&store, &first).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &first).await.is_reserved());
     let denial = reserve(&store, &second).await;
     assert!(matches!(&denial, ReserveOutcome::Denied(d) if d.remaining == 200));
 
@@ -267,7 +263,7 @@ pub(super) async fn rollover_gives_fresh_headroom_and_settles_into_the_old_perio
     let to_midnight = u64::try_from((midnight - before).num_seconds()).unwrap() + 1;
 
     let old = request(&key, None, 800, to_midnight + 3_600);
-    assert_eq!(reserve(&store, &old).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &old).await.is_reserved());
     f.advance(Duration::from_secs(to_midnight)).await;
 
     let today = state(&store, &key).await;
@@ -275,10 +271,9 @@ pub(super) async fn rollover_gives_fresh_headroom_and_settles_into_the_old_perio
     assert_ne!(today.period_id, Period::Day.id_at(before));
     assert_eq!((today.spent, today.reserved), (0, 0));
     assert_eq!(today.resets_at, Some(midnight + TimeDelta::days(1)));
-    assert_eq!(
-        reserve(&store, &request(&key, None, 1_000, TTL_SECS)).await,
-        ReserveOutcome::Reserved
-    );
+    assert!(reserve(&store, &request(&key, None, 1_000, TTL_SECS))
+        .await
+        .is_reserved());
 
     // Yesterday's reservation settles into yesterday's counter.
     assert_eq!(
@@ -306,7 +301,7 @@ pub(super) async fn tighter_of_key_and_org_denies(f: &impl Fixture) {
     let bob = scope(ScopeKind::Key, 1_000, Period::Day);
 
     let first = request(&alice, Some(&org), 900, TTL_SECS);
-    assert_eq!(reserve(&store, &first).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &first).await.is_reserved());
 
     // Bob's own cap allows 700; the org's remaining 600 does not.
     assert_eq!(
@@ -336,7 +331,7 @@ pub(super) async fn tighter_of_key_and_org_denies(f: &impl Fixture) {
     assert_eq!(counters(&store, &org).await, (0, 900));
 
     let last = request(&bob, Some(&org), 600, TTL_SECS);
-    assert_eq!(reserve(&store, &last).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &last).await.is_reserved());
     assert_eq!(counters(&store, &org).await, (0, 1_500));
 
     settle(&store, &first, 850).await;
@@ -359,7 +354,7 @@ pub(super) async fn concurrent_reserves_never_exceed_the_cap(f: &impl Fixture) {
         .collect();
     let mut reserved = 0;
     for task in tasks {
-        if task.await.unwrap() == ReserveOutcome::Reserved {
+        if task.await.unwrap().is_reserved() {
             reserved += 1;
         }
     }
@@ -379,7 +374,7 @@ pub(super) async fn concurrent_reserve_and_settle_keep_the_books(f: &impl Fixtur
             let store = store.clone();
             let req = request(&keys[(i % 3) as usize], Some(&org), 10, TTL_SECS);
             tokio::spawn(async move {
-                if store.reserve(&req).await.unwrap() == ReserveOutcome::Reserved {
+                if store.reserve(&req).await.unwrap().is_reserved() {
                     // Never above the reservation, so headroom only grows.
                     let outcome = store.settle(&settlement(&req, i % 11)).await.unwrap();
                     assert!(outcome.applied);
@@ -445,7 +440,7 @@ pub(super) async fn old_ledger_entries_fold_into_their_counters(f: &impl Fixture
     reserve(&store, &done).await;
     settle(&store, &done, 600).await;
     let open = request(&key, Some(&org), 500, 40 * 86_400);
-    assert_eq!(reserve(&store, &open).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &open).await.is_reserved());
 
     // Past the 30-day retention: the sweep trims the ledger, and what the
     // trimmed entries charged stays accounted for as folded.
@@ -479,7 +474,7 @@ pub(super) async fn settles_past_2_to_the_53_are_refused_alike(f: &impl Fixture)
     let org = scope(ScopeKind::Org, MAX_USD_MICROS, Period::Total);
     let key = scope(ScopeKind::Key, MAX_USD_MICROS, Period::Total);
     let big = request(&key, Some(&org), 1_000, TTL_SECS);
-    assert_eq!(reserve(&store, &big).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &big).await.is_reserved());
     let out_of_range = |req: &ReserveRequest, result: Result<SettleOutcome, StoreError>| {
         assert!(
             matches!(&result, Err(StoreError::OutOfRange { exec_id }) if *exec_id == req.exec_id),
@@ -499,7 +494,7 @@ pub(super) async fn settles_past_2_to_the_53_are_refused_alike(f: &impl Fixture)
         applied(LedgerStatus::Overrun, 1_000, MAX_USD_MICROS - 10, 10)
     );
     let next = request(&key, Some(&org), 5, TTL_SECS);
-    assert_eq!(reserve(&store, &next).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &next).await.is_reserved());
     // 11 would take both counters to 2^53: refused, nothing written.
     out_of_range(&next, store.settle(&settlement(&next, 11)).await);
     assert_eq!(counters(&store, &key).await, (MAX_USD_MICROS - 10, 5));
@@ -514,7 +509,7 @@ pub(super) async fn settles_past_2_to_the_53_are_refused_alike(f: &impl Fixture)
 
     // Late, the same: the check counts what expiry charged.
     let late = request(&key, Some(&org), 0, 2);
-    assert_eq!(reserve(&store, &late).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &late).await.is_reserved());
     f.advance(Duration::from_secs(3)).await;
     out_of_range(&late, store.settle(&settlement(&late, 1)).await);
     assert_eq!(

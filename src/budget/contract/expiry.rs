@@ -16,13 +16,13 @@ pub(super) async fn expiry_charges_the_hold_then_a_late_settle_corrects_it(f: &i
     let org = scope(ScopeKind::Org, 100_000, Period::Month);
     let key = scope(ScopeKind::Key, 2_000, Period::Day);
     let crashed = request(&key, Some(&org), 1_000, 2);
-    assert_eq!(reserve(&store, &crashed).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &crashed).await.is_reserved());
     f.advance(Duration::from_secs(3)).await;
 
     // The next reserve expires the crashed call's reservation first: its
     // amount moves from reserved to spent, and stays out of reach.
     let next = request(&key, Some(&org), 500, TTL_SECS);
-    assert_eq!(reserve(&store, &next).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &next).await.is_reserved());
     let ledger = f.ledger().await;
     assert_eq!(ledger.len(), 1);
     let expired = &ledger[0];
@@ -60,7 +60,7 @@ pub(super) async fn expiry_charges_the_hold_then_a_late_settle_corrects_it(f: &i
 
     // Another crashed call cost more than it held: the rest is charged.
     let dearer = request(&key, Some(&org), 300, 2);
-    assert_eq!(reserve(&store, &dearer).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &dearer).await.is_reserved());
     f.advance(Duration::from_secs(3)).await;
     assert_eq!(f.sweep_expired().await, 1);
     assert_eq!(counters(&store, &key).await, (1_000, 500));
@@ -87,12 +87,12 @@ pub(super) async fn expiry_releases_the_hold_then_a_late_settle_charges_in_full(
     let store = f.store();
     let key = scope(ScopeKind::Key, 1_000, Period::Day);
     let crashed = request(&key, None, 1_000, 2);
-    assert_eq!(reserve(&store, &crashed).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &crashed).await.is_reserved());
     f.advance(Duration::from_secs(3)).await;
 
     // The next reserve expires the crashed call's reservation first.
     let next = request(&key, None, 1_000, TTL_SECS);
-    assert_eq!(reserve(&store, &next).await, ReserveOutcome::Reserved);
+    assert!(reserve(&store, &next).await.is_reserved());
     let ledger = f.ledger().await;
     assert_eq!(ledger.len(), 1);
     let expired = &ledger[0];

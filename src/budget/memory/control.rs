@@ -80,6 +80,7 @@ impl State {
             exec_id: adjustment.exec_id.clone(),
             key: adjustment.key.id.clone(),
             org: adjustment.org.as_ref().map(|org| org.id.clone()),
+            run: None,
             model: String::new(),
             usage: Usage::default(),
             reserved: 0,

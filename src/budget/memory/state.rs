@@ -10,10 +10,11 @@ use super::aggregates::Aggregates;
 use super::control::Adjustments;
 use super::{later, to_delta};
 use crate::budget::{
-    Denial, LedgerEntry, LedgerStatus, OnExpiry, OpenHold, ReserveOutcome, ReserveRequest, Scope,
-    ScopeKind, SettleOutcome, Settlement, StoreError,
+    fitted_amount, Denial, LedgerEntry, LedgerStatus, OnExpiry, OpenHold, ReserveOutcome,
+    ReserveRequest, RunScope, Scope, ScopeKind, SettleOutcome, Settlement, StoreError,
 };
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
+use crate::period::Period;
 use crate::usage::Usage;
 
 #[derive(Default)]
@@ -43,6 +44,19 @@ pub(super) struct State {
     pub(super) adjustments: Adjustments,
     /// Spend per day, key and model, moved with every ledger entry.
     pub(super) aggregates: Aggregates,
+    /// The runs remembered, by run scope id (`<key>/<run>`).
+    pub(super) runs: HashMap<String, Run>,
+    /// How long a run is remembered after its last call.
+    pub(super) run_ttl: TimeDelta,
+}
+
+/// What is remembered of an agent's run besides its counter.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Run {
+    /// Fixed by the run's first call; `None`: not capped.
+    pub(super) cap: Option<UsdMicros>,
+    /// Its last reserve or settle, from which it is remembered `run_ttl`.
+    pub(super) last_used: DateTime<Utc>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -98,6 +112,7 @@ pub(super) struct Reservation {
     pub(super) amount: UsdMicros,
     key: Charge,
     org: Option<Charge>,
+    run: Option<Charge>,
     /// The model the call was for, so an expiry with no settle still books
     /// its charge against it.
     model: String,
@@ -132,7 +147,21 @@ impl Reservation {
             .org
             .as_ref()
             .map(|org| CounterKey::new(ScopeKind::Org, &org.id, &org.period_id));
-        std::iter::once(key).chain(org)
+        let run = self
+            .run
+            .as_ref()
+            .map(|run| CounterKey::new(ScopeKind::Run, &run.id, &run.period_id));
+        std::iter::once(key).chain(org).chain(run)
+    }
+
+    /// The run id the client named, without its key.
+    fn run_id(&self) -> Option<String> {
+        self.run.as_ref().map(|run| {
+            run.id
+                .split_once('/')
+                .map_or(&*run.id, |(_, id)| id)
+                .to_owned()
+        })
     }
 
     /// The ledger entry of a call that cost nothing, against the model it
@@ -142,6 +171,7 @@ impl Reservation {
             exec_id: exec_id.to_owned(),
             key: self.key.id.clone(),
             org: self.org.as_ref().map(|org| org.id.clone()),
+            run: self.run_id(),
             model: self.model.clone(),
             usage: Usage::default(),
             reserved: self.amount,
@@ -158,6 +188,7 @@ impl Reservation {
             exec_id: exec_id.to_owned(),
             key: self.key.id.clone(),
             org: self.org.as_ref().map(|org| org.id.clone()),
+            run: self.run_id(),
             model: self.model.clone(),
             amount: self.amount,
             started_at: self
@@ -200,8 +231,8 @@ impl State {
             .is_some_and(|record| matches!(&record.state, RecordState::Open(r) if r.deadline > now))
     }
 
-    /// Reserves `req.amount` (the first answer for a known exec id); a new
-    /// reservation takes `claim`.
+    /// Reserves the most of `[req.min_amount, req.amount]` that fits (the
+    /// first answer for a known exec id); a new reservation takes `claim`.
     pub(super) fn reserve(
         &mut self,
         req: &ReserveRequest,
@@ -211,28 +242,51 @@ impl State {
         if let Some(record) = self.records.get(&req.exec_id) {
             return match &record.state {
                 RecordState::Denied(denial) => ReserveOutcome::Denied(denial.clone()),
-                _ => ReserveOutcome::Reserved,
+                RecordState::Open(r) | RecordState::Expired(r, _) | RecordState::Settled(r, _) => {
+                    ReserveOutcome::Reserved { amount: r.amount }
+                }
             };
         }
+        let run = match &req.run {
+            Some(run) => match self.run_scope(run) {
+                Ok(scope) => Some(scope),
+                Err(cap) => return ReserveOutcome::RunCapConflict { cap },
+            },
+            None => None,
+        };
         let ttl = to_delta(req.ttl);
-        // The key is checked first, so when both would deny, the key is named.
-        let denial = std::iter::once(&req.key)
+        let scopes: Vec<&Scope> = std::iter::once(&req.key)
             .chain(req.org.as_ref())
-            .find_map(|scope| self.check(scope, req.amount, now));
-        if let Some(denial) = denial {
+            .chain(run.as_ref())
+            .collect();
+        let rooms = scopes
+            .iter()
+            .map(|scope| i128::from(scope.cap) - i128::from(self.committed(scope, now)));
+        let Some(amount) = fitted_amount(req.min_amount, req.amount, rooms) else {
+            // The key is checked first, so when several would deny, the key
+            // is named, then the org.
+            let denial = scopes
+                .iter()
+                .find_map(|scope| self.check(scope, req.min_amount, now));
+            let Some(denial) = denial else {
+                // Unreachable: the least amount fits no scope's remaining
+                // budget, so one of them denies it.
+                return ReserveOutcome::Denied(self.deny(&req.key, now));
+            };
             let keep = self.closed_record;
             self.close(&req.exec_id, RecordState::Denied(denial.clone()), keep, now);
             return ReserveOutcome::Denied(denial);
-        }
+        };
         let charge = |scope: &Scope| Charge {
             id: scope.id.clone(),
             period_id: scope.period.id_at(now),
             cap: scope.cap,
         };
         let reservation = Reservation {
-            amount: req.amount,
+            amount,
             key: charge(&req.key),
             org: req.org.as_ref().map(charge),
+            run: run.as_ref().map(charge),
             model: req.model.clone(),
             deadline: later(now, ttl),
             ttl,
@@ -243,7 +297,10 @@ impl State {
         }
         for key in reservation.counter_keys() {
             let counter = self.counters.entry(key).or_default();
-            counter.reserved = counter.reserved.saturating_add(req.amount);
+            counter.reserved = counter.reserved.saturating_add(amount);
+        }
+        if let Some(run) = &req.run {
+            self.touch_run(&run.id, run.cap, now);
         }
         self.deadlines
             .insert((reservation.deadline, req.exec_id.clone()));
@@ -254,27 +311,87 @@ impl State {
                 state: RecordState::Open(reservation),
             },
         );
-        ReserveOutcome::Reserved
+        ReserveOutcome::Reserved { amount }
+    }
+
+    /// The run as a scope with the cap its first call fixed, or, when this
+    /// call names another cap, `Err` with the fixed one.
+    fn run_scope(&self, run: &RunScope) -> Result<Scope, Option<UsdMicros>> {
+        let cap = match self.runs.get(&run.id) {
+            Some(known) if run.cap.is_some() && run.cap != known.cap => return Err(known.cap),
+            Some(known) => known.cap,
+            None => run.cap,
+        };
+        Ok(Scope {
+            kind: ScopeKind::Run,
+            id: run.id.clone(),
+            cap: cap.unwrap_or(MAX_USD_MICROS),
+            period: Period::Total,
+        })
+    }
+
+    /// Remembers a run's call: the first one fixes its cap.
+    pub(super) fn touch_run(&mut self, id: &str, cap: Option<UsdMicros>, now: DateTime<Utc>) {
+        self.runs
+            .entry(id.to_owned())
+            .and_modify(|run| run.last_used = now)
+            .or_insert(Run {
+                cap,
+                last_used: now,
+            });
+    }
+
+    /// Forgets the runs without a call for the run TTL and with nothing
+    /// reserved: their counters, folded sums and what is remembered.
+    pub(super) fn forget_idle_runs(&mut self, now: DateTime<Utc>) {
+        let ttl = self.run_ttl;
+        let counters = &self.counters;
+        let idle: Vec<String> = self
+            .runs
+            .iter()
+            .filter(|(id, run)| {
+                let key = CounterKey::new(ScopeKind::Run, id, "total");
+                later(run.last_used, ttl) <= now
+                    && counters
+                        .get(&key)
+                        .is_none_or(|counter| counter.reserved == 0)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in idle {
+            let key = CounterKey::new(ScopeKind::Run, &id, "total");
+            self.counters.remove(&key);
+            self.folded.remove(&key);
+            self.runs.remove(&id);
+        }
+    }
+
+    /// The scope's `spent + reserved` in its current period.
+    fn committed(&self, scope: &Scope, now: DateTime<Utc>) -> UsdMicros {
+        let period_id = scope.period.id_at(now);
+        self.counters
+            .get(&CounterKey::new(scope.kind, &scope.id, &period_id))
+            .map_or(0, Counter::committed)
     }
 
     /// The denial if `amount` does not fit under the scope's cap now.
     fn check(&self, scope: &Scope, amount: UsdMicros, now: DateTime<Utc>) -> Option<Denial> {
-        let period_id = scope.period.id_at(now);
-        let committed = self
-            .counters
-            .get(&CounterKey::new(scope.kind, &scope.id, &period_id))
-            .map_or(0, Counter::committed);
-        let fits = committed
+        let fits = self
+            .committed(scope, now)
             .checked_add(amount)
             .is_some_and(|total| total <= scope.cap);
-        (!fits).then(|| Denial {
+        (!fits).then(|| self.deny(scope, now))
+    }
+
+    fn deny(&self, scope: &Scope, now: DateTime<Utc>) -> Denial {
+        Denial {
             kind: scope.kind,
             id: scope.id.clone(),
             period: scope.period,
             cap: scope.cap,
-            remaining: scope.cap.saturating_sub(committed),
+            remaining: scope.cap.saturating_sub(self.committed(scope, now)),
             resets_at: scope.period.resets_at(now),
-        })
+        }
     }
 
     pub(super) fn settle(
@@ -355,6 +472,9 @@ impl State {
         if !late {
             self.deadlines
                 .remove(&(reservation.deadline, exec_id.clone()));
+        }
+        if let Some(run) = &reservation.run {
+            self.touch_run(&run.id, None, now);
         }
         self.book(
             &reservation,
@@ -519,7 +639,12 @@ impl State {
             let Some(line) = self.ledger.pop_front() else {
                 break;
             };
-            for key in line.charged_to {
+            // A run's counter is forgotten with the run, not reconciled.
+            for key in line
+                .charged_to
+                .into_iter()
+                .filter(|key| key.kind != ScopeKind::Run)
+            {
                 let folded = self.folded.entry(key).or_default();
                 *folded = folded.saturating_add(line.entry.actual);
             }

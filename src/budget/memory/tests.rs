@@ -38,6 +38,8 @@ fn request(exec_id: &str, amount: UsdMicros, ttl_secs: u64) -> ReserveRequest {
         org: None,
         model: "gpt-4o-mini".to_owned(),
         amount,
+        min_amount: amount,
+        run: None,
         ttl: Duration::from_secs(ttl_secs),
     }
 }
@@ -188,7 +190,7 @@ fn os_threads_never_reserve_past_the_cap() {
                         key: scope.clone(),
                         ..request(&format!("{t}-{i}"), 3, 60)
                     };
-                    if store.reserve(&req) == ReserveOutcome::Reserved {
+                    if store.reserve(&req).is_reserved() {
                         reserved.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -205,13 +207,15 @@ fn extreme_amounts_never_panic() {
     let huge = ReserveRequest {
         key: key(u64::MAX),
         amount: u64::MAX,
+        min_amount: u64::MAX,
         ttl: Duration::MAX,
         ..request("huge", 0, 0)
     };
-    assert_eq!(store.reserve(&huge), ReserveOutcome::Reserved);
+    assert!(store.reserve(&huge).is_reserved());
     let more = ReserveRequest {
         exec_id: "more".to_owned(),
         amount: 1,
+        min_amount: 1,
         ..huge.clone()
     };
     match store.reserve(&more) {

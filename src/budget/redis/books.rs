@@ -43,6 +43,9 @@ pub(super) struct Record {
     pub o: Option<String>,
     #[serde(default)]
     pub op: Option<String>,
+    /// The run's scope id, `<key>/<run>`.
+    #[serde(default)]
+    pub r: Option<String>,
     /// Deadline (ms).
     #[serde(default)]
     pub d: Option<String>,
@@ -85,10 +88,15 @@ impl Record {
         };
         let deadline = ms(&self.d)?;
         let started = deadline.saturating_sub(ms(&self.ttl)?);
+        let run = self
+            .r
+            .as_deref()
+            .map(|r| r.split_once('/').map_or(r, |(_, run)| run).to_owned());
         Ok(OpenHold {
             amount: self.amount(),
             key: self.k.unwrap_or_default(),
             org: self.o,
+            run,
             model: self.m.unwrap_or_default(),
             started_at: store_time(started)?,
             deadline: store_time(deadline)?,
@@ -123,6 +131,7 @@ fn parse_entry(id: &str, fields: Vec<String>) -> Result<LedgerLine, StoreError> 
         exec_id: text("exec")?,
         key: text("key")?,
         org: map.get("org").cloned(),
+        run: map.get("run").cloned(),
         model: text("model")?,
         usage: Usage {
             input: number("in")?,
@@ -289,16 +298,13 @@ enum Part {
 }
 
 /// Reads `<kind>:<id>:<period id>[:r|:f]`; `None` for other fields
-/// (`folds`). Ids may contain `:`; period ids never do.
+/// (`folds`, a run's `:cap`). Ids may contain `:`; period ids never do.
 fn parse_field(name: &str) -> Option<(ScopeKind, &str, &str, Part)> {
     let (kind, rest) = name.split_once(':')?;
-    let kind = match kind {
-        "key" => ScopeKind::Key,
-        "org" => ScopeKind::Org,
-        _ => return None,
-    };
+    let kind = ScopeKind::parse(kind)?;
     let (head, last) = rest.rsplit_once(':')?;
     let (scope, part) = match last {
+        "cap" => return None,
         "r" => (head.rsplit_once(':')?, Part::Reserved),
         "f" => (head.rsplit_once(':')?, Part::Folded),
         _ => ((head, last), Part::Committed),
@@ -380,6 +386,9 @@ fn rows(
             org.open = org.open.saturating_add(amount);
         }
     }
+    // A run's counter is a cap inside its key, forgotten with the run;
+    // every call of it is in its key's (and org's) books.
+    rows.retain(|(kind, _, _), _| *kind != ScopeKind::Run);
     Ok(rows.into_values().collect())
 }
 

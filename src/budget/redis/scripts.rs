@@ -165,8 +165,13 @@ pub(super) fn reserve_args(
     on_expiry: OnExpiry,
     epoch: &str,
     closed_record_ms: u64,
+    run_ttl_ms: u64,
 ) -> Vec<String> {
     let ttl_ms = u64::try_from(req.ttl.as_millis()).map_or(MAX_TTL_MS, |ms| ms.min(MAX_TTL_MS));
+    let (run, run_cap) = match &req.run {
+        Some(run) => (run.id.clone(), run.cap.map(|cap| cap.to_string())),
+        None => (String::new(), None),
+    };
     let (has_org, org_id, org_period, org_cap) = match &req.org {
         Some(org) => (true, org.id.clone(), org.period.as_str(), org.cap),
         None => (false, String::new(), Period::Total.as_str(), 0),
@@ -188,6 +193,10 @@ pub(super) fn reserve_args(
         epoch.to_owned(),
         closed_record_ms.min(MAX_TTL_MS).to_string(),
         req.model.clone(),
+        req.min_amount.min(req.amount).to_string(),
+        run,
+        run_cap.unwrap_or_default(),
+        run_ttl_ms.min(MAX_TTL_MS).to_string(),
     ]
 }
 
@@ -285,6 +294,12 @@ pub(super) fn state_args(scope: &Scope) -> Vec<String> {
 pub(super) enum ReserveReply {
     Reserved {
         expired: usize,
+        amount: UsdMicros,
+    },
+    /// The run's first call fixed another cap (`None`: none).
+    RunCapConflict {
+        expired: usize,
+        cap: Option<UsdMicros>,
     },
     Denied {
         expired: usize,
@@ -379,14 +394,18 @@ pub(super) fn reserve_reply(reply: &[String]) -> Result<ReserveReply, StoreError
     }
     let expired = number(reply, 1, SCRIPT)?;
     match field(reply, 0, SCRIPT)? {
-        "reserved" => Ok(ReserveReply::Reserved { expired }),
+        "reserved" => Ok(ReserveReply::Reserved {
+            expired,
+            amount: number(reply, 2, SCRIPT)?,
+        }),
+        "run_cap_conflict" => Ok(ReserveReply::RunCapConflict {
+            expired,
+            cap: field(reply, 2, SCRIPT)?.parse().ok(),
+        }),
         "duplicate" => Ok(ReserveReply::Duplicate { expired }),
         "denied" => {
-            let kind = match field(reply, 2, SCRIPT)? {
-                "key" => ScopeKind::Key,
-                "org" => ScopeKind::Org,
-                _ => return Err(bad_reply(SCRIPT, reply)),
-            };
+            let kind = ScopeKind::parse(field(reply, 2, SCRIPT)?)
+                .ok_or_else(|| bad_reply(SCRIPT, reply))?;
             let period: Period = field(reply, 4, SCRIPT)?
                 .parse()
                 .map_err(|_| bad_reply(SCRIPT, reply))?;

@@ -56,6 +56,8 @@ fn request(key: &Scope, amount: UsdMicros) -> ReserveRequest {
         org: None,
         model: "gpt-4o-mini".to_owned(),
         amount,
+        min_amount: amount,
+        run: None,
         ttl: Duration::from_secs(60),
     }
 }
@@ -184,10 +186,7 @@ async fn scripts_are_loaded_again_after_script_flush() {
         .unwrap();
     let key = key_scope(1_000);
     let first = request(&key, 100);
-    assert_eq!(
-        store.reserve(&first).await.unwrap(),
-        ReserveOutcome::Reserved
-    );
+    assert!(store.reserve(&first).await.unwrap().is_reserved());
 
     let mut admin = raw_connection(&server.url()).await;
     let _: () = ::redis::cmd("SCRIPT")
@@ -205,10 +204,7 @@ async fn scripts_are_loaded_again_after_script_flush() {
     assert_eq!(exists, [false]);
 
     let second = request(&key, 200);
-    assert_eq!(
-        store.reserve(&second).await.unwrap(),
-        ReserveOutcome::Reserved
-    );
+    assert!(store.reserve(&second).await.unwrap().is_reserved());
     assert_eq!(
         store.settle(&settlement(&first, 100)).await.unwrap().actual,
         100
@@ -321,7 +317,7 @@ async fn a_call_that_timed_out_is_retried_and_applies_once() {
     let req = request(&key, 300);
     let calls_before = evalsha_calls(&server.url()).await;
     let stalled = stall(&server.url()).await;
-    assert_eq!(store.reserve(&req).await.unwrap(), ReserveOutcome::Reserved);
+    assert!(store.reserve(&req).await.unwrap().is_reserved());
     stalled.await.unwrap();
     assert!(
         evalsha_calls(&server.url()).await - calls_before >= 2,
@@ -382,7 +378,10 @@ async fn a_claimed_reserve_retried_after_a_timeout_is_no_duplicate() {
         evalsha_calls(&server.url()).await - calls_before >= 2,
         "no retry"
     );
-    assert_eq!(outcome, ClaimedReserve::Ran(ReserveOutcome::Reserved));
+    assert!(matches!(
+        outcome,
+        ClaimedReserve::Ran(ReserveOutcome::Reserved { .. })
+    ));
     let state = store.scope_state(&key).await.unwrap();
     assert_eq!((state.spent, state.reserved), (0, 301));
     // Another request under the claim is the duplicate.
@@ -413,7 +412,7 @@ async fn starts_while_redis_is_down_and_recovers_when_it_returns() {
     server.restart();
     await_ping(&store).await;
     let req = request(&key, 100);
-    assert_eq!(store.reserve(&req).await.unwrap(), ReserveOutcome::Reserved);
+    assert!(store.reserve(&req).await.unwrap().is_reserved());
 
     // A restart loses the scripts (not the data, kept in the append-only
     // file): the store reconnects and loads them again.
@@ -421,10 +420,11 @@ async fn starts_while_redis_is_down_and_recovers_when_it_returns() {
     assert!(store.ping().await.is_err());
     server.restart();
     await_ping(&store).await;
-    assert_eq!(
-        store.reserve(&request(&key, 100)).await.unwrap(),
-        ReserveOutcome::Reserved
-    );
+    assert!(store
+        .reserve(&request(&key, 100))
+        .await
+        .unwrap()
+        .is_reserved());
     assert_eq!(store.scope_state(&key).await.unwrap().reserved, 200);
 }
 
@@ -513,10 +513,11 @@ async fn a_cluster_store_starts_while_the_cluster_is_down() {
         .unwrap();
     await_ping(&store).await;
     let key = key_scope(1_000);
-    assert_eq!(
-        store.reserve(&request(&key, 100)).await.unwrap(),
-        ReserveOutcome::Reserved
-    );
+    assert!(store
+        .reserve(&request(&key, 100))
+        .await
+        .unwrap()
+        .is_reserved());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -539,10 +540,11 @@ async fn cluster_scripts_are_loaded_again_after_script_flush() {
         assert_eq!(redis_cli(port, &["script", "flush"]).trim(), "OK");
     }
     for key in &keys {
-        assert_eq!(
-            store.reserve(&request(key, 10)).await.unwrap(),
-            ReserveOutcome::Reserved
-        );
+        assert!(store
+            .reserve(&request(key, 10))
+            .await
+            .unwrap()
+            .is_reserved());
         let state = store.scope_state(key).await.unwrap();
         assert_eq!(state.reserved, 20);
     }

@@ -10,8 +10,9 @@ use chrono::{DateTime, SecondsFormat, TimeDelta, TimeZone, Utc};
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::budget::{
-    ClaimedReserve, Denial, LedgerEntry, LedgerStatus, OnExpiry, Reconciliation, ReserveOutcome,
-    ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, StoreError,
+    fitted_amount, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, OnExpiry, Reconciliation,
+    ReserveOutcome, ReserveRequest, RunScope, RunState, Scope, ScopeKind, ScopeState,
+    SettleOutcome, Settlement, StoreError,
 };
 use crate::hosted::ToolCalls;
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
@@ -30,6 +31,8 @@ pub(super) struct Rules {
     /// How long a settled or denied record is kept for retries, in
     /// milliseconds (an expired one is kept its TTL, for late settles).
     pub closed_ms: i64,
+    /// How long a run is kept after its last call, in milliseconds.
+    pub run_ttl_ms: i64,
 }
 
 /// One reservation row, as the rules need it.
@@ -38,6 +41,7 @@ struct Record {
     amount: UsdMicros,
     key: Charge,
     org: Option<Charge>,
+    run: Option<Charge>,
     deadline: i64,
     ttl_ms: i64,
     claim: Option<String>,
@@ -69,7 +73,7 @@ macro_rules! record_columns {
          org_id, org_period_id, org_cap_usd_micros, deadline, ttl_ms, claim, \
          expiry_charged_usd_micros, settled_status, settled_actual_usd_micros, \
          settled_key_remaining_usd_micros, denied_scope_kind, denied_scope_id, denied_period, \
-         denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at, model"
+         denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at, model, run_id"
     };
 }
 
@@ -130,6 +134,13 @@ impl Record {
                 cap: row.get(4)?,
             },
             org,
+            run: row.get::<_, Option<String>>(22)?.map(|id| Charge {
+                kind: ScopeKind::Run,
+                id,
+                period_id: "total".to_owned(),
+                // A run's cap is read where it is checked, at reserve.
+                cap: MAX_USD_MICROS,
+            }),
             deadline: row.get(8)?,
             ttl_ms: row.get(9)?,
             claim: row.get(10)?,
@@ -138,7 +149,19 @@ impl Record {
     }
 
     fn charges(&self) -> impl Iterator<Item = &Charge> {
-        std::iter::once(&self.key).chain(self.org.as_ref())
+        std::iter::once(&self.key)
+            .chain(self.org.as_ref())
+            .chain(self.run.as_ref())
+    }
+
+    /// The run id the client named, without its key.
+    fn run_id(&self) -> Option<String> {
+        self.run.as_ref().map(|run| {
+            run.id
+                .split_once('/')
+                .map_or(&*run.id, |(_, id)| id)
+                .to_owned()
+        })
     }
 
     fn is_owned_by(&self, settlement: &Settlement) -> bool {
@@ -186,25 +209,54 @@ pub(super) fn reserve(
     if let Some(record) = Record::load(conn, &req.exec_id)? {
         return Ok(ClaimedReserve::Ran(match record.state {
             RecordState::Denied(denial) => ReserveOutcome::Denied(denial),
-            _ => ReserveOutcome::Reserved,
+            _ => ReserveOutcome::Reserved {
+                amount: record.amount,
+            },
         }));
     }
+    let run = match &req.run {
+        Some(run) => match run_scope(conn, run)? {
+            Ok(scope) => Some(scope),
+            Err(cap) => return Ok(ClaimedReserve::Ran(ReserveOutcome::RunCapConflict { cap })),
+        },
+        None => None,
+    };
     let ttl_ms = i64::try_from(req.ttl.as_millis()).unwrap_or(i64::MAX);
     let key_period = req.key.period.id_at(now);
     let org_period = req.org.as_ref().map(|org| org.period.id_at(now));
-    // The key is checked first, so when both would deny, the key is named.
-    let mut denial = check(conn, &req.key, &key_period, req.amount, now)?;
-    if let (None, Some(org), Some(period)) = (&denial, &req.org, &org_period) {
-        denial = check(conn, org, period, req.amount, now)?;
+    let mut scopes = vec![(&req.key, key_period.as_str())];
+    if let (Some(org), Some(period)) = (&req.org, &org_period) {
+        scopes.push((org, period));
     }
+    if let Some(run) = &run {
+        scopes.push((run, "total"));
+    }
+    let mut rooms = Vec::with_capacity(scopes.len());
+    for (scope, period_id) in &scopes {
+        let committed = committed(conn, scope.kind, &scope.id, period_id)?;
+        rooms.push(i128::from(scope.cap) - i128::from(committed));
+    }
+    let amount = fitted_amount(req.min_amount, req.amount, rooms);
+    // Not even the least amount fits: the key is checked first, so when
+    // several would deny, the key is named, then the org.
+    let mut denial = None;
+    if amount.is_none() {
+        for (scope, period_id) in &scopes {
+            denial = check(conn, scope, period_id, req.min_amount, now)?;
+            if denial.is_some() {
+                break;
+            }
+        }
+    }
+    let amount = amount.unwrap_or(req.amount);
     let org = req.org.as_ref();
     conn.prepare_cached(
         "INSERT INTO reservations (exec_id, state, key_id, key_period_id, key_cap_usd_micros,
              org_id, org_period_id, org_cap_usd_micros, amount_usd_micros, claim, started_at,
              deadline, ttl_ms, forget_at, denied_scope_kind, denied_scope_id, denied_period,
-             denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at, model)
+             denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at, model, run_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-             ?18, ?19, ?20, ?21)",
+             ?18, ?19, ?20, ?21, ?22)",
     )?
     .execute(rusqlite::params![
         req.exec_id,
@@ -215,7 +267,7 @@ pub(super) fn reserve(
         org.map(|org| &org.id),
         org_period,
         org.map(|org| org.cap),
-        req.amount,
+        amount,
         if denial.is_some() { None } else { claim },
         now_ms,
         now_ms.saturating_add(ttl_ms),
@@ -231,20 +283,87 @@ pub(super) fn reserve(
         denial.as_ref().map(|d| d.remaining),
         denial.as_ref().and_then(|d| d.resets_at).map(millis),
         req.model,
+        run.as_ref().map(|run| &run.id),
     ])?;
     if let Some(denial) = denial {
         return Ok(ClaimedReserve::Ran(ReserveOutcome::Denied(denial)));
     }
-    let amount = delta(req.amount);
-    move_counter(conn, ScopeKind::Key, &req.key.id, &key_period, 0, amount)?;
-    if let (Some(org), Some(period)) = (org, &org_period) {
-        move_counter(conn, ScopeKind::Org, &org.id, period, 0, amount)?;
+    for (scope, period_id) in &scopes {
+        move_counter(conn, scope.kind, &scope.id, period_id, 0, delta(amount))?;
+    }
+    if let Some(run) = &req.run {
+        touch_run(conn, &run.id, run.cap, now_ms)?;
     }
     if let Some(claim) = claim {
         conn.prepare_cached("INSERT OR REPLACE INTO claims (claim, exec_id) VALUES (?1, ?2)")?
             .execute((claim, &req.exec_id))?;
     }
-    Ok(ClaimedReserve::Ran(ReserveOutcome::Reserved))
+    Ok(ClaimedReserve::Ran(ReserveOutcome::Reserved { amount }))
+}
+
+/// The run as a scope with the cap its first call fixed, or, when this
+/// call names another cap, `Err` with the fixed one.
+fn run_scope(conn: &Connection, run: &RunScope) -> Sql<Result<Scope, Option<UsdMicros>>> {
+    let known: Option<Option<UsdMicros>> = conn
+        .prepare_cached("SELECT cap_usd_micros FROM runs WHERE id = ?1")?
+        .query_row([&run.id], |row| row.get(0))
+        .optional()?;
+    let cap = match known {
+        Some(fixed) if run.cap.is_some() && run.cap != fixed => return Ok(Err(fixed)),
+        Some(fixed) => fixed,
+        None => run.cap,
+    };
+    Ok(Ok(Scope {
+        kind: ScopeKind::Run,
+        id: run.id.clone(),
+        cap: cap.unwrap_or(MAX_USD_MICROS),
+        period: Period::Total,
+    }))
+}
+
+/// Remembers a run's call: the first one fixes its cap.
+fn touch_run(conn: &Connection, id: &str, cap: Option<UsdMicros>, now_ms: i64) -> Sql<()> {
+    conn.prepare_cached(
+        "INSERT INTO runs (id, cap_usd_micros, last_used) VALUES (?1, ?2, ?3)
+         ON CONFLICT (id) DO UPDATE SET last_used = MAX(last_used, excluded.last_used)",
+    )?
+    .execute((id, cap, now_ms))?;
+    Ok(())
+}
+
+/// Forgets the runs without a call for the run TTL and with nothing
+/// reserved: their counters and what is remembered of them.
+pub(super) fn forget_idle_runs(conn: &Connection, rules: Rules, now: DateTime<Utc>) -> Sql<()> {
+    let cutoff = millis(now).saturating_sub(rules.run_ttl_ms);
+    conn.prepare_cached(
+        "DELETE FROM runs WHERE last_used <= ?1 AND NOT EXISTS (
+             SELECT 1 FROM counters WHERE scope_kind = 'run' AND scope_id = runs.id
+                AND reserved_usd_micros > 0)",
+    )?
+    .execute([cutoff])?;
+    conn.prepare_cached(
+        "DELETE FROM counters WHERE scope_kind = 'run'
+            AND scope_id NOT IN (SELECT id FROM runs)",
+    )?
+    .execute([])?;
+    Ok(())
+}
+
+/// A run's cap and counters, if it is remembered.
+pub(super) fn run_state(conn: &Connection, id: &str) -> Sql<Option<RunState>> {
+    let cap: Option<Option<UsdMicros>> = conn
+        .prepare_cached("SELECT cap_usd_micros FROM runs WHERE id = ?1")?
+        .query_row([id], |row| row.get(0))
+        .optional()?;
+    let Some(cap) = cap else {
+        return Ok(None);
+    };
+    let (spent, reserved) = counter(conn, ScopeKind::Run, id, "total")?;
+    Ok(Some(RunState {
+        cap,
+        spent,
+        reserved,
+    }))
 }
 
 /// The denial if `amount` does not fit under the scope's cap in `period_id`.
@@ -399,6 +518,7 @@ pub(super) fn settle(
             exec_id: exec_id.clone(),
             key: record.key.id.clone(),
             org: record.org.as_ref().map(|org| org.id.clone()),
+            run: record.run_id(),
             model: settlement.model.clone(),
             usage: settlement.usage,
             reserved: record.amount,
@@ -429,6 +549,9 @@ pub(super) fn settle(
         outcome.key_remaining,
     ))?;
     release_claim(conn, exec_id, &record)?;
+    if let Some(run) = &record.run {
+        touch_run(conn, &run.id, None, now_ms)?;
+    }
     Ok(Ok(outcome))
 }
 
@@ -486,6 +609,7 @@ fn expire(
             exec_id: exec_id.to_owned(),
             key: record.key.id.clone(),
             org: record.org.as_ref().map(|org| org.id.clone()),
+            run: record.run_id(),
             model: record.model.clone(),
             usage: Usage::default(),
             reserved: record.amount,
@@ -585,8 +709,8 @@ pub(super) fn book_in(
     conn.prepare_cached(
         "INSERT INTO ledger (exec_id, key, org, model, input_tokens, cached_input_tokens,
              cache_write_tokens, output_tokens, tool_calls, reserved_usd_micros,
-             actual_usd_micros, status, at, key_period_id, org_period_id, note)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+             actual_usd_micros, status, at, key_period_id, org_period_id, note, run)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     )?
     .execute(rusqlite::params![
         entry.exec_id,
@@ -605,6 +729,7 @@ pub(super) fn book_in(
         key_period,
         org_period,
         entry.note,
+        entry.run,
     ])?;
     super::aggregates::add(conn, entry)
 }
@@ -677,6 +802,9 @@ pub(super) fn reconcile(conn: &Connection) -> Sql<Vec<Reconciliation>> {
             rows.get(kind, found.get(0)?, found.get(1)?).open = found.get(2)?;
         }
     }
+    // A run's counter is a cap inside its key, forgotten with the run;
+    // every call of it is in its key's (and org's) books.
+    rows.0.retain(|(kind, _, _), _| *kind != ScopeKind::Run);
     Ok(rows.0.into_values().collect())
 }
 
@@ -705,7 +833,8 @@ impl Rows {
 pub(super) fn ledger(conn: &Connection) -> Sql<Vec<LedgerEntry>> {
     let mut statement = conn.prepare(
         "SELECT exec_id, key, org, model, input_tokens, cached_input_tokens, cache_write_tokens,
-                output_tokens, tool_calls, reserved_usd_micros, actual_usd_micros, status, at, note
+                output_tokens, tool_calls, reserved_usd_micros, actual_usd_micros, status, at, note,
+                run
            FROM ledger ORDER BY seq",
     )?;
     let entries = statement.query_map([], |row| {
@@ -714,6 +843,7 @@ pub(super) fn ledger(conn: &Connection) -> Sql<Vec<LedgerEntry>> {
             exec_id: row.get(0)?,
             key: row.get(1)?,
             org: row.get(2)?,
+            run: row.get(14)?,
             model: row.get(3)?,
             usage: Usage {
                 input: row.get(4)?,
@@ -777,11 +907,7 @@ fn status_from(text: &str) -> Sql<LedgerStatus> {
 }
 
 fn kind_from(text: &str) -> Sql<ScopeKind> {
-    match text {
-        "key" => Ok(ScopeKind::Key),
-        "org" => Ok(ScopeKind::Org),
-        other => Err(invalid(format!("scope kind {other:?}"))),
-    }
+    ScopeKind::parse(text).ok_or_else(|| invalid(format!("scope kind {text:?}")))
 }
 
 /// A value in the file this binary does not understand.

@@ -63,6 +63,7 @@ pub(super) fn adjust(
             exec_id: adjustment.exec_id.clone(),
             key: adjustment.key.id.clone(),
             org: org_id.map(str::to_owned),
+            run: None,
             model: String::new(),
             usage: Usage::default(),
             reserved: 0,
@@ -124,7 +125,7 @@ pub(super) fn forget_adjustments(conn: &Connection, now: DateTime<Utc>) -> Sql<u
 /// calls' statements out of the connection's cache.
 pub(super) fn open_holds(conn: &Connection, limit: usize) -> Sql<Vec<OpenHold>> {
     conn.prepare(
-        "SELECT exec_id, key_id, org_id, amount_usd_micros, started_at, deadline, model
+        "SELECT exec_id, key_id, org_id, amount_usd_micros, started_at, deadline, model, run_id
            FROM reservations WHERE state = 'open'
           ORDER BY started_at, exec_id LIMIT ?1",
     )?
@@ -133,6 +134,9 @@ pub(super) fn open_holds(conn: &Connection, limit: usize) -> Sql<Vec<OpenHold>> 
             exec_id: row.get(0)?,
             key: row.get(1)?,
             org: row.get(2)?,
+            run: row
+                .get::<_, Option<String>>(7)?
+                .map(|id| id.split_once('/').map_or(&*id, |(_, run)| run).to_owned()),
             model: row.get::<_, Option<String>>(6)?.unwrap_or_default(),
             amount: row.get(3)?,
             started_at: from_millis(row.get(4)?),

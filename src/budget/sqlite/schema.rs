@@ -15,12 +15,12 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 /// The schema this binary writes. A file with a lower version is upgraded
 /// in place by [`MIGRATIONS`]; a file with a higher one is refused.
-pub(super) const SCHEMA_VERSION: u32 = 5;
+pub(super) const SCHEMA_VERSION: u32 = 6;
 
 /// The statements that take a file from version `i + 1` to `i + 2`, in
 /// order. A new file runs them all after [`CREATE`], so a new file and an
 /// upgraded one have the same tables by construction.
-const MIGRATIONS: &[&str] = &[TO_2, TO_3, TO_4, TO_5];
+const MIGRATIONS: &[&str] = &[TO_2, TO_3, TO_4, TO_5, TO_6];
 
 /// Version 1: the budget books.
 const CREATE: &str = "
@@ -182,6 +182,19 @@ SELECT substr(at, 1, 10), key, MAX(org), model,
 /// and expiries name no model (''), as before.
 const TO_5: &str = "
 ALTER TABLE reservations ADD COLUMN model TEXT;   -- the call's model
+";
+
+/// Agent runs: a third scope inside a key (`counters` rows of kind `run`,
+/// id `<key>/<run>`, period `total`), its cap and last call, and the run
+/// on every reservation and ledger entry.
+const TO_6: &str = "
+CREATE TABLE runs (
+    id             TEXT PRIMARY KEY,   -- `<key id>/<run id>`
+    cap_usd_micros INTEGER,            -- fixed by its first call; NULL: not capped
+    last_used      INTEGER NOT NULL    -- ms: its last reserve or settle
+) STRICT;
+ALTER TABLE reservations ADD COLUMN run_id TEXT;   -- `<key id>/<run id>`
+ALTER TABLE ledger ADD COLUMN run TEXT;            -- the run id the client named
 ";
 
 /// Why the store's file could not be opened.

@@ -46,6 +46,7 @@ impl SqliteStore {
                     epsilon: settle_epsilon,
                     on_expiry,
                     closed_ms: super::millis(DEFAULT_CLOSED_RECORD),
+                    run_ttl_ms: 86_400_000,
                 },
                 ledger_retention: DEFAULT_LEDGER_RETENTION,
             },

@@ -48,6 +48,8 @@ fn request(exec_id: &str, amount: u64) -> ReserveRequest {
         org: None,
         model: "gpt-4o-mini".to_owned(),
         amount,
+        min_amount: amount,
+        run: None,
         ttl: Duration::from_secs(60),
     }
 }
@@ -94,6 +96,7 @@ fn the_lazy_sweep_of_every_reserve_is_compiled_once() {
         epsilon: 100,
         on_expiry: OnExpiry::Charge,
         closed_ms: 120_000,
+        run_ttl_ms: 86_400_000,
     };
     let now = Utc::now();
     for n in 0..5 {
@@ -115,15 +118,17 @@ async fn the_books_survive_closing_and_reopening_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = db(&dir);
     let store = open(&path).unwrap();
-    assert_eq!(
-        store.reserve(&request("a", 4_000)).await.unwrap(),
-        ReserveOutcome::Reserved
-    );
+    assert!(store
+        .reserve(&request("a", 4_000))
+        .await
+        .unwrap()
+        .is_reserved());
     store.settle(&settlement("a", 3_000)).await.unwrap();
-    assert_eq!(
-        store.reserve(&request("b", 2_000)).await.unwrap(),
-        ReserveOutcome::Reserved
-    );
+    assert!(store
+        .reserve(&request("b", 2_000))
+        .await
+        .unwrap()
+        .is_reserved());
     drop(store);
 
     let store = reopen(&path).await;
@@ -381,7 +386,7 @@ async fn a_full_disk_fails_closed_changes_nothing_and_recovers_by_itself() {
     for i in 0..5_000 {
         let id = format!("call-{i:05}-{}", "y".repeat(60));
         match store.reserve(&request(&id, 1)).await {
-            Ok(ReserveOutcome::Reserved) => reserved += 1,
+            Ok(ReserveOutcome::Reserved { .. }) => reserved += 1,
             Ok(other) => panic!("unexpected {other:?}"),
             Err(error) => {
                 failed = Some((id, error));
@@ -401,10 +406,11 @@ async fn a_full_disk_fails_closed_changes_nothing_and_recovers_by_itself() {
 
     // Space returns: the same call goes through, with no restart.
     store.limit_pages(None).await.unwrap();
-    assert_eq!(
-        store.reserve(&request(&refused_id, 1)).await.unwrap(),
-        ReserveOutcome::Reserved
-    );
+    assert!(store
+        .reserve(&request(&refused_id, 1))
+        .await
+        .unwrap()
+        .is_reserved());
     let state = store.scope_state(&key(10_000)).await.unwrap();
     assert_eq!(state.reserved, reserved + 1);
 }
@@ -618,6 +624,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
         epsilon: 100,
         on_expiry: OnExpiry::Charge,
         closed_ms: 120_000,
+        run_ttl_ms: 86_400_000,
     };
     // Books written by a binary of version 1: one call settled, one open.
     // That binary kept no spend aggregates: what today's rules add to them
@@ -629,7 +636,9 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
         // model too: the columns are there only while they run.
         conn.execute_batch(
             "ALTER TABLE ledger ADD COLUMN note TEXT;
-             ALTER TABLE reservations ADD COLUMN model TEXT;",
+             ALTER TABLE reservations ADD COLUMN model TEXT;
+             ALTER TABLE ledger ADD COLUMN run TEXT;
+             ALTER TABLE reservations ADD COLUMN run_id TEXT;",
         )
         .unwrap();
         conn.execute_batch(
@@ -645,7 +654,9 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
         books::reserve(&conn, rules, &request("b", 2_000), None, start).unwrap();
         conn.execute_batch(
             "ALTER TABLE ledger DROP COLUMN note;
-             ALTER TABLE reservations DROP COLUMN model;",
+             ALTER TABLE reservations DROP COLUMN model;
+             ALTER TABLE ledger DROP COLUMN run;
+             ALTER TABLE reservations DROP COLUMN run_id;",
         )
         .unwrap();
     }
@@ -735,17 +746,24 @@ async fn a_version_4_file_is_upgraded_and_its_reservations_name_no_model() {
         epsilon: 100,
         on_expiry: OnExpiry::Charge,
         closed_ms: 120_000,
+        run_ttl_ms: 86_400_000,
     };
     // A call open in a file written by a binary of version 4. Today's
     // reserve writes the model too: the column is there only while it runs.
     {
         let conn = Connection::open(&path).unwrap();
         schema::create_version(&conn, 4).unwrap();
-        conn.execute_batch("ALTER TABLE reservations ADD COLUMN model TEXT")
-            .unwrap();
+        conn.execute_batch(
+            "ALTER TABLE reservations ADD COLUMN model TEXT;
+             ALTER TABLE reservations ADD COLUMN run_id TEXT;",
+        )
+        .unwrap();
         books::reserve(&conn, rules, &request("old", 1_000), None, start).unwrap();
-        conn.execute_batch("ALTER TABLE reservations DROP COLUMN model")
-            .unwrap();
+        conn.execute_batch(
+            "ALTER TABLE reservations DROP COLUMN model;
+             ALTER TABLE reservations DROP COLUMN run_id;",
+        )
+        .unwrap();
     }
     let error = SqliteStore::open_reader(&path).unwrap_err();
     assert!(
