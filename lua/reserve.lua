@@ -29,9 +29,13 @@ ARGV:
  19 the run cap the call names (µUSD), or '' for none
  20 run TTL (ms): how long the run is kept after its last call
 Returns:
-  {'reserved', expired, amount}     amount: what is held, the largest in
+  {'reserved', expired, amount, [kind, period id, committed]...}
+                                    amount: what is held, the largest in
                                     [min amount, amount] that every scope
-                                    has room for (a retry: the first one)
+                                    has room for (a retry: the first one,
+                                    and no scopes); then each scope charged
+                                    (key, org, run) with its committed
+                                    counter after the reserve
   {'denied', expired, kind, id, period, cap, remaining, at_ms}
   {'duplicate', expired}
   {'run_cap_conflict', expired, cap}  the run's first call fixed another
@@ -226,4 +230,10 @@ if claim ~= '' then
 end
 redis.call('HSET', KEYS[2], unpack(records))
 redis.call('ZADD', KEYS[3], rec.d, exec_id)
-return { 'reserved', fmt(expired), rec.a }
+local reply = { 'reserved', fmt(expired), rec.a }
+for i = 1, #scopes do
+  reply[#reply + 1] = scopes[i].kind
+  reply[#reply + 1] = scopes[i].pid
+  reply[#reply + 1] = fmt(values[2 * i - 1] + grant)
+end
+return reply

@@ -478,8 +478,13 @@ impl RunScope {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReserveOutcome {
     /// `amount` is held against every scope (also the answer to a retry of
-    /// a reserve that succeeded).
-    Reserved { amount: UsdMicros },
+    /// a reserve that succeeded). `levels` are the scopes' `spent +
+    /// reserved` right after it, key first, then org and run, for spending
+    /// alerts; empty in the answer to a retry.
+    Reserved {
+        amount: UsdMicros,
+        levels: Vec<Level>,
+    },
     /// A scope would go over its cap; nothing was charged anywhere.
     Denied(Denial),
     /// The call names a run cap other than the one the run's first call
@@ -491,6 +496,22 @@ impl ReserveOutcome {
     pub fn is_reserved(&self) -> bool {
         matches!(self, ReserveOutcome::Reserved { .. })
     }
+
+    /// What a reserve held, if it reserved.
+    pub fn held(&self) -> Option<UsdMicros> {
+        match self {
+            ReserveOutcome::Reserved { amount, .. } => Some(*amount),
+            _ => None,
+        }
+    }
+}
+
+/// A scope's `spent + reserved` in the period a reserve charged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Level {
+    pub kind: ScopeKind,
+    pub period_id: String,
+    pub committed: UsdMicros,
 }
 
 /// What `reserve` holds for a call: the largest amount in

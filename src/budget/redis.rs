@@ -335,9 +335,13 @@ impl RedisStore {
                 .run(&self.inner.scripts.reserve, "reserve", &keys, &args)
                 .await?;
             let (expired, answer) = match scripts::reserve_reply(&reply)? {
-                ReserveReply::Reserved { expired, amount } => (
+                ReserveReply::Reserved {
                     expired,
-                    ClaimedReserve::Ran(ReserveOutcome::Reserved { amount }),
+                    amount,
+                    levels,
+                } => (
+                    expired,
+                    ClaimedReserve::Ran(ReserveOutcome::Reserved { amount, levels }),
                 ),
                 ReserveReply::RunCapConflict { expired, cap } => (
                     expired,

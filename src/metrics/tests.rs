@@ -64,8 +64,12 @@ fn every_fixed_series_is_exported_at_zero_before_any_call() {
 #[test]
 fn reserve_outcomes_are_counted_by_outcome_and_denying_scope() {
     let metrics = Metrics::new();
-    metrics.count_reserve(&Ok(ReserveOutcome::Reserved { amount: 1 }));
-    metrics.count_reserve(&Ok(ReserveOutcome::Reserved { amount: 1 }));
+    let reserved = || ReserveOutcome::Reserved {
+        amount: 1,
+        levels: Vec::new(),
+    };
+    metrics.count_reserve(&Ok(reserved()));
+    metrics.count_reserve(&Ok(reserved()));
     metrics.count_reserve(&Ok(denial(ScopeKind::Org)));
     metrics.count_reserve(&Err(StoreError::Timeout));
     let text = metrics.encode(None).unwrap();

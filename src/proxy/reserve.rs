@@ -85,7 +85,7 @@ async fn reserve_bound(
     };
     gateway.metrics.count_reserve(&outcome);
     match outcome {
-        Ok(ReserveOutcome::Reserved { amount }) => Ok(Some(amount)),
+        Ok(ReserveOutcome::Reserved { amount, .. }) => Ok(Some(amount)),
         Ok(ReserveOutcome::Denied(denial)) => {
             let fitting_output_limit = admitted.fitting_output_limit(denial.remaining);
             Err(GatewayError::BudgetExceeded(Box::new(BudgetRefusal {

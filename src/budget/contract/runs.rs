@@ -5,7 +5,7 @@
 //! every scope has room for.
 
 use super::*;
-use crate::budget::{RunScope, RunState};
+use crate::budget::{Level, RunScope, RunState};
 
 fn run(key: &Scope, cap: Option<UsdMicros>) -> RunScope {
     RunScope::new(&key.id, &unique("run"), cap)
@@ -26,8 +26,13 @@ async fn run_state(store: &BudgetStore, run: &RunScope) -> Option<RunState> {
     store.run_state(&run.id).await.unwrap()
 }
 
-fn reserved(amount: UsdMicros) -> ReserveOutcome {
-    ReserveOutcome::Reserved { amount }
+/// What a reserve held: the outcomes here are compared by it.
+fn held(outcome: ReserveOutcome) -> Option<UsdMicros> {
+    outcome.held()
+}
+
+fn reserved(amount: UsdMicros) -> Option<UsdMicros> {
+    Some(amount)
 }
 
 pub(super) async fn a_run_is_capped_inside_its_key(f: &impl Fixture) {
@@ -38,7 +43,24 @@ pub(super) async fn a_run_is_capped_inside_its_key(f: &impl Fixture) {
     assert_eq!(run_state(&store, &capped).await, None);
 
     let first = in_run(&key, Some(&org), &capped, 2_000);
-    assert_eq!(reserve(&store, &first).await, reserved(2_000));
+    let now = f.now().await;
+    // Each scope's level after the reserve, key first, for alerts.
+    let level = |kind, period_id: String, committed| Level {
+        kind,
+        period_id,
+        committed,
+    };
+    assert_eq!(
+        reserve(&store, &first).await,
+        ReserveOutcome::Reserved {
+            amount: 2_000,
+            levels: vec![
+                level(ScopeKind::Key, Period::Day.id_at(now), 2_000),
+                level(ScopeKind::Org, Period::Month.id_at(now), 2_000),
+                level(ScopeKind::Run, "total".to_owned(), 2_000),
+            ],
+        }
+    );
     // The run has 1,000 left: the next call is denied naming the run, and
     // nothing is charged anywhere.
     match reserve(&store, &in_run(&key, Some(&org), &capped, 2_000)).await {
@@ -59,9 +81,9 @@ pub(super) async fn a_run_is_capped_inside_its_key(f: &impl Fixture) {
 
     // The key still has room for calls outside the run, and for another run.
     let outside = request(&key, Some(&org), 2_000, TTL_SECS);
-    assert_eq!(reserve(&store, &outside).await, reserved(2_000));
+    assert_eq!(held(reserve(&store, &outside).await), reserved(2_000));
     let other = in_run(&key, Some(&org), &run(&key, Some(3_000)), 3_000);
-    assert_eq!(reserve(&store, &other).await, reserved(3_000));
+    assert_eq!(held(reserve(&store, &other).await), reserved(3_000));
 
     settle(&store, &first, 1_500).await;
     assert_eq!(
@@ -88,7 +110,7 @@ pub(super) async fn a_run_is_capped_inside_its_key(f: &impl Fixture) {
 
     // What the settle freed is the run's again.
     let last = in_run(&key, Some(&org), &capped, 1_500);
-    assert_eq!(reserve(&store, &last).await, reserved(1_500));
+    assert_eq!(held(reserve(&store, &last).await), reserved(1_500));
     settle(&store, &outside, 2_000).await;
     settle(&store, &other, 2_500).await;
     settle(&store, &last, 1_000).await;
@@ -99,7 +121,7 @@ pub(super) async fn a_run_without_a_cap_is_tracked_not_capped(f: &impl Fixture) 
     let key = scope(ScopeKind::Key, 10_000, Period::Day);
     let open = run(&key, None);
     let first = in_run(&key, None, &open, 9_000);
-    assert_eq!(reserve(&store, &first).await, reserved(9_000));
+    assert_eq!(held(reserve(&store, &first).await), reserved(9_000));
     // Only the key's cap applies.
     match reserve(&store, &in_run(&key, None, &open, 2_000)).await {
         ReserveOutcome::Denied(denial) => assert_eq!(denial.kind, ScopeKind::Key),
@@ -121,7 +143,7 @@ pub(super) async fn the_first_call_fixes_the_run_cap(f: &impl Fixture) {
     let key = scope(ScopeKind::Key, 10_000, Period::Day);
     let capped = run(&key, Some(3_000));
     let first = in_run(&key, None, &capped, 1_000);
-    assert_eq!(reserve(&store, &first).await, reserved(1_000));
+    assert_eq!(held(reserve(&store, &first).await), reserved(1_000));
 
     // Another cap: refused, and nothing charged or remembered.
     let dearer = RunScope {
@@ -141,7 +163,7 @@ pub(super) async fn the_first_call_fixes_the_run_cap(f: &impl Fixture) {
 
     // The same cap, or none, is the run's.
     let same = in_run(&key, None, &capped, 1_000);
-    assert_eq!(reserve(&store, &same).await, reserved(1_000));
+    assert_eq!(held(reserve(&store, &same).await), reserved(1_000));
     let unnamed = RunScope {
         cap: None,
         ..capped.clone()
@@ -157,7 +179,7 @@ pub(super) async fn the_first_call_fixes_the_run_cap(f: &impl Fixture) {
     // A run started without a cap keeps none: naming one later conflicts.
     let open = run(&key, None);
     let uncapped = in_run(&key, None, &open, 100);
-    assert_eq!(reserve(&store, &uncapped).await, reserved(100));
+    assert_eq!(held(reserve(&store, &uncapped).await), reserved(100));
     let late_cap = RunScope {
         cap: Some(1_000),
         ..open.clone()
@@ -177,11 +199,11 @@ pub(super) async fn a_range_reserve_holds_the_most_that_fits(f: &impl Fixture) {
     let key = scope(ScopeKind::Key, 10_000, Period::Day);
 
     let whole = ranged(request(&key, Some(&org), 8_000, TTL_SECS), 1_000);
-    assert_eq!(reserve(&store, &whole).await, reserved(8_000));
+    assert_eq!(held(reserve(&store, &whole).await), reserved(8_000));
     let rest = ranged(request(&key, Some(&org), 8_000, TTL_SECS), 1_000);
-    assert_eq!(reserve(&store, &rest).await, reserved(2_000));
+    assert_eq!(held(reserve(&store, &rest).await), reserved(2_000));
     // A retry gets the first answer, not what fits now.
-    assert_eq!(reserve(&store, &rest).await, reserved(2_000));
+    assert_eq!(held(reserve(&store, &rest).await), reserved(2_000));
     assert_eq!(counters(&store, &key).await, (0, 10_000));
     assert_eq!(counters(&store, &org).await, (0, 10_000));
 
@@ -202,7 +224,7 @@ pub(super) async fn a_range_reserve_holds_the_most_that_fits(f: &impl Fixture) {
     settle(&store, &whole, 1_000).await;
     let capped = run(&key, Some(2_500));
     let fitted = ranged(in_run(&key, Some(&org), &capped, 7_000), 500);
-    assert_eq!(reserve(&store, &fitted).await, reserved(2_500));
+    assert_eq!(held(reserve(&store, &fitted).await), reserved(2_500));
     // Below the least: denied with what remains.
     match reserve(
         &store,
@@ -233,7 +255,7 @@ pub(super) async fn concurrent_reserves_never_exceed_the_run_cap(f: &impl Fixtur
         .collect();
     let mut held = 0;
     for task in tasks {
-        if let ReserveOutcome::Reserved { amount } = task.await.unwrap() {
+        if let ReserveOutcome::Reserved { amount, .. } = task.await.unwrap() {
             assert!((400..=1_000).contains(&amount), "{amount}");
             held += amount;
         }
@@ -251,7 +273,7 @@ pub(super) async fn an_idle_run_is_forgotten_after_its_ttl(f: &impl Fixture) {
     let key = scope(ScopeKind::Key, 1_000_000, Period::Total);
     let capped = run(&key, Some(3_000));
     let first = in_run(&key, None, &capped, 1_000);
-    assert_eq!(reserve(&store, &first).await, reserved(1_000));
+    assert_eq!(held(reserve(&store, &first).await), reserved(1_000));
     settle(&store, &first, 800).await;
 
     // Kept for the run TTL after its last call...
@@ -272,7 +294,7 @@ pub(super) async fn an_idle_run_is_forgotten_after_its_ttl(f: &impl Fixture) {
         ..capped.clone()
     };
     let next = in_run(&key, None, &again, 5_000);
-    assert_eq!(reserve(&store, &next).await, reserved(5_000));
+    assert_eq!(held(reserve(&store, &next).await), reserved(5_000));
     settle(&store, &next, 5_000).await;
     assert_eq!(counters(&store, &key).await, (5_800, 0));
 }

@@ -10,7 +10,7 @@ use super::aggregates::Aggregates;
 use super::control::Adjustments;
 use super::{later, to_delta};
 use crate::budget::{
-    fitted_amount, Denial, LedgerEntry, LedgerStatus, OnExpiry, OpenHold, ReserveOutcome,
+    fitted_amount, Denial, LedgerEntry, LedgerStatus, Level, OnExpiry, OpenHold, ReserveOutcome,
     ReserveRequest, RunScope, Scope, ScopeKind, SettleOutcome, Settlement, StoreError,
 };
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
@@ -243,7 +243,10 @@ impl State {
             return match &record.state {
                 RecordState::Denied(denial) => ReserveOutcome::Denied(denial.clone()),
                 RecordState::Open(r) | RecordState::Expired(r, _) | RecordState::Settled(r, _) => {
-                    ReserveOutcome::Reserved { amount: r.amount }
+                    ReserveOutcome::Reserved {
+                        amount: r.amount,
+                        levels: Vec::new(),
+                    }
                 }
             };
         }
@@ -295,9 +298,15 @@ impl State {
         if let Some(claim) = claim {
             self.claims.insert(claim.to_owned(), req.exec_id.clone());
         }
+        let mut levels = Vec::with_capacity(3);
         for key in reservation.counter_keys() {
-            let counter = self.counters.entry(key).or_default();
+            let counter = self.counters.entry(key.clone()).or_default();
             counter.reserved = counter.reserved.saturating_add(amount);
+            levels.push(Level {
+                kind: key.kind,
+                period_id: key.period_id,
+                committed: counter.committed(),
+            });
         }
         if let Some(run) = &req.run {
             self.touch_run(&run.id, run.cap, now);
@@ -311,7 +320,7 @@ impl State {
                 state: RecordState::Open(reservation),
             },
         );
-        ReserveOutcome::Reserved { amount }
+        ReserveOutcome::Reserved { amount, levels }
     }
 
     /// The run as a scope with the cap its first call fixed, or, when this

@@ -21,8 +21,8 @@ use ::redis::Script;
 use chrono::{DateTime, Utc};
 
 use crate::budget::{
-    AdjustOutcome, Adjustment, Denial, LedgerStatus, OnExpiry, Period, ReserveRequest, Scope,
-    ScopeKind, SettleOutcome, Settlement, StoreError,
+    AdjustOutcome, Adjustment, Denial, LedgerStatus, Level, OnExpiry, Period, ReserveRequest,
+    Scope, ScopeKind, SettleOutcome, Settlement, StoreError,
 };
 use crate::money::UsdMicros;
 
@@ -295,6 +295,7 @@ pub(super) enum ReserveReply {
     Reserved {
         expired: usize,
         amount: UsdMicros,
+        levels: Vec<Level>,
     },
     /// The run's first call fixed another cap (`None`: none).
     RunCapConflict {
@@ -394,10 +395,24 @@ pub(super) fn reserve_reply(reply: &[String]) -> Result<ReserveReply, StoreError
     }
     let expired = number(reply, 1, SCRIPT)?;
     match field(reply, 0, SCRIPT)? {
-        "reserved" => Ok(ReserveReply::Reserved {
-            expired,
-            amount: number(reply, 2, SCRIPT)?,
-        }),
+        "reserved" => {
+            let mut levels = Vec::with_capacity(3);
+            // Kind, period id and committed counter of each scope charged,
+            // after the amount (none in the answer to a retry).
+            for at in (3..reply.len()).step_by(3) {
+                levels.push(Level {
+                    kind: ScopeKind::parse(field(reply, at, SCRIPT)?)
+                        .ok_or_else(|| bad_reply(SCRIPT, reply))?,
+                    period_id: field(reply, at + 1, SCRIPT)?.to_owned(),
+                    committed: number(reply, at + 2, SCRIPT)?,
+                });
+            }
+            Ok(ReserveReply::Reserved {
+                expired,
+                amount: number(reply, 2, SCRIPT)?,
+                levels,
+            })
+        }
         "run_cap_conflict" => Ok(ReserveReply::RunCapConflict {
             expired,
             cap: field(reply, 2, SCRIPT)?.parse().ok(),

@@ -10,9 +10,9 @@ use chrono::{DateTime, SecondsFormat, TimeDelta, TimeZone, Utc};
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::budget::{
-    fitted_amount, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, OnExpiry, Reconciliation,
-    ReserveOutcome, ReserveRequest, RunScope, RunState, Scope, ScopeKind, ScopeState,
-    SettleOutcome, Settlement, StoreError,
+    fitted_amount, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, Level, OnExpiry,
+    Reconciliation, ReserveOutcome, ReserveRequest, RunScope, RunState, Scope, ScopeKind,
+    ScopeState, SettleOutcome, Settlement, StoreError,
 };
 use crate::hosted::ToolCalls;
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
@@ -211,6 +211,7 @@ pub(super) fn reserve(
             RecordState::Denied(denial) => ReserveOutcome::Denied(denial),
             _ => ReserveOutcome::Reserved {
                 amount: record.amount,
+                levels: Vec::new(),
             },
         }));
     }
@@ -232,9 +233,11 @@ pub(super) fn reserve(
         scopes.push((run, "total"));
     }
     let mut rooms = Vec::with_capacity(scopes.len());
+    let mut before = Vec::with_capacity(scopes.len());
     for (scope, period_id) in &scopes {
         let committed = committed(conn, scope.kind, &scope.id, period_id)?;
         rooms.push(i128::from(scope.cap) - i128::from(committed));
+        before.push(committed);
     }
     let amount = fitted_amount(req.min_amount, req.amount, rooms);
     // Not even the least amount fits: the key is checked first, so when
@@ -288,8 +291,14 @@ pub(super) fn reserve(
     if let Some(denial) = denial {
         return Ok(ClaimedReserve::Ran(ReserveOutcome::Denied(denial)));
     }
-    for (scope, period_id) in &scopes {
+    let mut levels = Vec::with_capacity(scopes.len());
+    for ((scope, period_id), committed) in scopes.iter().zip(before) {
         move_counter(conn, scope.kind, &scope.id, period_id, 0, delta(amount))?;
+        levels.push(Level {
+            kind: scope.kind,
+            period_id: (*period_id).to_owned(),
+            committed: committed.saturating_add(amount),
+        });
     }
     if let Some(run) = &req.run {
         touch_run(conn, &run.id, run.cap, now_ms)?;
@@ -298,7 +307,10 @@ pub(super) fn reserve(
         conn.prepare_cached("INSERT OR REPLACE INTO claims (claim, exec_id) VALUES (?1, ?2)")?
             .execute((claim, &req.exec_id))?;
     }
-    Ok(ClaimedReserve::Ran(ReserveOutcome::Reserved { amount }))
+    Ok(ClaimedReserve::Ran(ReserveOutcome::Reserved {
+        amount,
+        levels,
+    }))
 }
 
 /// The run as a scope with the cap its first call fixed, or, when this
