@@ -20,8 +20,8 @@ of a Redis Cluster):
                                  be forgotten (ms); `run:<key>/<run>` by when that run
                                  is forgotten (its last call + the run TTL)
   KEYS[5] tg:{T}:ledger   stream one entry per settle, expiry or adjustment
-  KEYS[6] tg:{T}:agg      hash   `<day>|<key>|<model>|<metric>` spend aggregates: what the
-                                 ledger entries of that UTC day, key and model added up to
+  KEYS[6] tg:{T}:agg      hash   `<day>|<key>[/<run>]|<model>|<metric>` spend aggregates: what
+                                 the ledger entries of that UTC day, key, run and model added up to
                                  (metrics `n` calls, `in` `cin` `cw` `out` tokens, `usd`
                                  µUSD, signed); `kept_from`, `scan` the sweep's progress
                                  (see sweep.lua)
@@ -378,7 +378,8 @@ local function aggregate(rec, status, call, moved, now)
   if call then
     model = call.model
   end
-  local row = period_id('day', now) .. '|' .. rec.k .. '|' .. model .. '|'
+  -- A run's row names it after its key (`<key>/<run>`, the run's scope id).
+  local row = period_id('day', now) .. '|' .. (rec.r or rec.k) .. '|' .. model .. '|'
   local calls = '1'
   if status == 'late' or status == 'adjustment' then
     calls = '0'

@@ -304,3 +304,48 @@ async fn a_clamping_key_gets_its_limit_lowered_and_a_refusing_key_is_told_what_f
     assert_eq!(fitted.status(), StatusCode::OK);
     assert!(fitted.headers().get(CLAMPED).is_none());
 }
+
+#[tokio::test]
+async fn the_spend_report_groups_by_run() {
+    let h = start(Setup::with_admin_key(ADMIN)).await;
+    let body = limited("hi mock:tokens=5", 20);
+    for run in [Some("r-1"), Some("r-1"), None] {
+        let response = match run {
+            Some(run) => in_run(&h, ALICE, run, None, &body).await,
+            None => h.post("/v1/chat/completions", ALICE, &body).await,
+        };
+        assert_eq!(response.status(), StatusCode::OK);
+        response.bytes().await.unwrap();
+    }
+    h.settled().await;
+    let report: Value = h
+        .client()
+        .get(format!("{}/admin/v1/spend?group_by=run", h.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(report["group_by"], "run");
+    let groups: Vec<(String, u64)> = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["group"].as_str().unwrap().to_owned(),
+                row["calls"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(groups, [(String::new(), 1), ("alice/r-1".to_owned(), 2)]);
+    let in_run_cost: i64 = h
+        .ledger()
+        .iter()
+        .filter(|e| e.run.is_some())
+        .map(|e| e.actual)
+        .sum();
+    assert_eq!(report["rows"][1]["cost_usd_micros"], in_run_cost);
+}

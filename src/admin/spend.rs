@@ -1,5 +1,5 @@
 //! `GET /admin/v1/spend`: spend, tokens and calls grouped by key, org,
-//! model or day, from the day aggregates the stores keep in the same
+//! model, run or day, from the day aggregates the stores keep in the same
 //! atomic step as the counters, so a report never reads raw ledger
 //! entries (which are folded away after their retention).
 
@@ -19,6 +19,9 @@ enum GroupBy {
     Key,
     Org,
     Model,
+    /// `<key>/<run>`: run ids are the clients' own, unique only within a
+    /// key; calls outside a run are grouped under `""`.
+    Run,
     Day,
 }
 
@@ -47,7 +50,7 @@ impl Totals {
 const COLUMNS: &str =
     "group,calls,input_tokens,cached_input_tokens,cache_write_tokens,output_tokens,cost_usd_micros";
 
-/// `GET /admin/v1/spend?group_by=key|org|model|day[&key=][&org=][&from=]
+/// `GET /admin/v1/spend?group_by=key|org|model|run|day[&key=][&org=][&from=]
 /// [&to=][&format=csv]`: days are UTC dates, `from` and `to` inclusive;
 /// by default the current month to today.
 pub async fn report(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
@@ -56,15 +59,10 @@ pub async fn report(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
         Some("org") => GroupBy::Org,
         Some("model") => GroupBy::Model,
         Some("day") => GroupBy::Day,
-        Some("run") => {
-            return Err(AdminError::bad(
-                "group_by=run: this gateway does not track agent runs",
-                Some("group_by"),
-            ))
-        }
+        Some("run") => GroupBy::Run,
         Some(other) => {
             return Err(AdminError::bad(
-                format!("group_by must be key, org, model or day, not {other:?}"),
+                format!("group_by must be key, org, model, run or day, not {other:?}"),
                 Some("group_by"),
             ))
         }
@@ -108,6 +106,8 @@ pub async fn report(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
             GroupBy::Key => row.key.clone(),
             GroupBy::Org => row.org.clone().unwrap_or_default(),
             GroupBy::Model => row.model.clone(),
+            GroupBy::Run if row.run.is_empty() => String::new(),
+            GroupBy::Run => format!("{}/{}", row.key, row.run),
             GroupBy::Day => row.day.clone(),
         };
         groups.entry(group).or_default().add(row);
@@ -155,6 +155,7 @@ pub async fn report(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
             GroupBy::Key => "key",
             GroupBy::Org => "org",
             GroupBy::Model => "model",
+            GroupBy::Run => "run",
             GroupBy::Day => "day",
         },
         "rows": rows,

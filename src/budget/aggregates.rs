@@ -1,11 +1,12 @@
-//! Spend aggregates: per UTC day, key and model, what the ledger entries
+//! Spend aggregates: per UTC day, key, run and model, what the ledger entries
 //! of that day added up to, kept by every store in the same atomic step
 //! as the counters and the ledger entry itself. A spend report reads these
 //! rows, never the raw ledger, which is folded away after its retention;
 //! the rows themselves are kept `store.aggregate_retention_days`.
 //!
 //! Each ledger entry adds to one row, the one of its day (the store's
-//! clock when it was written), key and model:
+//! clock when it was written), key, run (none for a call outside a run)
+//! and model:
 //!
 //! - `calls` +1 for a settle on time and for an expiry, +0 for a late
 //!   settle (its call was counted when it expired);
@@ -37,7 +38,7 @@ pub struct SpendQuery {
     pub org: Option<String>,
 }
 
-/// One aggregate row: a day, a key and a model.
+/// One aggregate row: a day, a key, a run and a model.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpendRow {
     /// `YYYY-MM-DD`, UTC.
@@ -45,6 +46,8 @@ pub struct SpendRow {
     pub key: String,
     /// The key's org; fixed for a key, so one per row.
     pub org: Option<String>,
+    /// The run id the client named (`x-tollgate-run`); `""` outside a run.
+    pub run: String,
     /// `""` for adjustments, and for expiries of reservations recorded
     /// without a model (see the module docs).
     pub model: String,
@@ -75,6 +78,7 @@ impl SpendRow {
             day: day_of(entry.at),
             key: entry.key.clone(),
             org: entry.org.clone(),
+            run: entry.run.clone().unwrap_or_default(),
             model: entry.model.clone(),
             ..SpendRow::default()
         }
@@ -95,8 +99,8 @@ impl SpendRow {
     }
 
     /// The order rows are reported in.
-    pub fn sort_key(&self) -> (&str, &str, &str) {
-        (&self.day, &self.key, &self.model)
+    pub fn sort_key(&self) -> (&str, &str, &str, &str) {
+        (&self.day, &self.key, &self.run, &self.model)
     }
 }
 

@@ -245,6 +245,7 @@ macro_rules! contract_tests {
             a_range_reserve_holds_the_most_that_fits,
             concurrent_reserves_never_exceed_the_run_cap,
             an_idle_run_is_forgotten_after_its_ttl,
+            spend_rows_carry_the_run,
             );
             mod release {
                 use super::*;

@@ -5,7 +5,7 @@
 //! every scope has room for.
 
 use super::*;
-use crate::budget::{Level, RunScope, RunState};
+use crate::budget::{Level, RunScope, RunState, SpendQuery};
 
 fn run(key: &Scope, cap: Option<UsdMicros>) -> RunScope {
     RunScope::new(&key.id, &unique("run"), cap)
@@ -297,4 +297,30 @@ pub(super) async fn an_idle_run_is_forgotten_after_its_ttl(f: &impl Fixture) {
     assert_eq!(held(reserve(&store, &next).await), reserved(5_000));
     settle(&store, &next, 5_000).await;
     assert_eq!(counters(&store, &key).await, (5_800, 0));
+}
+
+pub(super) async fn spend_rows_carry_the_run(f: &impl Fixture) {
+    let store = f.store();
+    let key = scope(ScopeKind::Key, 1_000_000, Period::Day);
+    let capped = run(&key, Some(100_000));
+    let inside = in_run(&key, None, &capped, 1_000);
+    let outside = request(&key, None, 1_000, TTL_SECS);
+    for req in [&inside, &outside] {
+        assert!(reserve(&store, req).await.is_reserved());
+    }
+    settle(&store, &inside, 700).await;
+    settle(&store, &outside, 300).await;
+    let today = f.now().await.date_naive();
+    let query = SpendQuery {
+        from: today,
+        to: today,
+        key: Some(key.id.clone()),
+        org: None,
+    };
+    let rows = store.spend(&store.tags(), &query).await.unwrap();
+    let by_run: Vec<(&str, u64, i64)> = rows
+        .iter()
+        .map(|row| (row.run.as_str(), row.calls, row.cost_usd_micros))
+        .collect();
+    assert_eq!(by_run, [("", 1, 300), (capped.run_id(), 1, 700)]);
 }

@@ -10,9 +10,9 @@ use crate::budget::aggregates::{day_id, SpendQuery, SpendRow, DEFAULT_AGGREGATE_
 use crate::budget::LedgerEntry;
 
 pub(super) struct Aggregates {
-    /// By (day, key, model): day first, so rows sort in report order and
-    /// the oldest days come first.
-    rows: BTreeMap<(String, String, String), SpendRow>,
+    /// By (day, key, run, model): day first, so rows sort in report order
+    /// and the oldest days come first.
+    rows: BTreeMap<(String, String, String, String), SpendRow>,
     /// How many days back the sweep keeps rows.
     pub(super) retention_days: u32,
 }
@@ -30,21 +30,34 @@ impl Aggregates {
     /// Adds one ledger entry to its row.
     pub(super) fn add(&mut self, entry: &LedgerEntry) {
         let row = SpendRow::for_entry(entry);
-        let id = (row.day.clone(), row.key.clone(), row.model.clone());
+        let id = (
+            row.day.clone(),
+            row.key.clone(),
+            row.run.clone(),
+            row.model.clone(),
+        );
         self.rows.entry(id).or_insert(row).add(entry);
     }
 
     /// Drops the rows of days before `first_kept` (`YYYY-MM-DD`).
     pub(super) fn drop_before(&mut self, first_kept: &str) {
-        let kept = self
-            .rows
-            .split_off(&(first_kept.to_owned(), String::new(), String::new()));
+        let kept = self.rows.split_off(&(
+            first_kept.to_owned(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ));
         self.rows = kept;
     }
 
-    /// The rows `query` wants, in (day, key, model) order.
+    /// The rows `query` wants, in (day, key, run, model) order.
     pub(super) fn spend(&self, query: &SpendQuery) -> Vec<SpendRow> {
-        let from = (day_id(query.from), String::new(), String::new());
+        let from = (
+            day_id(query.from),
+            String::new(),
+            String::new(),
+            String::new(),
+        );
         let to = day_id(query.to);
         self.rows
             .range(from..)

@@ -2,12 +2,14 @@
 //! `tg:{T}:agg`, which every script that books a ledger entry also moves
 //! (`aggregate` in `lua/common.lua`), and the sweep trims by day.
 //!
-//! One field per row and metric, `<day>|<key>|<model>|<metric>`, each moved
+//! One field per row and metric, `<day>|<key>|<model>|<metric>`, or
+//! `<day>|<key>/<run>|<model>|<metric>` for a call in a run, each moved
 //! by HINCRBY: a settle adds three to six small increments (a metric that
 //! does not move is not written), and no read or decode of a packed value.
 //! The metrics: `n` calls, `in`, `cin`, `cw`, `out` token counts, `usd` the
-//! cost in µUSD (signed). Day and metric have no `|`, and key ids neither,
-//! so a model with `|` in its name still reads back whole. Fields that do
+//! cost in µUSD (signed). Day and metric have no `|`, and key and run ids
+//! neither (nor key ids a `/`), so a model with `|` in its name still
+//! reads back whole. Fields that do
 //! not start with a day (the sweep's own `kept_from` and `scan`) are not
 //! rows. The row's org is not stored: it is the tag's (see `tag_for`).
 
@@ -24,7 +26,7 @@ pub(super) async fn spend(
     tags: &[String],
     query: &SpendQuery,
 ) -> Result<Vec<SpendRow>, StoreError> {
-    let mut rows: BTreeMap<(String, String, String), SpendRow> = BTreeMap::new();
+    let mut rows: BTreeMap<(String, String, String, String), SpendRow> = BTreeMap::new();
     for tag in tags {
         let org = org_of(tag);
         if query
@@ -40,17 +42,24 @@ pub(super) async fn spend(
             .call(policy, "read spend aggregates", Request::Command(&hgetall))
             .await?;
         for (field, value) in fields {
-            let Some((day, key, model, metric)) = parse_field(&field) else {
+            let Some((day, scope, model, metric)) = parse_field(&field) else {
                 continue;
             };
+            let (key, run) = scope.split_once('/').unwrap_or((scope, ""));
             if !query.matches(day, key, org) {
                 continue;
             }
-            let id = (day.to_owned(), key.to_owned(), model.to_owned());
+            let id = (
+                day.to_owned(),
+                key.to_owned(),
+                run.to_owned(),
+                model.to_owned(),
+            );
             let row = rows.entry(id).or_insert_with(|| SpendRow {
                 day: day.to_owned(),
                 key: key.to_owned(),
                 org: org.map(str::to_owned),
+                run: run.to_owned(),
                 model: model.to_owned(),
                 ..SpendRow::default()
             });

@@ -1,5 +1,5 @@
 //! The SQLite store's spend aggregates (see `budget::aggregates`): the
-//! `aggregates` table, one row per day, key and model, upserted by every
+//! `aggregates` table, one row per day, key, run and model, upserted by every
 //! ledger entry in the entry's own transaction, so a row never disagrees
 //! with the ledger it sums. Rows of days older than the aggregate
 //! retention are deleted by the sweep.
@@ -15,9 +15,9 @@ type Sql<T> = rusqlite::Result<T>;
 pub(super) fn add(conn: &Connection, entry: &LedgerEntry) -> Sql<()> {
     conn.prepare_cached(
         "INSERT INTO aggregates (day, key, org, model, calls, input_tokens, cached_input_tokens,
-             cache_write_tokens, output_tokens, cost_usd_micros)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-         ON CONFLICT (day, key, model) DO UPDATE SET
+             cache_write_tokens, output_tokens, cost_usd_micros, run)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+         ON CONFLICT (day, key, run, model) DO UPDATE SET
              calls = calls + excluded.calls,
              input_tokens = input_tokens + excluded.input_tokens,
              cached_input_tokens = cached_input_tokens + excluded.cached_input_tokens,
@@ -36,6 +36,7 @@ pub(super) fn add(conn: &Connection, entry: &LedgerEntry) -> Sql<()> {
         entry.usage.cache_write,
         entry.usage.output,
         entry.actual,
+        entry.run.as_deref().unwrap_or_default(),
     ])?;
     Ok(())
 }
@@ -46,16 +47,17 @@ pub(super) fn drop_before(conn: &Connection, first_kept: &str) -> Sql<usize> {
         .execute([first_kept])
 }
 
-/// The rows `query` wants, by day, key and model (the primary key's order).
+/// The rows `query` wants, by day, key, run and model (the primary key's
+/// order).
 pub(super) fn spend(conn: &Connection, query: &SpendQuery) -> Sql<Vec<SpendRow>> {
     let mut statement = conn.prepare_cached(
         "SELECT day, key, org, model, calls, input_tokens, cached_input_tokens,
-                cache_write_tokens, output_tokens, cost_usd_micros
+                cache_write_tokens, output_tokens, cost_usd_micros, run
            FROM aggregates
           WHERE day BETWEEN ?1 AND ?2
             AND (?3 IS NULL OR key = ?3)
             AND (?4 IS NULL OR org = ?4)
-          ORDER BY day, key, model",
+          ORDER BY day, key, run, model",
     )?;
     let rows = statement.query_map(
         (day_id(query.from), day_id(query.to), &query.key, &query.org),
@@ -64,6 +66,7 @@ pub(super) fn spend(conn: &Connection, query: &SpendQuery) -> Sql<Vec<SpendRow>>
                 day: row.get(0)?,
                 key: row.get(1)?,
                 org: row.get(2)?,
+                run: row.get(10)?,
                 model: row.get(3)?,
                 calls: row.get(4)?,
                 input_tokens: row.get(5)?,

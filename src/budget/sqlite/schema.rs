@@ -186,7 +186,8 @@ ALTER TABLE reservations ADD COLUMN model TEXT;   -- the call's model
 
 /// Agent runs: a third scope inside a key (`counters` rows of kind `run`,
 /// id `<key>/<run>`, period `total`), its cap and last call, and the run
-/// on every reservation and ledger entry.
+/// on every reservation, ledger entry and spend aggregate row (the table
+/// is rebuilt: the run joins its primary key; rows before it had none).
 const TO_6: &str = "
 CREATE TABLE runs (
     id             TEXT PRIMARY KEY,   -- `<key id>/<run id>`
@@ -195,6 +196,28 @@ CREATE TABLE runs (
 ) STRICT;
 ALTER TABLE reservations ADD COLUMN run_id TEXT;   -- `<key id>/<run id>`
 ALTER TABLE ledger ADD COLUMN run TEXT;            -- the run id the client named
+
+CREATE TABLE aggregates_by_run (
+    day                 TEXT    NOT NULL,
+    key                 TEXT    NOT NULL,
+    org                 TEXT,
+    run                 TEXT    NOT NULL,   -- the run id the client named; '' outside a run
+    model               TEXT    NOT NULL,
+    calls               INTEGER NOT NULL,
+    input_tokens        INTEGER NOT NULL,
+    cached_input_tokens INTEGER NOT NULL,
+    cache_write_tokens  INTEGER NOT NULL,
+    output_tokens       INTEGER NOT NULL,
+    cost_usd_micros     INTEGER NOT NULL,
+    PRIMARY KEY (day, key, run, model)
+) WITHOUT ROWID;
+INSERT INTO aggregates_by_run (day, key, org, run, model, calls, input_tokens,
+    cached_input_tokens, cache_write_tokens, output_tokens, cost_usd_micros)
+SELECT day, key, org, '', model, calls, input_tokens, cached_input_tokens,
+       cache_write_tokens, output_tokens, cost_usd_micros
+  FROM aggregates;
+DROP TABLE aggregates;
+ALTER TABLE aggregates_by_run RENAME TO aggregates;
 ";
 
 /// Why the store's file could not be opened.

@@ -643,8 +643,8 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
         .unwrap();
         conn.execute_batch(
             "CREATE TEMP TABLE aggregates (day, key, org, model, calls, input_tokens,
-                 cached_input_tokens, cache_write_tokens, output_tokens, cost_usd_micros,
-                 PRIMARY KEY (day, key, model))",
+                 cached_input_tokens, cache_write_tokens, output_tokens, cost_usd_micros, run,
+                 PRIMARY KEY (day, key, run, model))",
         )
         .unwrap();
         books::reserve(&conn, rules, &request("a", 4_000), None, start).unwrap();
@@ -692,6 +692,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
             day: "2026-11-29".to_owned(),
             key: "alice".to_owned(),
             org: None,
+            run: String::new(),
             model: "gpt-4o-mini".to_owned(),
             calls: 2,
             input_tokens: 20,
