@@ -82,6 +82,13 @@ pub struct StoreConfig {
     /// How long a settled or denied call's record is kept for retries.
     pub closed_record: Duration,
     pub on_expiry: OnExpiry,
+    /// Redis only: the SQLite file this gateway drains the ledger stream
+    /// into (relative paths resolved against the config file's
+    /// directory); `None`: this gateway does not drain.
+    pub ledger_sink: Option<PathBuf>,
+    /// Redis only: how long a ledger entry waits in the stream for a sink
+    /// before the sweep folds it without one.
+    pub ledger_buffer: Duration,
 }
 
 #[derive(Clone, Debug)]

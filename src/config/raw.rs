@@ -55,6 +55,8 @@ pub(super) struct RawStore {
     pub aggregate_retention_days: Option<u64>,
     pub closed_record_secs: Option<u64>,
     pub on_expiry: Option<String>,
+    pub ledger_sink_path: Option<String>,
+    pub ledger_buffer_hours: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
