@@ -365,7 +365,7 @@ impl UnsweptGateway {
             url.expose(),
             tls,
             config.store.settle_epsilon,
-            config.store.ledger_retention,
+            config.store.ledger_buffer,
             config.store.on_expiry,
         )
         .await
