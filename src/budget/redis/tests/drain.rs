@@ -8,7 +8,11 @@ use super::*;
 const HOUR: Duration = Duration::from_secs(3_600);
 
 async fn connect(ledger_buffer: Duration) -> RedisStore {
-    RedisStore::connect(SHARED_URL, 0, ledger_buffer, OnExpiry::Charge)
+    connect_to(SHARED_URL, ledger_buffer).await
+}
+
+async fn connect_to(url: &str, ledger_buffer: Duration) -> RedisStore {
+    RedisStore::connect(url, 0, ledger_buffer, OnExpiry::Charge)
         .await
         .unwrap()
 }
@@ -46,7 +50,19 @@ async fn books(store: &RedisStore, tag: &str) -> Vec<(ScopeKind, i64, i64)> {
 
 #[tokio::test]
 async fn the_drain_folds_exactly_the_entries_the_sink_acknowledged() {
-    let store = connect(DEFAULT_LEDGER_RETENTION).await;
+    drains_exactly_what_was_acknowledged(SHARED_URL).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_folds_exactly_the_entries_the_sink_acknowledged_on_a_cluster() {
+    let url = tokio::task::spawn_blocking(|| cluster().url())
+        .await
+        .unwrap();
+    drains_exactly_what_was_acknowledged(&url).await;
+}
+
+async fn drains_exactly_what_was_acknowledged(url: &str) {
+    let store = connect_to(url, DEFAULT_LEDGER_RETENTION).await;
     let key = key_scope(1_000_000);
     let org = org_scope();
     let tag = org.id.clone();
@@ -84,7 +100,7 @@ async fn the_drain_folds_exactly_the_entries_the_sink_acknowledged() {
         store.fold_drained(&tag, through, page.len()).await.unwrap(),
         0
     );
-    let second = connect(DEFAULT_LEDGER_RETENTION).await;
+    let second = connect_to(url, DEFAULT_LEDGER_RETENTION).await;
     assert_eq!(
         second
             .fold_drained(&tag, through, page.len())
