@@ -71,13 +71,17 @@ fn sink_rows(sink: &Path, key: &str) -> Vec<(String, String, i64)> {
     if !sink.is_file() {
         return Vec::new();
     }
-    let conn = rusqlite::Connection::open(sink).unwrap();
+    let conn =
+        rusqlite::Connection::open_with_flags(sink, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
+            .unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
-    let mut query = conn
-        .prepare(
-            "SELECT exec_id, status, actual_usd_micros FROM ledger WHERE key = ?1 ORDER BY seq",
-        )
-        .unwrap();
+    let query = conn.prepare(
+        "SELECT exec_id, status, actual_usd_micros FROM ledger WHERE key = ?1 ORDER BY seq",
+    );
+    // The gateway may have made the file and not yet its table.
+    let Ok(mut query) = query else {
+        return Vec::new();
+    };
     query
         .query_map([key], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
         .unwrap()
