@@ -1,6 +1,6 @@
 --[[ sweep.lua — expire due reservations, forget old closed records, fold
-old ledger entries into their counters' folded sums, and drop spend
-aggregate rows past their retention.
+ledger entries past the ledger buffer into their counters' folded sums
+(`fold`, fold.lua), and drop spend aggregate rows past their retention.
 
 KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
@@ -9,15 +9,16 @@ KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, led
 ARGV:
   1 limit: at most this many of each kind of work per call, so one call
     never blocks Redis for long; the caller repeats while `more` is '1'
-  2 ledger retention (ms)
+  2 ledger buffer (ms): how long an entry waits in the stream for a sink
+    (drain.lua) before it is folded without one
   3 on_expiry: 'charge' | 'release', what each expired reservation is
     charged (see common.lua)
   4 aggregate retention (whole days): rows of days before today minus
     this many are deleted
 Returns: {expired, forgotten, folded, more, dropped}
   `dropped` counts the aggregate fields deleted.
-Ledger retention: entries are trimmed by age in whole hours (an entry goes
-once the hour it falls in is older than the retention), so trims are rare
+Ledger buffer: entries are trimmed by age in whole hours (an entry goes
+once the hour it falls in is older than the buffer), so trims are rare
 and a reader paging through the ledger can notice one (`folds` changes) and
 start again. Before an entry is trimmed, its actual is added to the `:f`
 field of each scope and period it charged, in this same script, so
@@ -35,7 +36,7 @@ every key touched is in KEYS.
 ]]
 
 local limit = int_arg(ARGV[1], 'sweep limit')
-local retention = int_arg(ARGV[2], 'ledger retention')
+local retention = int_arg(ARGV[2], 'ledger buffer')
 local on_expiry = on_expiry_arg(ARGV[3])
 local aggregate_days = int_arg(ARGV[4], 'aggregate retention')
 
@@ -66,31 +67,10 @@ if limit > 0 then
     entries = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', fmt(limit))
   end
 end
-local folded = 0
-local last_id = nil
-for _, item in ipairs(entries) do
-  local entry = {}
-  local values = item[2]
-  for i = 1, #values, 2 do
-    entry[values[i]] = values[i + 1]
-  end
-  if tonumber(entry.at) >= cutoff then
-    break
-  end
-  local actual = tonumber(entry.act)
-  add(counter_field('key', entry.key, entry.kp) .. ':f', actual)
-  if entry.org then
-    add(counter_field('org', entry.org, entry.op) .. ':f', actual)
-  end
-  folded = folded + 1
-  last_id = item[1]
-end
-if last_id then
-  -- MINID trims every entry below it: exactly the ones folded above.
-  local ms, seq = string.match(last_id, '^(%d+)-(%d+)$')
-  redis.call('XTRIM', KEYS[5], 'MINID', ms .. '-' .. fmt(tonumber(seq) + 1))
-  redis.call('HINCRBY', KEYS[1], 'folds', '1')
-end
+-- Folds the entries booked before the cutoff, the oldest first.
+local folded = fold(entries, function(entry)
+  return tonumber(entry.at) >= cutoff
+end)
 
 -- One step of the pass dropping aggregate rows of days before the first
 -- kept one; returns how many fields it deleted and whether the pass goes on.

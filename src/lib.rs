@@ -26,7 +26,8 @@
 //!   models' tokens with [`tokenizer`]; [`usage`] reads token usage from
 //!   bodies and SSE events; [`sse`] splits an event stream in one pass.
 //! - [`budget`] is the reserve/settle protocol and its stores; [`sweep`]
-//!   expires what crashed calls left; [`reconcile`] proves the books.
+//!   expires what crashed calls left; [`drain`] moves the Redis ledger to
+//!   a durable sink; [`reconcile`] proves the books.
 //! - [`metrics`] counts reserves, settlements and store calls for
 //!   `GET /metrics`; [`config`] loads and checks the TOML config.
 //! - Leaves, importing nothing of ours: [`money`] (integer micro-USD),
@@ -46,6 +47,7 @@ pub mod body;
 pub mod budget;
 pub mod config;
 pub mod directory;
+pub mod drain;
 pub mod endpoints;
 pub mod error;
 pub mod estimate;

@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tollgate::budget::{self, BudgetStore};
 use tollgate::config::{hash_key, Config};
 use tollgate::gateway::Gateway;
-use tollgate::{admin_cli, reconcile, server, sweep};
+use tollgate::{admin_cli, drain, reconcile, server, sweep};
 use tollgate_mock::{MockOptions, MockStats};
 
 /// `tollgate reconcile` could not tell whether the books balance.
@@ -252,6 +252,7 @@ async fn serve(path: PathBuf) -> Result<(), String> {
         gateway.metrics.clone(),
         Duration::from_secs(1),
     );
+    let _drain = start_drain(&gateway);
     server::raise_open_files_limit();
     let listener = TcpListener::bind(listen)
         .await
@@ -281,6 +282,30 @@ async fn serve(path: PathBuf) -> Result<(), String> {
     server::run(listeners, gateway, shutdown_signal())
         .await
         .map_err(|e| e.to_string())
+}
+
+/// On Redis, the ledger drain if this gateway has a sink; without one, the
+/// start-up log says what becomes of the ledger.
+fn start_drain(gateway: &Gateway) -> Option<budget::SweeperGuard> {
+    let BudgetStore::Redis(redis) = &gateway.store else {
+        return None;
+    };
+    let store = &gateway.config.store;
+    let Some(sink) = &store.ledger_sink else {
+        tracing::info!(
+            buffer_hours = store.ledger_buffer.as_secs() / 3600,
+            "ledger: no store.ledger_sink_path on this gateway, so it does not drain; entries \
+             no other gateway drains stay in Redis store.ledger_buffer_hours, then are folded \
+             into their counters' sums and dropped"
+        );
+        return None;
+    };
+    Some(drain::spawn(
+        redis.clone(),
+        sink.clone(),
+        gateway.metrics.clone(),
+        Duration::from_secs(1),
+    ))
 }
 
 async fn open_store(config: &Config, path: &Path) -> Result<BudgetStore, String> {

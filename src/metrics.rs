@@ -17,9 +17,12 @@
 //! | `tollgate_store_call_duration_seconds` | `op` | store call latency, retries included |
 //! | `tollgate_store_errors_total` | `op` | store calls that failed (unreachable, timed out, or a script refused its arguments) |
 //! | `tollgate_requests_total` | `route`, `status` | HTTP responses by route and status |
+//! | `tollgate_ledger_drained_total` | | Redis ledger entries this gateway wrote to its ledger sink for the first time |
+//! | `tollgate_ledger_sink_errors_total` | | failed attempts to open or write the ledger sink (each leaves the entries in Redis) |
+//! | `tollgate_ledger_undrained_age_seconds` | | age of the oldest entry this gateway's drain saw waiting in a Redis ledger stream; only on a gateway with a ledger sink |
 //!
 //! `op` is one of `reserve`, `settle`, `state`, `ping`, `sweep`,
-//! `open_reservations`. A settle that answers "unknown reservation",
+//! `open_reservations`, `drain` (the ledger drain's Redis calls). A settle that answers "unknown reservation",
 //! "ownership mismatch" or "out of range" (2^53) is the store's answer
 //! about that call, not a store failure, and is not counted as a store
 //! error; a script refusing its arguments (the gateway and the scripts
@@ -47,6 +50,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 use http::StatusCode;
@@ -86,16 +90,20 @@ pub enum StoreOp {
     Sweep,
     /// Counting the open reservations for a scrape, over every tag.
     OpenReservations,
+    /// The ledger drain reading a page of a tag's stream, or folding one
+    /// its sink committed.
+    Drain,
 }
 
 impl StoreOp {
-    const ALL: [StoreOp; 6] = [
+    const ALL: [StoreOp; 7] = [
         StoreOp::Reserve,
         StoreOp::Settle,
         StoreOp::State,
         StoreOp::Ping,
         StoreOp::Sweep,
         StoreOp::OpenReservations,
+        StoreOp::Drain,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -106,6 +114,7 @@ impl StoreOp {
             StoreOp::Ping => "ping",
             StoreOp::Sweep => "sweep",
             StoreOp::OpenReservations => "open_reservations",
+            StoreOp::Drain => "drain",
         }
     }
 
@@ -155,8 +164,13 @@ pub struct Metrics {
     charged: Counter,
     absurd_usage: Counter,
     /// Indexed by [`StoreOp::index`].
-    store_latency: [Histogram; 6],
-    store_errors: [Counter; 6],
+    store_latency: [Histogram; 7],
+    store_errors: [Counter; 7],
+    ledger_drained: Counter,
+    ledger_sink_errors: Counter,
+    /// Seconds; -1 on a gateway that does not drain, which then leaves
+    /// the gauge out of its scrapes.
+    ledger_undrained_age: AtomicI64,
     /// Statuses are only known as responses go out; a new (route, status)
     /// pair takes the family's lock once, later ones only read it.
     requests: Family<RequestLabels, Counter>,
@@ -234,6 +248,20 @@ impl Metrics {
         );
         let by_op = |op: StoreOp| StoreLabels { op: op.as_str() };
 
+        let ledger_drained = Counter::default();
+        registry.register(
+            "ledger_drained",
+            "Redis ledger entries this gateway wrote to its ledger sink for the first time",
+            ledger_drained.clone(),
+        );
+        let ledger_sink_errors = Counter::default();
+        registry.register(
+            "ledger_sink_errors",
+            "Failed attempts to open or write the ledger sink; the entries stay in Redis \
+             (at most store.ledger_buffer_hours)",
+            ledger_sink_errors.clone(),
+        );
+
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "requests",
@@ -258,8 +286,31 @@ impl Metrics {
             store_latency: StoreOp::ALL.map(|op| latency.get_or_create_owned(&by_op(op))),
             store_errors: StoreOp::ALL.map(|op| errors.get_or_create_owned(&by_op(op))),
             requests,
+            ledger_drained,
+            ledger_sink_errors,
+            ledger_undrained_age: AtomicI64::new(-1),
             registry,
         }
+    }
+
+    /// Counts ledger entries the sink took for the first time.
+    pub fn count_drained(&self, entries: usize) {
+        self.ledger_drained
+            .inc_by(u64::try_from(entries).unwrap_or(u64::MAX));
+    }
+
+    /// Counts one failed attempt to open or write the ledger sink.
+    pub fn count_sink_error(&self) {
+        self.ledger_sink_errors.inc();
+    }
+
+    /// The age of the oldest ledger entry the drain saw waiting for its
+    /// sink, in seconds (0 when it is all drained).
+    pub fn set_undrained_age(&self, seconds: u64) {
+        self.ledger_undrained_age.store(
+            i64::try_from(seconds).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     /// Runs one store call, recording its latency and whether the store
@@ -381,6 +432,16 @@ impl Metrics {
              restarted without its data) or its layout is newer than this binary's",
             gauge(i64::from(failed_closed)),
         );
+        let undrained_age = self.ledger_undrained_age.load(Ordering::Relaxed);
+        if undrained_age >= 0 {
+            now.register_with_unit(
+                "ledger_undrained_age",
+                "Age of the oldest entry this gateway's drain saw waiting in a Redis ledger \
+                 stream for the ledger sink; 0 when all is drained",
+                Unit::Seconds,
+                gauge(undrained_age),
+            );
+        }
         if let Some((count, amount)) = open {
             now.register(
                 "open_reservations",

@@ -50,6 +50,9 @@ pub enum Store {
     Memory,
     Redis {
         url: String,
+        /// The ledger sink file, named relative to the config (so in the
+        /// run's temp dir); `None`: the gateway does not drain.
+        sink: Option<String>,
     },
     /// A file named relative to the config, so in the run's temp dir.
     Sqlite {
@@ -136,7 +139,15 @@ impl RunFiles {
         };
         let store_section = match store {
             Store::Memory => "backend = \"memory\"".to_owned(),
-            Store::Redis { url } => format!("backend = \"redis\"\nredis_url = \"{url}\""),
+            Store::Redis { url, sink: None } => {
+                format!("backend = \"redis\"\nredis_url = \"{url}\"")
+            }
+            Store::Redis {
+                url,
+                sink: Some(sink),
+            } => {
+                format!("backend = \"redis\"\nredis_url = \"{url}\"\nledger_sink_path = \"{sink}\"")
+            }
             Store::Sqlite { file } => format!("backend = \"sqlite\"\nsqlite_path = \"{file}\""),
         };
         // Only when asked: the config-key run stays the gateway as it was.

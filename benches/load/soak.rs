@@ -234,12 +234,19 @@ fn soak(plan: &SoakPlan, store: SoakStore, runtime: &Runtime) -> Result<SoakRun,
     };
     let (config_store, file) = match store {
         SoakStore::Memory => (Store::Memory, None),
-        SoakStore::Redis => (
-            Store::Redis {
-                url: plan.redis_url.clone(),
-            },
-            None,
-        ),
+        // Drained into a sink, as production runs it: the ledger leaves
+        // Redis within seconds, and the sink file's size is read like the
+        // SQLite store's.
+        SoakStore::Redis => {
+            let sink = "g-soak-ledger.db".to_owned();
+            (
+                Store::Redis {
+                    url: plan.redis_url.clone(),
+                    sink: Some(sink.clone()),
+                },
+                Some(sink),
+            )
+        }
         SoakStore::Sqlite => {
             let file = "gs-soak.db".to_owned();
             (Store::Sqlite { file: file.clone() }, Some(file))

@@ -180,9 +180,15 @@ pub fn summary(plan: &SoakPlan, soak: &SoakRun) -> Summary {
         let file = trend(plan, soak, |r| {
             r.file_bytes.map(|(db, wal)| (db + wal) as f64)
         });
+        // On Redis, the file is the ledger sink the gateway drains into.
+        let what = if soak.store == SoakStore::Redis {
+            "ledger sink"
+        } else {
+            "SQLite"
+        };
         let _ = writeln!(
             out,
-            "  SQLite at the end: file {}, log {}; file and log after the retry horizon: {}",
+            "  {what} at the end: file {}, log {}; file and log after the retry horizon: {}",
             mb(db as f64),
             mb(wal as f64),
             trend_text(&file),

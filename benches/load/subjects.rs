@@ -125,6 +125,7 @@ pub fn start(
         None => {
             let store = Store::Redis {
                 url: redis_url.to_owned(),
+                sink: None,
             };
             match gateway(files, "G", phase, &store, upstreams, admin) {
                 Ok(subject) => {

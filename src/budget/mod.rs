@@ -23,6 +23,9 @@
 //!   counters by its actual cost less what expiry charged.
 //! - Ledger entries older than the ledger retention are folded into their
 //!   counters' folded sums, so `counter == folded + Σ ledger + Σ open`.
+//!   On Redis the stream is only a buffer: entries are folded as soon as
+//!   a durable sink has them (`RedisStore::fold_drained`), or once older
+//!   than the ledger buffer when none took them.
 //! - `adjust` is an operator's refund or credit: it moves the `spent` of
 //!   the key and its org in their current periods and books an
 //!   `adjustment` entry, all or nothing, once per exec id.
@@ -69,7 +72,7 @@ use records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 pub const DEFAULT_CLOSED_RECORD: Duration = Duration::from_secs(120);
 
 /// How long a ledger entry is kept before it is folded into its counters'
-/// folded sums (and, on Redis, trimmed from the stream).
+/// folded sums (the Redis store takes its ledger buffer instead).
 pub const DEFAULT_LEDGER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// How long a run is remembered after its last call (`store.run_ttl_hours`).

@@ -56,7 +56,7 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
                 url.expose(),
                 tls,
                 store.settle_epsilon,
-                store.ledger_retention,
+                store.ledger_buffer,
                 store.on_expiry,
             )
             .await?

@@ -25,10 +25,14 @@
 //! passed in `KEYS`, which a Redis Cluster forbids. A fixed set of keys per
 //! tag keeps every script in one slot with every key declared.
 //!
-//! Ledger entries older than the ledger retention are trimmed in whole
-//! hours by the sweep, after their actual is folded into the `…:f` fields
-//! they charged, in the same script: `counter == folded + Σ ledger + Σ open`
-//! stays exact.
+//! The ledger stream is a buffer, not the books of record: a gateway
+//! configured with a sink drains it continuously (`drain`: read a page,
+//! the sink commits it, `drain.lua` folds and trims exactly that page), and
+//! entries no sink took are folded and trimmed in whole hours by the sweep
+//! once older than the ledger buffer (`store.ledger_buffer_hours`). Either
+//! way an entry's actual is added to the `…:f` fields it charged in the
+//! script that trims it (`lua/fold.lua`): `counter == folded + Σ ledger +
+//! Σ open` stays exact.
 //!
 //! Spend aggregate rows older than the aggregate retention (whole UTC
 //! days) are deleted by the sweep, a bounded HSCAN page per call, and only
@@ -55,6 +59,7 @@ mod aggregates;
 mod books;
 mod connection;
 mod control;
+mod drain;
 mod meta;
 mod records;
 mod scripts;
@@ -74,6 +79,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 pub use connection::RedisUrlError;
+pub use drain::StreamEntry;
 pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
 
 use super::{
@@ -108,7 +114,9 @@ struct Inner {
     scripts: Scripts,
     policy: CallPolicy,
     settle_epsilon: UsdMicros,
-    ledger_retention: Duration,
+    /// How long a ledger entry waits in the stream for a sink to take it
+    /// (`drain`) before the sweep folds it without one.
+    ledger_buffer: Duration,
     /// How many days back the sweep keeps spend aggregate rows.
     aggregate_retention_days: AtomicU32,
     /// What a reservation never settled by its deadline is charged; every
@@ -156,14 +164,14 @@ impl RedisStore {
     pub async fn connect(
         url: &str,
         settle_epsilon: UsdMicros,
-        ledger_retention: Duration,
+        ledger_buffer: Duration,
         on_expiry: OnExpiry,
     ) -> Result<RedisStore, RedisUrlError> {
         RedisStore::connect_tls(
             url,
             &RedisTls::default(),
             settle_epsilon,
-            ledger_retention,
+            ledger_buffer,
             on_expiry,
         )
         .await
@@ -175,14 +183,14 @@ impl RedisStore {
         url: &str,
         tls: &RedisTls,
         settle_epsilon: UsdMicros,
-        ledger_retention: Duration,
+        ledger_buffer: Duration,
         on_expiry: OnExpiry,
     ) -> Result<RedisStore, RedisUrlError> {
         RedisStore::open(
             url,
             tls,
             settle_epsilon,
-            ledger_retention,
+            ledger_buffer,
             on_expiry,
             CallPolicy::default(),
         )
@@ -192,26 +200,19 @@ impl RedisStore {
     fn with_policy(
         url: &str,
         settle_epsilon: UsdMicros,
-        ledger_retention: Duration,
+        ledger_buffer: Duration,
         on_expiry: OnExpiry,
         policy: CallPolicy,
     ) -> Result<RedisStore, RedisUrlError> {
         let tls = RedisTls::default();
-        RedisStore::open(
-            url,
-            &tls,
-            settle_epsilon,
-            ledger_retention,
-            on_expiry,
-            policy,
-        )
+        RedisStore::open(url, &tls, settle_epsilon, ledger_buffer, on_expiry, policy)
     }
 
     fn open(
         url: &str,
         tls: &RedisTls,
         settle_epsilon: UsdMicros,
-        ledger_retention: Duration,
+        ledger_buffer: Duration,
         on_expiry: OnExpiry,
         policy: CallPolicy,
     ) -> Result<RedisStore, RedisUrlError> {
@@ -222,7 +223,7 @@ impl RedisStore {
                 scripts: Scripts::new(),
                 policy,
                 settle_epsilon,
-                ledger_retention,
+                ledger_buffer,
                 aggregate_retention_days: AtomicU32::new(DEFAULT_AGGREGATE_RETENTION_DAYS),
                 on_expiry,
                 closed_record_ms: AtomicU64::new(scripts::millis(DEFAULT_CLOSED_RECORD)),
@@ -584,7 +585,7 @@ impl RedisStore {
     }
 
     /// Expires due reservations, forgets closed records past their
-    /// retention, folds ledger entries past the ledger retention and drops
+    /// retention, folds ledger entries past the ledger buffer and drops
     /// spend aggregate rows past theirs, under each tag, in bounded
     /// `sweep.lua` calls; returns how many expired.
     /// Reads `tg:meta` first, so a store that lost its epoch fails closed
@@ -598,7 +599,7 @@ impl RedisStore {
             for _ in 0..SWEEP_CALLS_PER_TAG {
                 let args = scripts::sweep_args(
                     SWEEP_BATCH,
-                    self.inner.ledger_retention,
+                    self.inner.ledger_buffer,
                     self.inner.on_expiry,
                     self.inner.aggregate_retention_days.load(Ordering::Relaxed),
                 );
@@ -607,6 +608,14 @@ impl RedisStore {
                     .await?;
                 let swept = scripts::sweep_reply(&reply)?;
                 self.log_expired(tag, swept.expired);
+                if swept.folded > 0 {
+                    tracing::warn!(
+                        tag = %tag,
+                        entries = swept.folded,
+                        "ledger entries waited store.ledger_buffer_hours without a sink taking \
+                         them: folded into their counters' sums and trimmed from Redis"
+                    );
+                }
                 expired += swept.expired;
                 if !swept.more {
                     break;

@@ -50,6 +50,11 @@ const DEFAULT_CLOSED_RECORD_SECS: u64 = 120;
 const MAX_CLOSED_RECORD_SECS: u64 = 24 * 3600;
 /// Ten years: beyond that a retention is a typo.
 const MAX_LEDGER_RETENTION_DAYS: u64 = 3650;
+/// How long Redis keeps ledger entries no sink took (issue: a day of calls
+/// is what an operator sizes Redis for).
+const DEFAULT_LEDGER_BUFFER_HOURS: u64 = 24;
+/// A week: longer only piles up Redis memory a sink should hold.
+const MAX_LEDGER_BUFFER_HOURS: u64 = 7 * 24;
 /// Spend reports a year back and a bit, to compare a month with the same
 /// month a year before.
 const DEFAULT_AGGREGATE_RETENTION_DAYS: u64 = 400;
@@ -286,6 +291,29 @@ impl Checker<'_> {
                 ))
             }
         };
+        let ledger_buffer_hours = raw
+            .ledger_buffer_hours
+            .unwrap_or(DEFAULT_LEDGER_BUFFER_HOURS);
+        if !(1..=MAX_LEDGER_BUFFER_HOURS).contains(&ledger_buffer_hours) {
+            return Err(self.invalid(
+                "store.ledger_buffer_hours",
+                format!("{ledger_buffer_hours} must be between 1 and {MAX_LEDGER_BUFFER_HOURS}"),
+            ));
+        }
+        let ledger_sink = match (&raw.ledger_sink_path, &backend) {
+            (None, _) => None,
+            (Some(file), _) if file.trim().is_empty() => {
+                return Err(self.invalid("store.ledger_sink_path", "must not be empty"))
+            }
+            (Some(file), StoreBackend::Redis { .. }) => Some(self.beside_config(file)),
+            (Some(_), _) => {
+                return Err(self.invalid(
+                    "store.ledger_sink_path",
+                    "only the redis store drains its ledger to a sink (the sqlite store's \
+                     ledger is its own file's `ledger` table): remove it, or use backend = \"redis\"",
+                ))
+            }
+        };
         Ok(StoreConfig {
             backend,
             reservation_ttl: Duration::from_secs(ttl_secs),
@@ -296,6 +324,8 @@ impl Checker<'_> {
             closed_record: Duration::from_secs(closed_record_secs),
             on_expiry,
             run_ttl: Duration::from_secs(run_ttl_hours * 3600),
+            ledger_sink,
+            ledger_buffer: Duration::from_secs(ledger_buffer_hours * 3600),
         })
     }
 

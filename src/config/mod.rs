@@ -88,6 +88,13 @@ pub struct StoreConfig {
     pub on_expiry: OnExpiry,
     /// How long an agent's run is remembered after its last call.
     pub run_ttl: Duration,
+    /// Redis only: the SQLite file this gateway drains the ledger stream
+    /// into (relative paths resolved against the config file's
+    /// directory); `None`: this gateway does not drain.
+    pub ledger_sink: Option<PathBuf>,
+    /// Redis only: how long a ledger entry waits in the stream for a sink
+    /// before the sweep folds it without one.
+    pub ledger_buffer: Duration,
 }
 
 #[derive(Clone, Debug)]

@@ -57,6 +57,8 @@ pub(super) struct RawStore {
     pub closed_record_secs: Option<u64>,
     pub on_expiry: Option<String>,
     pub run_ttl_hours: Option<u64>,
+    pub ledger_sink_path: Option<String>,
+    pub ledger_buffer_hours: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

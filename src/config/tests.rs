@@ -690,3 +690,67 @@ fn the_admin_key_may_be_given_as_its_digest_and_the_admin_routes_their_own_addre
     let error = load_with(&bad, &[]).unwrap_err().to_string();
     assert!(error.contains("server.admin_listen"), "{error}");
 }
+
+#[test]
+fn the_ledger_buffer_defaults_to_24_hours_and_is_bounded() {
+    let config = load(&base()).unwrap();
+    assert_eq!(config.store.ledger_buffer, Duration::from_secs(24 * 3600));
+    let text = base().replacen("[store]", "[store]\nledger_buffer_hours = 2", 1);
+    assert_eq!(
+        load(&text).unwrap().store.ledger_buffer,
+        Duration::from_secs(2 * 3600)
+    );
+    for bad in ["0", "169", "99999999999"] {
+        let message = error_after("[store]", &format!("[store]\nledger_buffer_hours = {bad}"));
+        assert!(
+            message.starts_with(&format!(
+                "test.toml: store.ledger_buffer_hours: {bad} must be between 1 and 168"
+            )),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn a_ledger_sink_is_a_redis_gateways_file_beside_the_config() {
+    let redis = "[store]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:6379\"";
+    let config = load(&base()).unwrap();
+    assert_eq!(config.store.ledger_sink, None);
+    let text = base().replacen(
+        "[store]",
+        &format!("{redis}\nledger_sink_path = \"ledger.db\""),
+        1,
+    );
+    let config = Config::from_toml_str_with_env(
+        &text,
+        Path::new("/etc/tollgate/gateway.toml"),
+        &fake_env(&[("BOB_KEY", "b")]),
+    )
+    .unwrap();
+    assert_eq!(
+        config.store.ledger_sink.as_deref(),
+        Some(Path::new("/etc/tollgate/ledger.db"))
+    );
+    let absolute = text.replacen("\"ledger.db\"", "\"/var/lib/tollgate/ledger.db\"", 1);
+    assert_eq!(
+        load(&absolute).unwrap().store.ledger_sink.as_deref(),
+        Some(Path::new("/var/lib/tollgate/ledger.db"))
+    );
+
+    let empty = base().replacen("[store]", &format!("{redis}\nledger_sink_path = \" \""), 1);
+    let message = load(&empty).unwrap_err().to_string();
+    assert!(
+        message.starts_with("test.toml: store.ledger_sink_path: must not be empty"),
+        "{message}"
+    );
+    for backend in ["sqlite", "memory"] {
+        let message = error_after(
+            "[store]",
+            &format!("[store]\nbackend = \"{backend}\"\nledger_sink_path = \"ledger.db\""),
+        );
+        assert!(
+            message.starts_with("test.toml: store.ledger_sink_path: only the redis store"),
+            "{message}"
+        );
+    }
+}

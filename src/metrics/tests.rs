@@ -241,3 +241,40 @@ async fn a_scrape_reads_the_open_reservations_from_the_store() {
     );
     assert_eq!(text.matches("# EOF").count(), 1, "{text}");
 }
+
+#[test]
+fn the_ledger_drain_is_counted_and_its_age_shown_only_where_it_runs() {
+    let metrics = Metrics::new();
+    let text = metrics.encode(None).unwrap();
+    assert_eq!(
+        sample(&text, "tollgate_ledger_drained_total").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        sample(&text, "tollgate_ledger_sink_errors_total").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        sample(&text, r#"tollgate_store_errors_total{op="drain"}"#).as_deref(),
+        Some("0")
+    );
+    // A gateway that does not drain has no age to show.
+    assert!(!text.contains("tollgate_ledger_undrained_age"), "{text}");
+    metrics.count_drained(1_000);
+    metrics.count_drained(7);
+    metrics.count_sink_error();
+    metrics.set_undrained_age(42);
+    let text = metrics.encode(None).unwrap();
+    assert_eq!(
+        sample(&text, "tollgate_ledger_drained_total").as_deref(),
+        Some("1007")
+    );
+    assert_eq!(
+        sample(&text, "tollgate_ledger_sink_errors_total").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        sample(&text, "tollgate_ledger_undrained_age_seconds").as_deref(),
+        Some("42")
+    );
+}

@@ -365,7 +365,7 @@ impl UnsweptGateway {
             url.expose(),
             tls,
             config.store.settle_epsilon,
-            config.store.ledger_retention,
+            config.store.ledger_buffer,
             config.store.on_expiry,
         )
         .await
@@ -604,14 +604,17 @@ pub fn script_sha(script: &str) -> String {
         return redis::Script::new(body).get_hash().to_owned();
     }
     let common = include_str!("../../lua/common.lua");
-    let body = match script {
-        "reserve" => include_str!("../../lua/reserve.lua"),
-        "settle" => include_str!("../../lua/settle.lua"),
-        "sweep" => include_str!("../../lua/sweep.lua"),
-        "state" => include_str!("../../lua/state.lua"),
+    // The scripts that trim the ledger have fold.lua between the two.
+    let fold = format!("\n{}", include_str!("../../lua/fold.lua"));
+    let (fold, body) = match script {
+        "reserve" => ("", include_str!("../../lua/reserve.lua")),
+        "settle" => ("", include_str!("../../lua/settle.lua")),
+        "sweep" => (fold.as_str(), include_str!("../../lua/sweep.lua")),
+        "drain" => (fold.as_str(), include_str!("../../lua/drain.lua")),
+        "state" => ("", include_str!("../../lua/state.lua")),
         other => panic!("no script {other}"),
     };
-    redis::Script::new(&format!("{common}\n{body}"))
+    redis::Script::new(&format!("{common}{fold}\n{body}"))
         .get_hash()
         .to_owned()
 }

@@ -81,6 +81,7 @@ pub(super) struct Scripts {
     pub settle: Script,
     pub adjust: Script,
     pub sweep: Script,
+    pub drain: Script,
     pub state: Script,
     pub snapshot: Script,
     pub meta: Script,
@@ -119,13 +120,26 @@ macro_rules! with_common {
     };
 }
 
+/// [`with_common!`] with `lua/fold.lua` before the body: the scripts that
+/// trim the ledger stream share its one way of folding entries out.
+macro_rules! with_fold {
+    ($file:literal) => {
+        concat!(
+            with_common!("fold.lua"),
+            "\n",
+            include_str!(concat!("../../../lua/", $file))
+        )
+    };
+}
+
 impl Scripts {
     pub fn new() -> Self {
         Scripts {
             reserve: Script::new(with_common!("reserve.lua")),
             settle: Script::new(with_common!("settle.lua")),
             adjust: Script::new(with_common!("adjust.lua")),
-            sweep: Script::new(with_common!("sweep.lua")),
+            sweep: Script::new(with_fold!("sweep.lua")),
+            drain: Script::new(with_fold!("drain.lua")),
             state: Script::new(with_common!("state.lua")),
             snapshot: Script::new(include_str!("../../../lua/snapshot.lua")),
             meta: Script::new(include_str!("../../../lua/meta.lua")),
@@ -279,6 +293,17 @@ pub(super) fn sweep_args(
     ]
 }
 
+/// ARGV of `drain.lua`: the id of the last entry the sink acknowledged,
+/// and at most how many entries to fold.
+pub(super) fn drain_args(through: &str, limit: usize) -> Vec<String> {
+    vec![through.to_owned(), limit.to_string()]
+}
+
+/// How many entries `drain.lua` folded.
+pub(super) fn drain_reply(reply: &[String]) -> Result<usize, StoreError> {
+    number(reply, 0, "drain.lua")
+}
+
 /// ARGV of `state.lua`.
 pub(super) fn state_args(scope: &Scope) -> Vec<String> {
     vec![
@@ -351,6 +376,8 @@ pub(super) enum AdjustReply {
 /// What `sweep.lua` did.
 pub(super) struct SweepReply {
     pub expired: usize,
+    /// Ledger entries folded past the ledger buffer, sink or no sink.
+    pub folded: usize,
     pub more: bool,
 }
 
@@ -516,6 +543,7 @@ pub(super) fn sweep_reply(reply: &[String]) -> Result<SweepReply, StoreError> {
     const SCRIPT: &str = "sweep.lua";
     Ok(SweepReply {
         expired: number(reply, 0, SCRIPT)?,
+        folded: number(reply, 2, SCRIPT)?,
         more: field(reply, 3, SCRIPT)? == "1",
     })
 }

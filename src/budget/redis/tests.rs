@@ -4,6 +4,7 @@
 //! retried writes; the store epoch in `epoch`. The protocol itself is
 //! covered by the contract suite in `budget::contract`.
 
+mod drain;
 mod epoch;
 
 use std::time::{Duration, Instant};

@@ -1,0 +1,190 @@
+//! Draining the ledger stream: `drain.lua` folds and trims exactly the
+//! entries a sink acknowledged, once, and the sweep folds what no sink
+//! took once it is older than the ledger buffer; reconcile balances
+//! throughout.
+
+use super::*;
+
+const HOUR: Duration = Duration::from_secs(3_600);
+
+async fn connect(ledger_buffer: Duration) -> RedisStore {
+    connect_to(SHARED_URL, ledger_buffer).await
+}
+
+async fn connect_to(url: &str, ledger_buffer: Duration) -> RedisStore {
+    RedisStore::connect(url, 0, ledger_buffer, OnExpiry::Charge)
+        .await
+        .unwrap()
+}
+
+fn org_scope() -> Scope {
+    Scope {
+        kind: ScopeKind::Org,
+        id: unique("org"),
+        cap: 1_000_000,
+        period: Period::Month,
+    }
+}
+
+/// Reserves 1,000 for a call of `key` in `org` and settles it at `actual`.
+async fn call(store: &RedisStore, key: &Scope, org: &Scope, actual: UsdMicros) {
+    let mut req = request(key, 1_000);
+    req.org = Some(org.clone());
+    assert!(store.reserve(&req).await.unwrap().is_reserved());
+    let mut settle = settlement(&req, actual);
+    settle.org = Some(org.id.clone());
+    store.settle(&settle).await.unwrap();
+}
+
+/// The key's and the org's rows: (folded, ledger), each checked to balance.
+async fn books(store: &RedisStore, tag: &str) -> Vec<(ScopeKind, i64, i64)> {
+    let rows = store.reconcile(&[tag.to_owned()]).await.unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    rows.iter()
+        .map(|row| {
+            assert_eq!(row.drift(), 0, "{row:?}");
+            (row.kind, row.folded, row.ledger)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_drain_folds_exactly_the_entries_the_sink_acknowledged() {
+    drains_exactly_what_was_acknowledged(SHARED_URL).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_folds_exactly_the_entries_the_sink_acknowledged_on_a_cluster() {
+    let url = tokio::task::spawn_blocking(|| cluster().url())
+        .await
+        .unwrap();
+    drains_exactly_what_was_acknowledged(&url).await;
+}
+
+async fn drains_exactly_what_was_acknowledged(url: &str) {
+    let store = connect_to(url, DEFAULT_LEDGER_RETENTION).await;
+    let key = key_scope(1_000_000);
+    let org = org_scope();
+    let tag = org.id.clone();
+    for actual in [100, 200, 300] {
+        call(&store, &key, &org, actual).await;
+    }
+    let page = store.ledger_page(&tag, 2).await.unwrap();
+    assert_eq!(
+        page.iter().map(|entry| entry.actual).collect::<Vec<_>>(),
+        [100, 200]
+    );
+    assert_eq!(page[0].key, key.id);
+    assert_eq!(page[0].org.as_deref(), Some(org.id.as_str()));
+    assert_eq!(page[0].status, "ok");
+    assert_eq!(page[0].run, None);
+    // Booked while the page was with the sink: not in it, so not folded.
+    call(&store, &key, &org, 400).await;
+
+    let through = &page[1].id;
+    assert_eq!(
+        store.fold_drained(&tag, through, page.len()).await.unwrap(),
+        2
+    );
+    let left = store.ledger(&tag).await.unwrap();
+    assert_eq!(
+        left.iter().map(|entry| entry.actual).collect::<Vec<_>>(),
+        [300, 400]
+    );
+    let expected = vec![(ScopeKind::Key, 300, 700), (ScopeKind::Org, 300, 700)];
+    assert_eq!(books(&store, &tag).await, expected);
+
+    // A retry of the same fold, or a second gateway that drained the same
+    // page into its own sink, finds those entries gone and adds nothing.
+    assert_eq!(
+        store.fold_drained(&tag, through, page.len()).await.unwrap(),
+        0
+    );
+    let second = connect_to(url, DEFAULT_LEDGER_RETENTION).await;
+    assert_eq!(
+        second
+            .fold_drained(&tag, through, page.len())
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(books(&store, &tag).await, expected);
+    assert_eq!(store.ledger(&tag).await.unwrap().len(), 2);
+
+    // The rest drains the same way, to an empty stream.
+    let rest = store.ledger_page(&tag, 1_000).await.unwrap();
+    let last = &rest.last().unwrap().id;
+    assert_eq!(store.fold_drained(&tag, last, rest.len()).await.unwrap(), 2);
+    assert!(store.ledger(&tag).await.unwrap().is_empty());
+    assert_eq!(
+        books(&store, &tag).await,
+        [(ScopeKind::Key, 1_000, 0), (ScopeKind::Org, 1_000, 0)]
+    );
+}
+
+#[tokio::test]
+async fn a_fold_stops_at_its_limit_and_trims_no_further() {
+    let store = connect(DEFAULT_LEDGER_RETENTION).await;
+    let key = key_scope(1_000_000);
+    let org = org_scope();
+    let tag = org.id.clone();
+    for actual in [1, 2, 3] {
+        call(&store, &key, &org, actual).await;
+    }
+    let page = store.ledger_page(&tag, 3).await.unwrap();
+    assert_eq!(store.fold_drained(&tag, &page[2].id, 1).await.unwrap(), 1);
+    assert_eq!(
+        books(&store, &tag).await,
+        [(ScopeKind::Key, 1, 5), (ScopeKind::Org, 1, 5)]
+    );
+}
+
+#[tokio::test]
+async fn a_fold_through_something_not_a_stream_id_is_refused() {
+    let store = connect(DEFAULT_LEDGER_RETENTION).await;
+    let tag = unique("org");
+    for bad in ["+", "12", "1-2-3", ""] {
+        let refused = store.fold_drained(&tag, bad, 10).await;
+        assert!(
+            matches!(&refused, Err(StoreError::Refused(message)) if message.contains("stream id")),
+            "{bad:?}: {refused:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn entries_no_sink_took_are_folded_once_past_the_ledger_buffer() {
+    let store = connect(HOUR).await;
+    let key = key_scope(1_000_000);
+    let org = org_scope();
+    let tag = org.id.clone();
+    store.track_key(&key.id, Some(&org.id));
+    for actual in [100, 250] {
+        call(&store, &key, &org, actual).await;
+    }
+    // Within the buffer they wait for a sink.
+    store.sweep_tags(std::slice::from_ref(&tag)).await.unwrap();
+    assert_eq!(store.ledger(&tag).await.unwrap().len(), 2);
+
+    // Trims go by whole hours: two hours on, the hour they fell in is
+    // past the one-hour buffer.
+    store.shift_clock(2 * 3_600_000);
+    call(&store, &key, &org, 50).await;
+    store.sweep_tags(std::slice::from_ref(&tag)).await.unwrap();
+    let left = store.ledger(&tag).await.unwrap();
+    assert_eq!(
+        left.iter().map(|entry| entry.actual).collect::<Vec<_>>(),
+        [50]
+    );
+    let rows = store.reconcile(std::slice::from_ref(&tag)).await.unwrap();
+    // The key's day may have changed with the clock: one row per period.
+    for row in &rows {
+        assert_eq!(row.drift(), 0, "{row:?}");
+    }
+    let folded: i64 = rows
+        .iter()
+        .filter(|row| row.kind == ScopeKind::Key)
+        .map(|row| row.folded)
+        .sum();
+    assert_eq!(folded, 350);
+}
