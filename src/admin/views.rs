@@ -31,7 +31,12 @@ pub async fn key(gateway: &Gateway, entry: &KeyEntry) -> Value {
             stored.doc.on_insufficient.clone(),
             stored.doc.alert_at.clone(),
         ),
-        None => (None, json!({}), "refuse".to_owned(), Vec::new()),
+        None => (
+            None,
+            json!({}),
+            config.on_insufficient.as_str().to_owned(),
+            Vec::new(),
+        ),
     };
     json!({
         "id": config.id,
