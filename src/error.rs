@@ -12,7 +12,7 @@ use http::{HeaderValue, Response, StatusCode};
 use serde_json::json;
 
 use crate::body::{full, Body};
-use crate::budget::{Denial, ScopeKind};
+use crate::budget::{run_id_of, run_key_of, Denial, ScopeKind};
 use crate::money::{format_usd, UsdMicros};
 
 /// The error body shapes of the two provider families.
@@ -86,10 +86,11 @@ fn budget_message(refusal: &BudgetRefusal) -> String {
     let scope = match denial.kind {
         ScopeKind::Key => format!("key `{}`", denial.id),
         ScopeKind::Org => format!("org `{}`", denial.id),
-        ScopeKind::Run => match denial.id.split_once('/') {
-            Some((key, run)) => format!("run `{run}` of key `{key}`"),
-            None => format!("run `{}`", denial.id),
-        },
+        ScopeKind::Run => format!(
+            "run `{}` of key `{}`",
+            run_id_of(&denial.id),
+            run_key_of(&denial.id)
+        ),
     };
     let fit = match refusal.fitting_output_limit {
         Some(limit) => format!(

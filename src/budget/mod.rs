@@ -474,8 +474,18 @@ impl RunScope {
 
     /// The run id the client named, without its key.
     pub fn run_id(&self) -> &str {
-        self.id.split_once('/').map_or(&self.id, |(_, run)| run)
+        run_id_of(&self.id)
     }
+}
+
+/// The run id the client named, from a run's scope id `<key>/<run>`.
+pub fn run_id_of(scope_id: &str) -> &str {
+    scope_id.split_once('/').map_or(scope_id, |(_, run)| run)
+}
+
+/// The key a run's scope id `<key>/<run>` is inside.
+pub fn run_key_of(scope_id: &str) -> &str {
+    scope_id.split_once('/').map_or(scope_id, |(key, _)| key)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

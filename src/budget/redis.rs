@@ -83,9 +83,9 @@ pub use drain::StreamEntry;
 pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
 
 use super::{
-    tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome, ReserveRequest,
-    RunState, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow,
-    StoreError, DEFAULT_AGGREGATE_RETENTION_DAYS, DEFAULT_CLOSED_RECORD, DEFAULT_RUN_TTL,
+    run_key_of, tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome,
+    ReserveRequest, RunState, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, SpendQuery,
+    SpendRow, StoreError, DEFAULT_AGGREGATE_RETENTION_DAYS, DEFAULT_CLOSED_RECORD, DEFAULT_RUN_TTL,
 };
 use crate::config::RedisTls;
 use crate::money::{UsdMicros, MAX_USD_MICROS};
@@ -477,7 +477,7 @@ impl RedisStore {
         // Counters that vanished would read as nothing spent.
         self.epoch().await?;
         let key = match scope.kind {
-            ScopeKind::Run => scope.id.split_once('/').map_or(&*scope.id, |(key, _)| key),
+            ScopeKind::Run => run_key_of(&scope.id),
             _ => &scope.id,
         };
         let tag = match scope.kind {
@@ -512,7 +512,7 @@ impl RedisStore {
     /// remembered: read under its key's tag.
     pub async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
         self.epoch().await?;
-        let key = id.split_once('/').map_or(id, |(key, _)| key);
+        let key = run_key_of(id);
         let tag = self
             .inner
             .tags()

@@ -10,8 +10,9 @@ use super::aggregates::Aggregates;
 use super::control::Adjustments;
 use super::{later, to_delta};
 use crate::budget::{
-    fitted_amount, Denial, LedgerEntry, LedgerStatus, Level, OnExpiry, OpenHold, ReserveOutcome,
-    ReserveRequest, RunScope, Scope, ScopeKind, SettleOutcome, Settlement, StoreError,
+    fitted_amount, run_id_of, Denial, LedgerEntry, LedgerStatus, Level, OnExpiry, OpenHold,
+    ReserveOutcome, ReserveRequest, RunScope, Scope, ScopeKind, SettleOutcome, Settlement,
+    StoreError,
 };
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::period::Period;
@@ -156,12 +157,7 @@ impl Reservation {
 
     /// The run id the client named, without its key.
     fn run_id(&self) -> Option<String> {
-        self.run.as_ref().map(|run| {
-            run.id
-                .split_once('/')
-                .map_or(&*run.id, |(_, id)| id)
-                .to_owned()
-        })
+        self.run.as_ref().map(|run| run_id_of(&run.id).to_owned())
     }
 
     /// The ledger entry of a call that cost nothing, against the model it

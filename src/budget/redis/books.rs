@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use super::connection::{CallPolicy, Connection, Request};
 use super::scripts::{ledger_status, store_time, Scripts, TagKeys};
-use crate::budget::{LedgerEntry, OpenHold, Reconciliation, ScopeKind, StoreError};
+use crate::budget::{run_id_of, LedgerEntry, OpenHold, Reconciliation, ScopeKind, StoreError};
 use crate::money::{UsdMicros, UsdMicrosDelta};
 use crate::usage::Usage;
 
@@ -88,10 +88,7 @@ impl Record {
         };
         let deadline = ms(&self.d)?;
         let started = deadline.saturating_sub(ms(&self.ttl)?);
-        let run = self
-            .r
-            .as_deref()
-            .map(|r| r.split_once('/').map_or(r, |(_, run)| run).to_owned());
+        let run = self.r.as_deref().map(|r| run_id_of(r).to_owned());
         Ok(OpenHold {
             amount: self.amount(),
             key: self.k.unwrap_or_default(),

@@ -10,7 +10,7 @@ use chrono::{DateTime, SecondsFormat, TimeDelta, TimeZone, Utc};
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::budget::{
-    fitted_amount, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, Level, OnExpiry,
+    fitted_amount, run_id_of, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, Level, OnExpiry,
     Reconciliation, ReserveOutcome, ReserveRequest, RunScope, RunState, Scope, ScopeKind,
     ScopeState, SettleOutcome, Settlement, StoreError,
 };
@@ -156,12 +156,7 @@ impl Record {
 
     /// The run id the client named, without its key.
     fn run_id(&self) -> Option<String> {
-        self.run.as_ref().map(|run| {
-            run.id
-                .split_once('/')
-                .map_or(&*run.id, |(_, id)| id)
-                .to_owned()
-        })
+        self.run.as_ref().map(|run| run_id_of(&run.id).to_owned())
     }
 
     fn is_owned_by(&self, settlement: &Settlement) -> bool {

@@ -9,7 +9,8 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::books::{book_in, counter, from_millis, limit_arg, millis, move_counter, Rules};
 use crate::budget::{
-    AdjustOutcome, Adjustment, AppliedAdjustment, LedgerEntry, LedgerStatus, OpenHold, StoreError,
+    run_id_of, AdjustOutcome, Adjustment, AppliedAdjustment, LedgerEntry, LedgerStatus, OpenHold,
+    StoreError,
 };
 use crate::money::MAX_USD_MICROS;
 use crate::usage::Usage;
@@ -136,7 +137,7 @@ pub(super) fn open_holds(conn: &Connection, limit: usize) -> Sql<Vec<OpenHold>> 
             org: row.get(2)?,
             run: row
                 .get::<_, Option<String>>(7)?
-                .map(|id| id.split_once('/').map_or(&*id, |(_, run)| run).to_owned()),
+                .map(|id| run_id_of(&id).to_owned()),
             model: row.get::<_, Option<String>>(6)?.unwrap_or_default(),
             amount: row.get(3)?,
             started_at: from_millis(row.get(4)?),
