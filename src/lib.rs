@@ -29,6 +29,7 @@
 //!   expires what crashed calls left; [`reconcile`] proves the books.
 //! - [`metrics`] counts reserves, settlements and store calls for
 //!   `GET /metrics`; [`config`] loads and checks the TOML config.
+//! - [`logging`] writes the process's log lines, plain or JSON.
 //! - Leaves, importing nothing of ours: [`money`] (integer micro-USD),
 //!   [`period`], [`provider`], [`body`], [`hosted`] (the tools providers
 //!   bill per use); [`prices`] prices tokens and tool uses exactly.
@@ -51,6 +52,7 @@ pub mod error;
 pub mod estimate;
 pub mod gateway;
 pub mod hosted;
+pub mod logging;
 pub mod metered;
 pub mod metrics;
 pub mod money;

@@ -61,6 +61,31 @@ pub struct ServerConfig {
     /// accepted, so that a flood of them cannot exhaust file descriptors
     /// and starve the calls (and `/healthz`) already being served.
     pub max_connections: usize,
+    /// How the whole process writes its log lines.
+    pub log_format: LogFormat,
+    /// Which web pages' scripts may call the proxied routes; `None`: no
+    /// CORS headers at all, so a browser keeps other origins out.
+    pub cors_allowed_origins: Option<CorsOrigins>,
+    /// How long an admin call may take before it is answered 503: a store
+    /// that hangs must not hold the operator's console for ever.
+    pub admin_timeout: Duration,
+}
+
+/// `server.log_format`: text for a person, or JSON lines for a collector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    #[default]
+    Plain,
+    Json,
+}
+
+/// `server.cors_allowed_origins`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CorsOrigins {
+    /// `["*"]`: any page.
+    Any,
+    /// These origins (`scheme://host[:port]`), exactly.
+    List(Vec<http::HeaderValue>),
 }
 
 #[derive(Clone, Debug)]

@@ -37,6 +37,9 @@ pub(super) struct RawServer {
     pub header_read_timeout_secs: Option<u64>,
     pub idle_timeout_secs: Option<u64>,
     pub max_connections: Option<u64>,
+    pub log_format: Option<String>,
+    pub cors_allowed_origins: Option<Vec<String>>,
+    pub admin_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
