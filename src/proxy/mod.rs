@@ -27,11 +27,12 @@ mod reserve;
 
 use std::sync::Arc;
 
-use http::header::{HeaderMap, HeaderValue};
+use http::header::HeaderMap;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use uuid::Uuid;
 
+use crate::access::{AccessRecord, REQUEST_ID};
 use crate::api::Api;
 use crate::body::{close_connection, drain, Body};
 use crate::error::GatewayError;
@@ -45,9 +46,15 @@ pub async fn handle(
     api: Api,
     request: Request<Incoming>,
 ) -> Response<Body> {
-    let exec_id = Uuid::now_v7().to_string();
+    // The server sets the request id on every request (and the response
+    // carries it back); without one, the call still gets an id of its own.
+    let exec_id = match request.headers().get(REQUEST_ID) {
+        Some(id) => String::from_utf8_lossy(id.as_bytes()).into_owned(),
+        None => Uuid::now_v7().to_string(),
+    };
     let (parts, mut body) = request.into_parts();
-    let mut response = match proxy(gateway, api, &parts.headers, &mut body, &exec_id).await {
+    let access = parts.extensions.get::<AccessRecord>();
+    match proxy(gateway, api, &parts.headers, &mut body, &exec_id, access).await {
         Ok(response) => response,
         Err(error) => {
             tracing::info!(%exec_id, status = error.status().as_u16(), %error, "refused");
@@ -57,13 +64,9 @@ pub async fn handle(
             if !drain(&mut body).await {
                 close_connection(&mut response);
             }
-            return response;
+            response
         }
-    };
-    if let Ok(id) = HeaderValue::from_str(&exec_id) {
-        response.headers_mut().insert("x-tollgate-request-id", id);
     }
-    response
 }
 
 async fn proxy(
@@ -72,6 +75,7 @@ async fn proxy(
     headers: &HeaderMap,
     body: &mut Incoming,
     exec_id: &str,
+    access: Option<&AccessRecord>,
 ) -> Result<Response<Body>, GatewayError> {
     let admitted = admit(gateway, api, headers, body).await?;
     let mut ticket = gateway.settler.ticket(
@@ -81,6 +85,10 @@ async fn proxy(
         admitted.price,
         admitted.estimate,
     );
+    if let Some(access) = access {
+        access.call(&admitted.key.id, &admitted.call.model);
+        ticket.report_to(access.clone());
+    }
     reserve(gateway, &admitted, exec_id, &mut ticket).await?;
     ticket.sent(admitted.call.stream, admitted.price.reasoning);
     forward(gateway, admitted, ticket, exec_id).await
