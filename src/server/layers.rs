@@ -13,7 +13,9 @@
 //!   response's `x-request-id` is the provider's id of the call (OpenAI's
 //!   SDK reads it as the response's `_request_id`);
 //! - a span named `request`, with the request id, method and path, holds
-//!   every log line written while the request is served.
+//!   every log line written while the request is served; a `debug` span
+//!   (see [`RequestSpan`]), on with
+//!   `RUST_LOG=info,tollgate::server::layers=debug`.
 //!
 //! Around some routes: [`cors`] on the proxied and the gateway's own `/v1`
 //! routes when `server.cors_allowed_origins` is set; compression and a
@@ -133,7 +135,10 @@ impl<B> MakeSpan<B> for RequestSpan {
             .get(REQUEST_ID)
             .and_then(|id| id.to_str().ok())
             .unwrap_or_default();
-        tracing::info_span!(
+        // At debug level: at the default `info` the span would cost every
+        // call its making, entering and closing, for lines that already
+        // name their call (the access line, `exec_id` fields).
+        tracing::debug_span!(
             "request",
             request_id = id,
             method = %request.method(),
