@@ -106,6 +106,24 @@ pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<B
     result.unwrap_or_else(AdminError::response)
 }
 
+/// The answer to an admin call cut after `limit`
+/// (`server.admin_timeout_secs`).
+pub fn timed_out(limit: std::time::Duration) -> Response<Body> {
+    tracing::warn!(limit_secs = limit.as_secs(), "admin call timed out");
+    AdminError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        kind: "server_error",
+        code: "timeout",
+        param: None,
+        message: format!(
+            "the admin call took longer than {} s (server.admin_timeout_secs) and was stopped; \
+             a change it made may still have been applied: read it back before trying again",
+            limit.as_secs()
+        ),
+    }
+    .response()
+}
+
 /// What a route reads: the gateway, the query and the body.
 struct Call<'a> {
     gateway: &'a Gateway,

@@ -30,9 +30,11 @@
 //!   a durable sink; [`reconcile`] proves the books.
 //! - [`metrics`] counts reserves, settlements and store calls for
 //!   `GET /metrics`; [`config`] loads and checks the TOML config.
+//! - [`logging`] writes the process's log lines, plain or JSON.
 //! - Leaves, importing nothing of ours: [`money`] (integer micro-USD),
 //!   [`period`], [`provider`], [`body`], [`hosted`] (the tools providers
-//!   bill per use); [`prices`] prices tokens and tool uses exactly.
+//!   bill per use), [`access`] (the access log line of each call);
+//!   [`prices`] prices tokens and tool uses exactly.
 //!
 //! Beside the gateway, importing from it but imported by nothing:
 //! [`admin_cli`], the `tollgate admin` client of the admin HTTP API.
@@ -40,6 +42,7 @@
 //! The fake provider the tests, demos and benchmarks use is its own crate,
 //! `tollgate-mock`, outside this library.
 
+pub mod access;
 pub mod admin;
 pub mod admin_cli;
 pub mod api;
@@ -53,6 +56,7 @@ pub mod error;
 pub mod estimate;
 pub mod gateway;
 pub mod hosted;
+pub mod logging;
 pub mod metered;
 pub mod metrics;
 pub mod money;

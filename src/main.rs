@@ -132,14 +132,7 @@ enum StoreCommand {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let logs = tollgate::logging::init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::HashKey { key } => {
@@ -148,7 +141,7 @@ fn main() -> ExitCode {
                 .map_err(|e| e.to_string())
         }
         Command::CheckConfig { config } => check_config(&config),
-        Command::Serve { config } => runtime().and_then(|rt| rt.block_on(serve(config))),
+        Command::Serve { config } => runtime().and_then(|rt| rt.block_on(serve(config, &logs))),
         Command::Reconcile { config, json } => {
             return match runtime() {
                 Ok(rt) => rt.block_on(reconcile(&config, json)),
@@ -241,8 +234,9 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
-async fn serve(path: PathBuf) -> Result<(), String> {
+async fn serve(path: PathBuf, logs: &tollgate::logging::Logs) -> Result<(), String> {
     let config = Config::load(&path).map_err(|e| e.to_string())?;
+    logs.use_format(config.server.log_format);
     let store = open_store(&config, &path).await?;
     let listen = config.server.listen;
     let gateway = Arc::new(Gateway::new(config, store).map_err(|e| e.to_string())?);

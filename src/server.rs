@@ -9,6 +9,10 @@
 //! Connections are bounded: beyond `server.max_connections` a new one is
 //! closed at once, and [`watch`] closes one that is slow to send its
 //! request head or idle too long.
+//!
+//! Every request goes through the tower-http [`layers`] (sensitive
+//! headers, request id, a span), and every call but a health probe or a
+//! scrape leaves one line in the access log ([`crate::access`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Method, Request, Response};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -24,7 +29,11 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tower::util::BoxCloneService;
+use tower::ServiceExt;
+use tower_http::cors::CorsLayer;
 
+use crate::access::AccessRecord;
 use crate::api::Api;
 use crate::body::{close_connection, drain, Body};
 use crate::endpoints;
@@ -32,6 +41,7 @@ use crate::error::{GatewayError, Shape};
 use crate::gateway::Gateway;
 use crate::proxy::count_tokens;
 
+mod layers;
 mod watch;
 
 use watch::{Limits, Tracked, Watch, Watched};
@@ -111,6 +121,7 @@ pub async fn run_with_grace(
         header_read: server.header_read_timeout,
         idle: server.idle_timeout,
     };
+    let cors = layers::cors(server.cors_allowed_origins.as_ref());
     let slots = Arc::new(Semaphore::new(server.max_connections));
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
@@ -138,20 +149,30 @@ pub async fn run_with_grace(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let gateway = gateway.clone();
+        let routes = Arc::new(Routes {
+            gateway: gateway.clone(),
+            cors: cors.clone(),
+            role,
+        });
+        // Boxed: the layers' futures and bodies are then one type the
+        // compiler can see is `Send`. Boxing also frees a call's state (some
+        // 6 KB) once its response head is out: hyper keeps a connection's
+        // slot for its in-flight call, sized for the call's future, as long
+        // as the connection lives.
+        let stack =
+            BoxCloneService::new(layers::every_request(tower::service_fn(move |request| {
+                let routes = routes.clone();
+                async move { Ok::<_, Infallible>(routes.route(request).await) }
+            })));
         let watch = Watch::new();
         let calls = watch.clone();
         let service = service_fn(move |request| {
-            let gateway = gateway.clone();
+            let stack = stack.clone();
             let call = calls.call();
-            // Boxed, because hyper keeps a connection's slot for its
-            // in-flight call, sized for the call's future, as long as the
-            // connection lives: the call's state (some 6 KB) is then freed
-            // once the response head is out, not held through a stream.
-            Box::pin(async move {
-                let response = route(&gateway, request, role).await;
-                Ok::<_, Infallible>(response.map(|body| Tracked::new(body, call)))
-            })
+            async move {
+                let response = stack.oneshot(request).await?;
+                Ok::<_, Infallible>(response.map(|body| Tracked::new(body.boxed_unsync(), call)))
+            }
         });
         let io = TokioIo::new(Watched::new(stream, watch.clone()));
         let connection = builder.serve_connection(io, service).into_owned();
@@ -216,11 +237,75 @@ async fn keep_directory_up(gateway: &Arc<Gateway>) -> crate::directory::KeepingU
     crate::directory::KeepingUp::spawn(gateway.directory.clone(), gateway.store.clone())
 }
 
-async fn route(gateway: &Arc<Gateway>, request: Request<Incoming>, role: Role) -> Response<Body> {
-    let route = route_label(request.uri().path());
-    let response = respond(gateway, request, role).await;
-    gateway.metrics.count_request(route, response.status());
-    response
+/// What a connection's requests are routed with.
+struct Routes {
+    gateway: Arc<Gateway>,
+    /// Around the proxied and the gateway's own `/v1` routes, if set.
+    cors: Option<CorsLayer>,
+    role: Role,
+}
+
+impl Routes {
+    async fn route(&self, mut request: Request<Incoming>) -> Response<Body> {
+        let path = request.uri().path();
+        let route = route_label(path);
+        // Probes and scrapes come every few seconds and say nothing of the
+        // calls: they would drown the access log.
+        let access = match path {
+            _ if !self.gateway.config.server.access_log => None,
+            "/healthz" | "/readyz" | "/metrics" => None,
+            _ => Some(AccessRecord::start(&request)),
+        };
+        if let Some(access) = &access {
+            request.extensions_mut().insert(access.clone());
+        }
+        let response = self.respond(request).await;
+        self.gateway.metrics.count_request(route, response.status());
+        let Some(access) = access else {
+            return response;
+        };
+        access.responded(response.status());
+        let (head, body) = response.into_parts();
+        Response::from_parts(head, access.watch(body).boxed_unsync())
+    }
+
+    async fn respond(&self, request: Request<Incoming>) -> Response<Body> {
+        let (gateway, role) = (&self.gateway, self.role);
+        let path = request.uri().path();
+        if crate::admin::is_admin_path(path) && role != Role::Public {
+            return layers::admin(gateway.clone(), request).await;
+        }
+        if role == Role::Admin && path != "/healthz" {
+            let not_found = GatewayError::NotFound {
+                method: request.method().to_string(),
+                path: path.to_owned(),
+            };
+            return not_found.into_response(Shape::OpenAi, "");
+        }
+        match &self.cors {
+            Some(cors) if path.starts_with("/v1/") => {
+                with_cors(cors.clone(), gateway.clone(), request).await
+            }
+            _ => respond(gateway, request).await,
+        }
+    }
+}
+
+/// Answers `request` behind the CORS layer: a preflight is answered by
+/// the layer, before any key is read.
+async fn with_cors(
+    cors: CorsLayer,
+    gateway: Arc<Gateway>,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let routes = tower::service_fn(move |request| {
+        let gateway = gateway.clone();
+        async move { Ok::<_, Infallible>(respond(&gateway, request).await) }
+    });
+    match tower::Layer::layer(&cors, routes).oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
 }
 
 /// The `route` label of a path: one of the gateway's own, or `other`, so
@@ -248,19 +333,9 @@ fn model_id(path: &str) -> Option<&str> {
     path.strip_prefix("/v1/models/").filter(|id| !id.is_empty())
 }
 
-async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>, role: Role) -> Response<Body> {
+/// Answers a request on the proxied and the gateway's own routes.
+async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path();
-    let admin_path = crate::admin::is_admin_path(path);
-    if admin_path && role != Role::Public {
-        return crate::admin::handle(gateway, request).await;
-    }
-    if role == Role::Admin && path != "/healthz" {
-        let not_found = GatewayError::NotFound {
-            method: request.method().to_string(),
-            path: path.to_owned(),
-        };
-        return not_found.into_response(Shape::OpenAi, "");
-    }
     if request.method() == Method::POST {
         if let Some(api) = Api::from_path(path) {
             return crate::proxy::handle(gateway, api, request).await;

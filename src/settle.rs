@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::access::AccessRecord;
 use crate::budget::{BudgetStore, LedgerStatus, SettleOutcome, Settlement, StoreError};
 use crate::config::KeyConfig;
 use crate::estimate::Estimate;
@@ -96,6 +97,7 @@ impl Settler {
                 estimate,
                 stage: Stage::Reserving,
                 retry_until: Instant::now() + self.retry_for,
+                access: None,
             }),
         }
     }
@@ -166,6 +168,9 @@ struct MeteredCall {
     /// deadline a settle still lands (charged as `late`) as long as the
     /// store remembers the reservation, which is one more TTL.
     retry_until: Instant,
+    /// The call's access log line, told the cost; held until the
+    /// settlement ends, so the line waits for it.
+    access: Option<AccessRecord>,
 }
 
 impl SettleTicket {
@@ -196,6 +201,13 @@ impl SettleTicket {
                 stream,
                 hidden_output,
             };
+        }
+    }
+
+    /// Tells `record` what the call is charged, once it is settled.
+    pub fn report_to(&mut self, record: AccessRecord) {
+        if let Some(call) = self.call.as_mut() {
+            call.access = Some(record);
         }
     }
 
@@ -408,6 +420,9 @@ impl MeteredCall {
             match self.metrics.time(StoreOp::Settle, settled).await {
                 Ok(outcome) => {
                     log_outcome(&settlement, &outcome);
+                    if let Some(record) = &self.access {
+                        record.charged(outcome.actual);
+                    }
                     self.metrics.count_settlement(&outcome);
                     return Some(outcome);
                 }

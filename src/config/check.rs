@@ -17,6 +17,7 @@ use crate::period::Period;
 use crate::prices::PriceTable;
 use crate::provider::{ProviderKind, OUTPUT_LIMIT_FIELDS};
 
+mod http_layers;
 mod redis;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -165,6 +166,14 @@ impl Checker<'_> {
             idle_timeout: Duration::from_secs(idle_timeout),
             max_connections,
             min_clamped_output_tokens,
+            log_format: self.log_format(raw.log_format.as_deref())?,
+            access_log: raw.access_log.unwrap_or(false),
+            cors_allowed_origins: self.cors_origins(raw.cors_allowed_origins.as_deref())?,
+            admin_timeout: Duration::from_secs(self.positive(
+                "server.admin_timeout_secs",
+                raw.admin_timeout_secs,
+                http_layers::DEFAULT_ADMIN_TIMEOUT_SECS,
+            )?),
         })
     }
 

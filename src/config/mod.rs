@@ -65,6 +65,35 @@ pub struct ServerConfig {
     /// the limit itself, or clamps a key's call under `on_insufficient =
     /// "clamp"`): below it, the call is refused instead.
     pub min_clamped_output_tokens: u64,
+    /// How the whole process writes its log lines.
+    pub log_format: LogFormat,
+    /// Whether every call leaves an access log line (`tollgate::access`).
+    /// Off by default: on the proxied path it costs more than the rest of
+    /// the HTTP layers together (see the README, Performance).
+    pub access_log: bool,
+    /// Which web pages' scripts may call the proxied routes; `None`: no
+    /// CORS headers at all, so a browser keeps other origins out.
+    pub cors_allowed_origins: Option<CorsOrigins>,
+    /// How long an admin call may take before it is answered 503: a store
+    /// that hangs must not hold the operator's console for ever.
+    pub admin_timeout: Duration,
+}
+
+/// `server.log_format`: text for a person, or JSON lines for a collector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    #[default]
+    Plain,
+    Json,
+}
+
+/// `server.cors_allowed_origins`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CorsOrigins {
+    /// `["*"]`: any page.
+    Any,
+    /// These origins (`scheme://host[:port]`), exactly.
+    List(Vec<http::HeaderValue>),
 }
 
 #[derive(Clone, Debug)]

@@ -38,6 +38,10 @@ pub(super) struct RawServer {
     pub idle_timeout_secs: Option<u64>,
     pub max_connections: Option<u64>,
     pub min_clamped_output_tokens: Option<u64>,
+    pub log_format: Option<String>,
+    pub access_log: Option<bool>,
+    pub cors_allowed_origins: Option<Vec<String>>,
+    pub admin_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

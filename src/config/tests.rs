@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::*;
 
+mod http_layers;
 mod redis_tls;
 
 const ORIGIN: &str = "test.toml";

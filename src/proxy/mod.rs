@@ -35,6 +35,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use uuid::Uuid;
 
+use crate::access::{AccessRecord, REQUEST_ID};
 use crate::api::Api;
 use crate::body::{close_connection, drain, Body};
 use crate::error::GatewayError;
@@ -54,9 +55,15 @@ pub async fn handle(
     api: Api,
     request: Request<Incoming>,
 ) -> Response<Body> {
-    let exec_id = Uuid::now_v7().to_string();
+    // The server sets the request id on every request (and the response
+    // carries it back); without one, the call still gets an id of its own.
+    let exec_id = match request.headers().get(REQUEST_ID) {
+        Some(id) => String::from_utf8_lossy(id.as_bytes()).into_owned(),
+        None => Uuid::now_v7().to_string(),
+    };
     let (parts, mut body) = request.into_parts();
-    let mut response = match proxy(gateway, api, &parts.headers, &mut body, &exec_id).await {
+    let access = parts.extensions.get::<AccessRecord>();
+    match proxy(gateway, api, &parts.headers, &mut body, &exec_id, access).await {
         Ok(response) => response,
         Err(error) => {
             tracing::info!(%exec_id, status = error.status().as_u16(), %error, "refused");
@@ -66,13 +73,9 @@ pub async fn handle(
             if !drain(&mut body).await {
                 close_connection(&mut response);
             }
-            return response;
+            response
         }
-    };
-    if let Ok(id) = HeaderValue::from_str(&exec_id) {
-        response.headers_mut().insert("x-tollgate-request-id", id);
     }
-    response
 }
 
 async fn proxy(
@@ -81,6 +84,7 @@ async fn proxy(
     headers: &HeaderMap,
     body: &mut Incoming,
     exec_id: &str,
+    access: Option<&AccessRecord>,
 ) -> Result<Response<Body>, GatewayError> {
     let mut admitted = admit(gateway, api, headers, body).await?;
     let mut ticket = gateway.settler.ticket(
@@ -90,6 +94,10 @@ async fn proxy(
         admitted.price,
         admitted.estimate,
     );
+    if let Some(access) = access {
+        access.call(&admitted.key.id, &admitted.call.model);
+        ticket.report_to(access.clone());
+    }
     let reserved = reserve(gateway, &admitted, exec_id, &mut ticket).await?;
     // Fitted to what remains: sent with the output limit the reserved
     // amount pays for, and settled against the bound that limit gives.
