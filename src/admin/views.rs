@@ -7,6 +7,7 @@ use crate::budget::{Scope, ScopeKind};
 use crate::directory::{KeyEntry, OrgEntry};
 use crate::endpoints::budget::scope_json;
 use crate::gateway::Gateway;
+use crate::money::Threshold;
 
 /// A key (`KEY` in DESIGN.md).
 pub async fn key(gateway: &Gateway, entry: &KeyEntry) -> Value {
@@ -31,7 +32,12 @@ pub async fn key(gateway: &Gateway, entry: &KeyEntry) -> Value {
             stored.doc.on_insufficient.clone(),
             stored.doc.alert_at.clone(),
         ),
-        None => (None, json!({}), "refuse".to_owned(), Vec::new()),
+        None => (
+            None,
+            json!({}),
+            "refuse".to_owned(),
+            thresholds(&config.alert_at),
+        ),
     };
     json!({
         "id": config.id,
@@ -65,8 +71,14 @@ pub async fn org(gateway: &Gateway, entry: &OrgEntry) -> Value {
         "period": config.period.as_str(),
         "created_at": entry.api.as_ref().map(|stored| stored.doc.created_at.clone()),
         "source": entry.source().as_str(),
+        "alert_at": thresholds(&config.alert_at),
         "budget": budget(gateway, &scope).await,
     })
+}
+
+/// Thresholds as written.
+fn thresholds(alert_at: &[Threshold]) -> Vec<String> {
+    alert_at.iter().map(|t| t.as_str().to_owned()).collect()
 }
 
 /// The scope's budget now, or `null` while the store cannot say: a list
