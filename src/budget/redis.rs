@@ -52,6 +52,7 @@
 //! on this error path.
 
 mod aggregates;
+mod alerts;
 mod books;
 mod connection;
 mod control;
