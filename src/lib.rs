@@ -26,7 +26,8 @@
 //!   models' tokens with [`tokenizer`]; [`usage`] reads token usage from
 //!   bodies and SSE events; [`sse`] splits an event stream in one pass.
 //! - [`budget`] is the reserve/settle protocol and its stores; [`sweep`]
-//!   expires what crashed calls left; [`reconcile`] proves the books.
+//!   expires what crashed calls left; [`reconcile`] proves the books;
+//!   [`alerts`] queues and delivers spending alerts to a webhook.
 //! - [`metrics`] counts reserves, settlements and store calls for
 //!   `GET /metrics`; [`config`] loads and checks the TOML config.
 //! - Leaves, importing nothing of ours: [`money`] (integer micro-USD),
@@ -41,6 +42,7 @@
 
 pub mod admin;
 pub mod admin_cli;
+pub mod alerts;
 pub mod api;
 pub mod body;
 pub mod budget;
