@@ -208,7 +208,6 @@ CREATE TABLE alerts (
     delivered_at INTEGER,              -- ms; NULL while it waits
     forget_at    INTEGER               -- ms: when a delivered id may be forgotten
 ) STRICT;
-CREATE INDEX alerts_due ON alerts (due) WHERE delivered_at IS NULL;
 ";
 
 /// Why the store's file could not be opened.
