@@ -31,6 +31,7 @@ use crate::budget::records::{RecordKind, RecordSet, StoredRecord};
 use crate::budget::{BudgetStore, Scope, ScopeKind, StoreError};
 use crate::config::{hash_key, Config, KeyConfig, OnInsufficient, OrgConfig};
 use crate::error::GatewayError;
+use crate::money::Threshold;
 use crate::period::Period;
 use documents::{KeyDoc, OrgDoc};
 
@@ -281,6 +282,8 @@ pub fn key_entry(doc: KeyDoc, revision: u64) -> Result<KeyEntry, String> {
             models,
             // A document written by a version that knew only "refuse".
             on_insufficient: OnInsufficient::parse(&doc.on_insufficient).unwrap_or_default(),
+            alert_at: Threshold::parse_list(&doc.alert_at)
+                .map_err(|error| format!("its alert_at is not valid: {error}"))?,
         }),
         disabled: doc.disabled,
         expires_at,
@@ -298,6 +301,8 @@ pub fn org_entry(doc: OrgDoc, revision: u64) -> Result<OrgEntry, String> {
             id: doc.id.clone(),
             cap: doc.cap_usd_micros,
             period,
+            alert_at: Threshold::parse_list(&doc.alert_at)
+                .map_err(|error| format!("its alert_at is not valid: {error}"))?,
         },
         api: Some(Stored { doc, revision }),
     })

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::alerts::Alerts;
 use crate::budget::BudgetStore;
 use crate::config::Config;
 use crate::directory::Directory;
@@ -23,6 +24,9 @@ pub struct Gateway {
     /// settlements still finishing after their request is gone, which
     /// shutdown waits for.
     pub settler: Settler,
+    /// Queues spending alerts seen in reserves' answers (off without a
+    /// webhook).
+    pub alerts: Alerts,
 }
 
 impl Gateway {
@@ -39,7 +43,9 @@ impl Gateway {
         crate::estimate::warm_up();
         let metrics = Arc::new(Metrics::new());
         let settler = Settler::new(store.clone(), metrics.clone(), config.store.reservation_ttl);
+        let alerts = Alerts::new(&config, store.clone(), metrics.clone());
         Ok(Gateway {
+            alerts,
             directory: Arc::new(Directory::new(&config)),
             client: upstream::client()?,
             store,

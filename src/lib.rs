@@ -27,7 +27,8 @@
 //!   bodies and SSE events; [`sse`] splits an event stream in one pass.
 //! - [`budget`] is the reserve/settle protocol and its stores; [`sweep`]
 //!   expires what crashed calls left; [`drain`] moves the Redis ledger to
-//!   a durable sink; [`reconcile`] proves the books.
+//!   a durable sink; [`reconcile`] proves the books; [`alerts`] queues and
+//!   delivers spending alerts to a webhook.
 //! - [`metrics`] counts reserves, settlements and store calls for
 //!   `GET /metrics`; [`config`] loads and checks the TOML config.
 //! - [`logging`] writes the process's log lines, plain or JSON.
@@ -45,6 +46,7 @@
 pub mod access;
 pub mod admin;
 pub mod admin_cli;
+pub mod alerts;
 pub mod api;
 pub mod body;
 pub mod budget;

@@ -20,6 +20,8 @@
 //! | `tollgate_ledger_drained_total` | | Redis ledger entries this gateway wrote to its ledger sink for the first time |
 //! | `tollgate_ledger_sink_errors_total` | | failed attempts to open or write the ledger sink (each leaves the entries in Redis) |
 //! | `tollgate_ledger_undrained_age_seconds` | | age of the oldest entry this gateway's drain saw waiting in a Redis ledger stream; only on a gateway with a ledger sink |
+//! | `tollgate_alerts_queued_total` | `scope` = `key`, `org`, `run`; `type` = `threshold`, `exhausted` | spending alerts this gateway queued first (each crossing is queued once per store, whichever gateway sees it first) |
+//! | `tollgate_alert_deliveries_total` | `result` = `delivered`, `failed` | webhook attempts by this gateway |
 //!
 //! `op` is one of `reserve`, `settle`, `state`, `ping`, `sweep`,
 //! `open_reservations`, `drain` (the ledger drain's Redis calls). A settle that answers "unknown reservation",
@@ -140,6 +142,17 @@ struct StoreLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AlertLabels {
+    scope: &'static str,
+    r#type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeliveryLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     route: &'static str,
     status: u16,
@@ -174,6 +187,9 @@ pub struct Metrics {
     /// Statuses are only known as responses go out; a new (route, status)
     /// pair takes the family's lock once, later ones only read it.
     requests: Family<RequestLabels, Counter>,
+    alerts_queued: Family<AlertLabels, Counter>,
+    alerts_delivered: Counter,
+    alerts_failed: Counter,
 }
 
 impl Default for Metrics {
@@ -269,7 +285,25 @@ impl Metrics {
             requests.clone(),
         );
 
+        let alerts_queued = Family::<AlertLabels, Counter>::default();
+        registry.register(
+            "alerts_queued",
+            "Spending alerts queued by this gateway (first to see the crossing), by scope kind \
+             and type",
+            alerts_queued.clone(),
+        );
+        let deliveries = Family::<DeliveryLabels, Counter>::default();
+        registry.register(
+            "alert_deliveries",
+            "Spending alert webhook attempts by this gateway, by result",
+            deliveries.clone(),
+        );
+        let delivery = |result| deliveries.get_or_create_owned(&DeliveryLabels { result });
+
         Metrics {
+            alerts_queued,
+            alerts_delivered: delivery("delivered"),
+            alerts_failed: delivery("failed"),
             allowed: reserved("allowed", ""),
             denied_by_key: reserved("denied", ScopeKind::Key.as_str()),
             denied_by_org: reserved("denied", ScopeKind::Org.as_str()),
@@ -378,6 +412,26 @@ impl Metrics {
     /// was absurd.
     pub fn count_absurd_usage(&self) {
         self.absurd_usage.inc();
+    }
+
+    /// Counts a spending alert this gateway queued (`kind`: `threshold`
+    /// or `exhausted`).
+    pub fn count_alert_queued(&self, scope: ScopeKind, kind: &'static str) {
+        self.alerts_queued
+            .get_or_create(&AlertLabels {
+                scope: scope.as_str(),
+                r#type: kind,
+            })
+            .inc();
+    }
+
+    /// Counts one webhook attempt.
+    pub fn count_alert_delivery(&self, delivered: bool) {
+        if delivered {
+            self.alerts_delivered.inc();
+        } else {
+            self.alerts_failed.inc();
+        }
     }
 
     /// Counts one response; `route` is one of the gateway's fixed paths.

@@ -87,6 +87,62 @@ fn parse_decimal(text: &str, places: u32) -> Result<u128, MoneyError> {
         .ok_or_else(too_large)
 }
 
+/// Decimal places an alert threshold may carry (`alert_at`).
+const THRESHOLD_DECIMALS: u32 = 6;
+
+/// A spending alert's threshold: a fraction of a cap in (0, 1], kept
+/// exactly as parts per million beside the text it was written as.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Threshold {
+    ppm: u32,
+    text: String,
+}
+
+impl Threshold {
+    /// Parses one threshold (`"0.5"`, `"0.875"`, `"1"`).
+    pub fn parse(text: &str) -> Result<Threshold, String> {
+        let bad = || {
+            format!("{text:?} is not a fraction of the cap in (0, 1] like \"0.8\", with at most {THRESHOLD_DECIMALS} decimal places")
+        };
+        let ppm = parse_decimal(text, THRESHOLD_DECIMALS).map_err(|_| bad())?;
+        match u32::try_from(ppm) {
+            Ok(ppm) if (1..=1_000_000).contains(&ppm) => Ok(Threshold {
+                ppm,
+                text: text.trim().to_owned(),
+            }),
+            _ => Err(bad()),
+        }
+    }
+
+    /// Parses a list of thresholds, which must ascend without repeats.
+    pub fn parse_list<S: AsRef<str>>(texts: &[S]) -> Result<Vec<Threshold>, String> {
+        let thresholds = texts
+            .iter()
+            .map(|text| Threshold::parse(text.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        if thresholds.windows(2).any(|pair| pair[0].ppm >= pair[1].ppm) {
+            return Err("thresholds must ascend, each once (like [\"0.5\", \"0.8\"])".to_owned());
+        }
+        Ok(thresholds)
+    }
+
+    /// Whether `committed` has reached this fraction of `cap`, exactly.
+    pub fn reached(&self, committed: UsdMicros, cap: UsdMicros) -> bool {
+        u128::from(committed) * 1_000_000 >= u128::from(self.ppm) * u128::from(cap)
+    }
+
+    /// The fraction in parts per million: the same for every way of
+    /// writing it (`"0.5"`, `"0.50"`).
+    pub fn ppm(&self) -> u32 {
+        self.ppm
+    }
+
+    /// The threshold as it was written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
 /// A price per token class, exactly: units of 10⁻⁶ µUSD per token
 /// (equivalently, µUSD per million tokens).
 #[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -157,6 +213,21 @@ impl Cost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thresholds_are_exact_fractions_of_a_cap() {
+        let half = Threshold::parse("0.5").unwrap();
+        assert_eq!(half.ppm(), 500_000);
+        assert!(half.reached(5, 10));
+        assert!(!half.reached(4, 9));
+        assert!(Threshold::parse("1").unwrap().reached(10, 10));
+        for bad in ["0", "1.0000001", "1.5", "-0.5", "x", "0.1234567"] {
+            assert!(Threshold::parse(bad).is_err(), "{bad}");
+        }
+        assert!(Threshold::parse_list(&["0.5", "0.8"]).is_ok());
+        assert!(Threshold::parse_list(&["0.8", "0.5"]).is_err());
+        assert!(Threshold::parse_list(&["0.5", "0.50"]).is_err());
+    }
 
     #[test]
     fn parses_usd_exactly() {

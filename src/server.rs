@@ -109,6 +109,8 @@ pub async fn run_with_grace(
         admin,
     } = listeners.into();
     let _directory = keep_directory_up(&gateway).await;
+    let _alerts =
+        crate::alerts::deliver::spawn(&gateway.config.alerts, &gateway.store, &gateway.metrics);
     let main_role = if admin.is_some() {
         Role::Public
     } else {

@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 use super::AdminError;
 use crate::config::OnInsufficient;
-use crate::money::parse_usd;
+use crate::money::{parse_usd, Threshold};
 use crate::period::Period;
 
 /// The most metadata a key may carry, as JSON text.
@@ -195,15 +195,30 @@ impl Fields {
         }
     }
 
-    /// Alert thresholds: this gateway sends no alerts, so none can be set.
+    /// Alert thresholds: fractions of the cap as decimal strings, each in
+    /// (0, 1], ascending (`["0.5", "0.8"]`); `[]` sends none.
     pub fn alert_at(&mut self) -> Result<Option<Vec<String>>, AdminError> {
+        let bad =
+            |message: String| AdminError::bad(format!("alert_at: {message}"), Some("alert_at"));
         match self.take("alert_at") {
             None => Ok(None),
-            Some(Value::Array(items)) if items.is_empty() => Ok(Some(Vec::new())),
-            Some(_) => Err(AdminError::bad(
-                "alert_at: this gateway sends no spending alerts, so it takes no thresholds \
-                 (leave it out, or send [])",
-                Some("alert_at"),
+            Some(Value::Array(items)) => {
+                let texts = items
+                    .into_iter()
+                    .map(|item| match item {
+                        Value::String(text) => Ok(text),
+                        _ => Err(bad(
+                            "each threshold is a decimal string like \"0.8\", not a JSON number"
+                                .to_owned(),
+                        )),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Threshold::parse_list(&texts).map_err(bad)?;
+                Ok(Some(texts))
+            }
+            Some(_) => Err(bad(
+                "a list of fractions of the cap as decimal strings, like [\"0.5\", \"0.8\"]"
+                    .to_owned(),
             )),
         }
     }

@@ -44,19 +44,21 @@ pub async fn create(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
     let id = required(fields.id("id")?, "id")?;
     let cap = required(fields.usd("cap_usd")?, "cap_usd")?;
     let period = required(fields.period()?, "period")?;
-    fields.finish("id, cap_usd, period")?;
+    let alert_at = fields.alert_at()?.unwrap_or_default();
+    fields.finish("id, cap_usd, period, alert_at")?;
     let doc = OrgDoc {
         id: id.clone(),
         cap_usd_micros: cap,
         period: period.as_str().to_owned(),
         created_at: format_time(Utc::now()),
+        alert_at,
         deleted_at: None,
     };
     let revision = change::create(call, &id, &doc).await?;
     Ok(created(&shown(call, doc, revision).await?))
 }
 
-/// `PATCH /admin/v1/orgs/{id}` (`cap_usd`, `period`)
+/// `PATCH /admin/v1/orgs/{id}` (`cap_usd`, `period`, `alert_at`)
 pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminError> {
     let mut fields = Fields::new(call.json()?);
     if fields.has("id") {
@@ -64,13 +66,17 @@ pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
     }
     let cap = fields.usd("cap_usd")?;
     let period = fields.period()?;
-    fields.finish("cap_usd, period")?;
+    let alert_at = fields.alert_at()?;
+    fields.finish("cap_usd, period, alert_at")?;
     let (doc, revision) = change::change(call, id, "update", |doc: &mut OrgDoc| {
         if let Some(cap) = cap {
             doc.cap_usd_micros = cap;
         }
         if let Some(period) = period {
             doc.period = period.as_str().to_owned();
+        }
+        if let Some(value) = &alert_at {
+            doc.alert_at.clone_from(value);
         }
     })
     .await?;

@@ -7,6 +7,7 @@ use crate::budget::{Scope, ScopeKind};
 use crate::directory::{KeyEntry, OrgEntry};
 use crate::endpoints::budget::scope_json;
 use crate::gateway::Gateway;
+use crate::money::Threshold;
 
 /// A key (`KEY` in DESIGN.md).
 pub async fn key(gateway: &Gateway, entry: &KeyEntry) -> Value {
@@ -35,7 +36,7 @@ pub async fn key(gateway: &Gateway, entry: &KeyEntry) -> Value {
             None,
             json!({}),
             config.on_insufficient.as_str().to_owned(),
-            Vec::new(),
+            thresholds(&config.alert_at),
         ),
     };
     json!({
@@ -70,8 +71,14 @@ pub async fn org(gateway: &Gateway, entry: &OrgEntry) -> Value {
         "period": config.period.as_str(),
         "created_at": entry.api.as_ref().map(|stored| stored.doc.created_at.clone()),
         "source": entry.source().as_str(),
+        "alert_at": thresholds(&config.alert_at),
         "budget": budget(gateway, &scope).await,
     })
+}
+
+/// Thresholds as written.
+fn thresholds(alert_at: &[Threshold]) -> Vec<String> {
+    alert_at.iter().map(|t| t.as_str().to_owned()).collect()
 }
 
 /// The scope's budget now, or `null` while the store cannot say: a list

@@ -7,7 +7,8 @@
 //! entries included).
 //!
 //! The admin API's keys and orgs (`records`) are part of the contract too:
-//! every store must write, read and audit them as `RecordBook` does.
+//! every store must write, read and audit them as `RecordBook` does, and
+//! keep the queue of spending alerts (`alerts`) alike.
 //!
 //! Backends: the memory store, the SQLite store on a file of its own,
 //! Redis on 127.0.0.1:6379 (always running where the tests run), and a
@@ -17,6 +18,7 @@
 //! releases it (`on_expiry = "release"`).
 
 mod aggregates;
+mod alerts;
 mod cases;
 mod claims;
 mod control;
@@ -41,6 +43,7 @@ use super::{
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
 use aggregates::*;
+use alerts::*;
 use cases::*;
 use claims::*;
 use control::*;
@@ -246,6 +249,9 @@ macro_rules! contract_tests {
             concurrent_reserves_never_exceed_the_run_cap,
             an_idle_run_is_forgotten_after_its_ttl,
             spend_rows_carry_the_run,
+            an_alert_is_queued_once_and_delivered_once,
+            a_leased_alert_is_due_again_when_its_lease_runs_out,
+            concurrent_queues_of_one_alert_queue_it_once,
             );
             mod release {
                 use super::*;

@@ -14,6 +14,7 @@
 //! adjustments and the list of open holds.
 
 mod aggregates;
+mod alerts;
 mod control;
 mod state;
 #[cfg(test)]
@@ -60,6 +61,8 @@ struct Shared {
     /// The admin API's keys and orgs, apart from the books: a change to
     /// them never waits for a call's reserve, nor a reserve for them.
     records: Mutex<RecordBook>,
+    /// Spending alerts waiting for delivery, apart from the books too.
+    alerts: Mutex<alerts::AlertQueue>,
     /// How far above its reservation a settle may land before it counts as
     /// an overrun, absorbing rounding between the estimate and the bill.
     settle_epsilon: UsdMicros,
@@ -335,6 +338,7 @@ impl Shared {
                 ..State::default()
             }),
             records: Mutex::new(RecordBook::default()),
+            alerts: Mutex::new(alerts::AlertQueue::default()),
             settle_epsilon,
             #[cfg(test)]
             clock: None,
@@ -361,6 +365,10 @@ impl Shared {
 
     fn records(&self) -> MutexGuard<'_, RecordBook> {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn alerts(&self) -> MutexGuard<'_, alerts::AlertQueue> {
+        self.alerts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

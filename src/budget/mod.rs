@@ -34,10 +34,15 @@
 //!   model) in the same atomic step (`aggregates`), so `spend` reports
 //!   without the raw ledger; rows are kept the aggregate retention.
 //!
+//! - A spending alert (`alerts`) is queued once per event id and handed
+//!   out, leased, until its delivery is marked: at least once, never
+//!   twice at the same moment.
+//!
 //! On Redis, everything a key and its org share lives under one hash tag
 //! ([`tag_for`]), so one script can charge both in one cluster slot.
 
 pub mod aggregates;
+pub mod alerts;
 #[cfg(test)]
 mod contract;
 pub mod memory;
@@ -62,6 +67,7 @@ pub use sqlite::{SqliteOpenError, SqliteStore};
 
 use crate::money::{UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
+use alerts::{AlertEvent, QueuedAlert};
 use records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 
 /// How long a settled or denied call's record is kept once closed: as long
@@ -230,6 +236,54 @@ impl BudgetStore {
             BudgetStore::Memory(store) => Ok(store.audit(before, limit)),
             BudgetStore::Sqlite(store) => store.audit(before, limit).await,
             BudgetStore::Redis(store) => store.audit(before, limit).await,
+        }
+    }
+
+    /// Queues a spending alert unless its id was ever queued; returns
+    /// whether this call queued it.
+    pub async fn queue_alert(&self, event: &AlertEvent) -> Result<bool, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.queue_alert(event)),
+            BudgetStore::Sqlite(store) => store.queue_alert(event).await,
+            BudgetStore::Redis(store) => store.queue_alert(event).await,
+        }
+    }
+
+    /// Up to `limit` alerts due for delivery now, each leased for `lease`:
+    /// not handed out again before then, unless marked failed.
+    pub async fn due_alerts(
+        &self,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<QueuedAlert>, StoreError> {
+        match self {
+            BudgetStore::Memory(store) => Ok(store.due_alerts(limit, lease)),
+            BudgetStore::Sqlite(store) => store.due_alerts(limit, lease).await,
+            BudgetStore::Redis(store) => store.due_alerts(limit, lease).await,
+        }
+    }
+
+    /// The webhook took the alert: it is never sent again.
+    pub async fn alert_delivered(&self, id: &str) -> Result<(), StoreError> {
+        match self {
+            BudgetStore::Memory(store) => {
+                store.alert_delivered(id);
+                Ok(())
+            }
+            BudgetStore::Sqlite(store) => store.alert_delivered(id).await,
+            BudgetStore::Redis(store) => store.alert_delivered(id).await,
+        }
+    }
+
+    /// A delivery failed: the alert is due again `retry_after` from now.
+    pub async fn alert_failed(&self, id: &str, retry_after: Duration) -> Result<(), StoreError> {
+        match self {
+            BudgetStore::Memory(store) => {
+                store.alert_failed(id, retry_after);
+                Ok(())
+            }
+            BudgetStore::Sqlite(store) => store.alert_failed(id, retry_after).await,
+            BudgetStore::Redis(store) => store.alert_failed(id, retry_after).await,
         }
     }
 

@@ -56,6 +56,7 @@
 //! on this error path.
 
 mod aggregates;
+mod alerts;
 mod books;
 mod connection;
 mod control;

@@ -15,6 +15,7 @@
 //! holds.
 
 mod aggregates;
+mod alerts;
 mod books;
 mod checkpoint;
 mod control;

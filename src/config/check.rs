@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use glob::Pattern;
 
-use super::raw::{RawConfig, RawKey, RawOrg, RawProvider, RawServer, RawStore};
+use super::raw::{RawAlerts, RawConfig, RawKey, RawOrg, RawProvider, RawServer, RawStore};
 use super::{
-    hash_key, Config, ConfigError, KeyConfig, OnExpiry, OnInsufficient, OnStoreError, OrgConfig,
-    Provider, Secret, ServerConfig, StoreBackend, StoreConfig,
+    hash_key, AlertsConfig, Config, ConfigError, KeyConfig, OnExpiry, OnInsufficient, OnStoreError,
+    OrgConfig, Provider, Secret, ServerConfig, StoreBackend, StoreConfig, Webhook,
 };
-use crate::money::{parse_usd, UsdMicros};
+use crate::money::{parse_usd, Threshold, UsdMicros};
 use crate::period::Period;
 use crate::prices::PriceTable;
 use crate::provider::{ProviderKind, OUTPUT_LIMIT_FIELDS};
@@ -87,6 +87,7 @@ impl Checker<'_> {
             ));
         }
         let keys = self.keys(&raw.keys, &orgs)?;
+        let alerts = self.alerts(&raw.alerts)?;
         Ok(Config {
             server,
             store,
@@ -94,6 +95,7 @@ impl Checker<'_> {
             providers,
             orgs,
             keys,
+            alerts,
         })
     }
 
@@ -454,6 +456,7 @@ impl Checker<'_> {
                 id: raw.id.clone(),
                 cap: self.usd(&field("cap_usd"), &raw.cap_usd)?,
                 period: self.period(&field("period"), &raw.period)?,
+                alert_at: self.alert_at(&field("alert_at"), raw.alert_at.as_deref())?,
             });
         }
         Ok(orgs)
@@ -513,9 +516,53 @@ impl Checker<'_> {
                         )
                     })?,
                 },
+                alert_at: self.alert_at(&field("alert_at"), raw.alert_at.as_deref())?,
             });
         }
         Ok(keys)
+    }
+
+    fn alert_at(
+        &self,
+        field: &str,
+        texts: Option<&[String]>,
+    ) -> Result<Vec<Threshold>, ConfigError> {
+        Threshold::parse_list(texts.unwrap_or_default())
+            .map_err(|message| self.invalid(field, message))
+    }
+
+    /// `[alerts]`: a webhook needs its signing secret, read here so a
+    /// missing one stops the gateway at start-up, not at the first alert.
+    fn alerts(&self, raw: &RawAlerts) -> Result<AlertsConfig, ConfigError> {
+        let Some(url) = &raw.webhook_url else {
+            if raw.secret_env.is_some() {
+                return Err(self.invalid(
+                    "alerts.secret_env",
+                    "set alerts.webhook_url too, or remove it: without a webhook no alert is sent",
+                ));
+            }
+            return Ok(AlertsConfig::default());
+        };
+        let url =
+            webhook_url(url).map_err(|message| self.invalid("alerts.webhook_url", message))?;
+        let Some(env) = &raw.secret_env else {
+            return Err(self.invalid(
+                "alerts.secret_env",
+                "required with alerts.webhook_url: the name of the environment variable \
+                 holding the secret each alert is signed with",
+            ));
+        };
+        let secret = self.secret_var(env).ok_or_else(|| {
+            self.invalid(
+                "alerts.secret_env",
+                format!(
+                    "the variable {env} is unset or empty: set it to the webhook's signing secret"
+                ),
+            )
+        })?;
+        Ok(AlertsConfig {
+            webhook: Some(Webhook { url, secret }),
+        })
     }
 
     /// The key's hash, from exactly one of `key_sha256` or `key_env`, and
@@ -620,6 +667,23 @@ impl Checker<'_> {
             field: field.into(),
             message: message.into(),
         }
+    }
+}
+
+/// Checks the webhook's URL: http or https, a host, no credentials.
+fn webhook_url(text: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a URL: {e}"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(format!("{text:?} must start with http:// or https://"));
+    }
+    match uri.authority() {
+        Some(authority) if authority.as_str().contains('@') => {
+            Err(format!("{text:?} must not carry credentials"))
+        }
+        Some(authority) if !authority.host().is_empty() => Ok(uri),
+        _ => Err(format!("{text:?} has no host")),
     }
 }
 

@@ -23,7 +23,7 @@ use std::time::Duration;
 use glob::Pattern;
 use sha2::{Digest, Sha256};
 
-use crate::money::UsdMicros;
+use crate::money::{Threshold, UsdMicros};
 use crate::period::Period;
 use crate::prices::{PriceError, PriceTable};
 use crate::provider::ProviderKind;
@@ -40,6 +40,23 @@ pub struct Config {
     pub providers: Vec<Provider>,
     pub orgs: Vec<OrgConfig>,
     pub keys: Vec<KeyConfig>,
+    pub alerts: AlertsConfig,
+}
+
+/// Where spending alerts go (`[alerts]`).
+#[derive(Clone, Debug, Default)]
+pub struct AlertsConfig {
+    /// `None`: no webhook, so no alert is queued at all.
+    pub webhook: Option<Webhook>,
+}
+
+/// The operator's receiver of spending alerts.
+#[derive(Clone, Debug)]
+pub struct Webhook {
+    /// http or https.
+    pub url: http::Uri,
+    /// The HMAC-SHA256 key each body is signed with, from `secret_env`.
+    pub secret: Secret,
 }
 
 #[derive(Clone, Debug)]
@@ -229,6 +246,8 @@ pub struct OrgConfig {
     pub id: String,
     pub cap: UsdMicros,
     pub period: Period,
+    /// Fractions of the cap whose crossing sends an alert, ascending.
+    pub alert_at: Vec<Threshold>,
 }
 
 #[derive(Clone, Debug)]
@@ -243,6 +262,8 @@ pub struct KeyConfig {
     /// `None` allows every model.
     pub models: Option<Vec<Pattern>>,
     pub on_insufficient: OnInsufficient,
+    /// Fractions of the cap whose crossing sends an alert, ascending.
+    pub alert_at: Vec<Threshold>,
 }
 
 /// What a call whose client-set output limit does not fit its budget gets.

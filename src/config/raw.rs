@@ -23,6 +23,15 @@ pub(super) struct RawConfig {
     pub orgs: Vec<RawOrg>,
     #[serde(default)]
     pub keys: Vec<RawKey>,
+    #[serde(default)]
+    pub alerts: RawAlerts,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAlerts {
+    pub webhook_url: Option<String>,
+    pub secret_env: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -90,6 +99,7 @@ pub(super) struct RawOrg {
     pub id: String,
     pub cap_usd: toml::Value,
     pub period: String,
+    pub alert_at: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -103,4 +113,5 @@ pub(super) struct RawKey {
     pub period: String,
     pub models: Option<Vec<String>>,
     pub on_insufficient: Option<String>,
+    pub alert_at: Option<Vec<String>>,
 }

@@ -755,3 +755,48 @@ fn a_ledger_sink_is_a_redis_gateways_file_beside_the_config() {
         );
     }
 }
+
+#[test]
+fn alerts_need_a_webhook_and_its_secret_and_thresholds_ascend() {
+    let config = load(&base()).unwrap();
+    assert!(config.alerts.webhook.is_none());
+    assert!(config.keys[0].alert_at.is_empty());
+
+    let with_alerts = format!(
+        "{}\n[alerts]\nwebhook_url = \"https://ops.example.com/hook\"\nsecret_env = \"HOOK_SECRET\"\n",
+        base()
+            .replace(
+                "models = [\"gpt-4o-mini\", \"claude-*\"]",
+                "models = [\"gpt-4o-mini\", \"claude-*\"]\nalert_at = [\"0.5\", \"0.8\"]"
+            )
+            .replace(
+                "period = \"month\"\n",
+                "period = \"month\"\nalert_at = [\"0.9\"]\n"
+            )
+    );
+    let vars = [("BOB_KEY", "bob-raw-key"), ("HOOK_SECRET", "s3cret")];
+    let config = load_with(&with_alerts, &vars).unwrap();
+    let webhook = config.alerts.webhook.as_ref().unwrap();
+    assert_eq!(webhook.url.to_string(), "https://ops.example.com/hook");
+    assert_eq!(webhook.secret.expose(), "s3cret");
+    assert!(!format!("{config:?}").contains("s3cret"));
+    let shown: Vec<&str> = config.keys[0].alert_at.iter().map(|t| t.as_str()).collect();
+    assert_eq!(shown, ["0.5", "0.8"]);
+    assert_eq!(config.orgs[0].alert_at[0].ppm(), 900_000);
+
+    let message =
+        |text: &str, vars: &[(&str, &str)]| load_with(text, vars).unwrap_err().to_string();
+    let unset = message(&with_alerts, &[("BOB_KEY", "bob-raw-key")]);
+    assert!(
+        unset.contains("alerts.secret_env") && unset.contains("HOOK_SECRET"),
+        "{unset}"
+    );
+    let no_secret = with_alerts.replace("secret_env = \"HOOK_SECRET\"\n", "");
+    assert!(message(&no_secret, &vars).contains("alerts.secret_env"));
+    let ftp = with_alerts.replace("https://ops.example.com/hook", "ftp://ops.example.com");
+    assert!(message(&ftp, &vars).contains("alerts.webhook_url"));
+    let descending = with_alerts.replace("[\"0.5\", \"0.8\"]", "[\"0.8\", \"0.5\"]");
+    assert!(message(&descending, &vars).contains("keys[0].alert_at"));
+    let too_high = with_alerts.replace("[\"0.9\"]", "[\"1.5\"]");
+    assert!(message(&too_high, &vars).contains("orgs[0].alert_at"));
+}

@@ -35,6 +35,9 @@ pub struct OrgDoc {
     pub cap_usd_micros: u64,
     pub period: String,
     pub created_at: String,
+    /// Absent from documents written before orgs took thresholds.
+    #[serde(default)]
+    pub alert_at: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleted_at: Option<String>,
 }

@@ -84,6 +84,9 @@ async fn reserve_bound(
         Err(error) => Err(error),
     };
     gateway.metrics.count_reserve(&outcome);
+    gateway
+        .alerts
+        .after_reserve(&gateway.directory, &admitted.key, &request, &outcome);
     match outcome {
         Ok(ReserveOutcome::Reserved { amount, .. }) => Ok(Some(amount)),
         Ok(ReserveOutcome::Denied(denial)) => {

@@ -115,6 +115,7 @@ fn alice() -> KeyConfig {
         period: Period::Total,
         models: None,
         on_insufficient: crate::config::OnInsufficient::Refuse,
+        alert_at: Vec::new(),
     }
 }
 

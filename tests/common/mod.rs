@@ -47,6 +47,12 @@ pub struct Setup {
     pub openai_provider_extra: &'static str,
     /// More TOML lines for the `[server]` table.
     pub server_extra: &'static str,
+    /// More top-level TOML tables (such as `[alerts]`), before `[server]`.
+    pub tables_extra: &'static str,
+    /// More TOML lines for alice's `[[keys]]` table.
+    pub alice_extra: &'static str,
+    /// More TOML lines for the org's `[[orgs]]` table.
+    pub org_extra: &'static str,
 }
 
 impl Default for Setup {
@@ -66,6 +72,9 @@ impl Default for Setup {
             openai_base_url: None,
             openai_provider_extra: "",
             server_extra: "",
+            tables_extra: "",
+            alice_extra: "",
+            org_extra: "",
         }
     }
 }
@@ -102,6 +111,8 @@ pub async fn start(setup: Setup) -> Harness {
     let prices = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml");
     let config_text = format!(
         r#"
+{tables_extra}
+
 [server]
 listen = "127.0.0.1:0"
 max_request_bytes = {max}
@@ -134,6 +145,7 @@ models = ["claude-*"]
 id = "acme"
 cap_usd = "{org_cap}"
 period = "month"
+{org_extra}
 
 [[keys]]
 id = "alice"
@@ -141,6 +153,7 @@ org = "acme"
 key_sha256 = "{alice}"
 cap_usd = "{alice_cap}"
 period = "day"
+{alice_extra}
 
 [[keys]]
 id = "bob"
@@ -165,6 +178,9 @@ models = ["gpt-4o-mini"]
         prices = prices.display(),
         openai_extra = setup.openai_provider_extra,
         server_extra = setup.server_extra,
+        tables_extra = setup.tables_extra,
+        alice_extra = setup.alice_extra,
+        org_extra = setup.org_extra,
         mock = mock.addr,
         org_cap = setup.org_cap,
         alice = sha(ALICE),

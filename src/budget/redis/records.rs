@@ -58,6 +58,13 @@ impl RecordKeys {
     fn audit(&self) -> &str {
         &self.0[2]
     }
+
+    /// The spending alerts' queue keys (`alerts`), under the same tag:
+    /// the queue is global, like the documents.
+    pub fn alerts(&self) -> [String; 3] {
+        let base = self.version().strip_suffix(":version").unwrap_or_default();
+        ["alerts", "alerts:due", "alerts:done"].map(|name| format!("{base}:{name}"))
+    }
 }
 
 impl RedisStore {

@@ -15,12 +15,12 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 /// The schema this binary writes. A file with a lower version is upgraded
 /// in place by [`MIGRATIONS`]; a file with a higher one is refused.
-pub(super) const SCHEMA_VERSION: u32 = 6;
+pub(super) const SCHEMA_VERSION: u32 = 7;
 
 /// The statements that take a file from version `i + 1` to `i + 2`, in
 /// order. A new file runs them all after [`CREATE`], so a new file and an
 /// upgraded one have the same tables by construction.
-const MIGRATIONS: &[&str] = &[TO_2, TO_3, TO_4, TO_5, TO_6];
+const MIGRATIONS: &[&str] = &[TO_2, TO_3, TO_4, TO_5, TO_6, TO_7];
 
 /// Version 1: the budget books.
 const CREATE: &str = "
@@ -218,6 +218,19 @@ SELECT day, key, org, '', model, calls, input_tokens, cached_input_tokens,
   FROM aggregates;
 DROP TABLE aggregates;
 ALTER TABLE aggregates_by_run RENAME TO aggregates;
+";
+
+/// Spending alerts waiting for the webhook, and the ids of those
+/// delivered (kept until `forget_at`, so an event is never queued twice).
+const TO_7: &str = "
+CREATE TABLE alerts (
+    id           TEXT PRIMARY KEY,     -- derived from scope, period, type, threshold
+    body         TEXT NOT NULL,        -- the JSON the webhook receives, as queued
+    attempts     INTEGER NOT NULL,     -- failed deliveries so far
+    due          INTEGER NOT NULL,     -- ms: when it may be sent (again)
+    delivered_at INTEGER,              -- ms; NULL while it waits
+    forget_at    INTEGER               -- ms: when a delivered id may be forgotten
+) STRICT;
 ";
 
 /// Why the store's file could not be opened.
