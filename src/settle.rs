@@ -277,6 +277,7 @@ impl SettleTicket {
         Some(Settling {
             future: Some(Box::pin(call.settle(charge))),
             background,
+            patience: None,
         })
     }
 
@@ -492,11 +493,23 @@ fn log_outcome(settlement: &Settlement, outcome: &SettleOutcome) {
 
 type SettleFuture = Pin<Box<dyn Future<Output = Option<SettleOutcome>> + Send>>;
 
+/// How long a response waits for its settlement. A store that is down or
+/// full (a settle retried for two reservation TTLs) must not hold the
+/// client for as long: past this the response goes on, answered as not
+/// settled, and the settlement finishes in the background, the call's
+/// reservation holding its whole bound meanwhile, so nothing is
+/// overspent.
+const SETTLE_WAIT: Duration = Duration::from_secs(5);
+
 /// A settlement in flight. Dropped before it is done, it is not lost: it
-/// finishes in the background.
+/// finishes in the background. Awaited, it answers within [`SETTLE_WAIT`]:
+/// `None` when the settlement had to go on in the background.
 pub struct Settling {
     future: Option<SettleFuture>,
     background: BackgroundSettles,
+    /// Set on the first poll, which always happens on the runtime (a
+    /// `Settling` may be made and dropped outside it).
+    patience: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Future for Settling {
@@ -506,9 +519,24 @@ impl Future for Settling {
         let Some(future) = self.future.as_mut() else {
             return Poll::Ready(None);
         };
-        let outcome = std::task::ready!(future.as_mut().poll(cx));
-        self.future = None;
-        Poll::Ready(outcome)
+        if let Poll::Ready(outcome) = future.as_mut().poll(cx) {
+            self.future = None;
+            return Poll::Ready(outcome);
+        }
+        let patience = self
+            .patience
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(SETTLE_WAIT)));
+        std::task::ready!(patience.as_mut().poll(cx));
+        if let Some(future) = self.future.take() {
+            tracing::warn!(
+                waited_secs = SETTLE_WAIT.as_secs(),
+                "the budget store has not taken a settlement yet; the response goes on, and \
+                 the settlement is retried in the background (the reservation holds the \
+                 call's bound meanwhile)"
+            );
+            self.background.finish(future);
+        }
+        Poll::Ready(None)
     }
 }
 

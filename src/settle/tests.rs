@@ -19,6 +19,7 @@ async fn a_dropped_settling_finishes_in_the_background() {
             None
         })),
         background: background.clone(),
+        patience: None,
     };
     drop(settling);
     assert_eq!(background.pending(), 1);
@@ -57,6 +58,32 @@ async fn unabandoned_work_outlives_its_caller() {
     assert!(done.load(Ordering::SeqCst));
 }
 
+/// A store that does not take a settlement keeps the response waiting
+/// only [`SETTLE_WAIT`]: then the settlement goes on in the background.
+#[tokio::test]
+async fn a_settlement_the_store_does_not_take_goes_on_in_the_background() {
+    let background = BackgroundSettles::default();
+    let (answer, answered) = tokio::sync::oneshot::channel::<()>();
+    let settling = Settling {
+        future: Some(Box::pin(async move {
+            let _ = answered.await;
+            None
+        })),
+        background: background.clone(),
+        patience: None,
+    };
+    let started = tokio::time::Instant::now();
+    assert_eq!(settling.await, None);
+    let waited = started.elapsed();
+    assert!(
+        super::SETTLE_WAIT <= waited && waited < super::SETTLE_WAIT * 2,
+        "{waited:?}"
+    );
+    assert_eq!(background.pending(), 1);
+    answer.send(()).unwrap();
+    assert_eq!(background.drained(Duration::from_secs(5)).await, 0);
+}
+
 /// One that can finish at once (the memory store) does so on the spot.
 #[tokio::test]
 async fn a_ready_settling_finishes_on_drop() {
@@ -69,6 +96,7 @@ async fn a_ready_settling_finishes_on_drop() {
             None
         })),
         background: background.clone(),
+        patience: None,
     });
     assert!(done.load(Ordering::SeqCst));
     assert_eq!(background.pending(), 0);
