@@ -581,22 +581,6 @@ pub struct Level {
     pub committed: UsdMicros,
 }
 
-/// What `reserve` holds for a call: the largest amount in
-/// `[min_amount, max_amount]` that fits in every scope's room
-/// (`cap - committed`, negative once an overrun took a scope past its
-/// cap), or `None` when not even `min_amount` does.
-pub(crate) fn fitted_amount(
-    min_amount: UsdMicros,
-    max_amount: UsdMicros,
-    rooms: impl IntoIterator<Item = i128>,
-) -> Option<UsdMicros> {
-    let room = rooms.into_iter().fold(i128::from(max_amount), i128::min);
-    if room < i128::from(min_amount) {
-        return None;
-    }
-    UsdMicros::try_from(room).ok()
-}
-
 /// What a reserve under an idempotency claim answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClaimedReserve {

@@ -10,9 +10,8 @@ use super::aggregates::Aggregates;
 use super::control::Adjustments;
 use super::{later, to_delta};
 use crate::budget::{
-    fitted_amount, run_id_of, Denial, LedgerEntry, LedgerStatus, Level, OnExpiry, OpenHold,
-    ReserveOutcome, ReserveRequest, RunScope, Scope, ScopeKind, SettleOutcome, Settlement,
-    StoreError,
+    run_id_of, Denial, LedgerEntry, LedgerStatus, Level, OnExpiry, OpenHold, ReserveOutcome,
+    ReserveRequest, RunScope, Scope, ScopeKind, SettleOutcome, Settlement, StoreError,
 };
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::period::Period;
@@ -258,24 +257,20 @@ impl State {
             .chain(req.org.as_ref())
             .chain(run.as_ref())
             .collect();
-        let rooms = scopes
+        // Not even the least amount fits: the key is checked first, so when
+        // several would deny, the key is named, then the org.
+        let denial = scopes
             .iter()
-            .map(|scope| i128::from(scope.cap) - i128::from(self.committed(scope, now)));
-        let Some(amount) = fitted_amount(req.min_amount, req.amount, rooms) else {
-            // The key is checked first, so when several would deny, the key
-            // is named, then the org.
-            let denial = scopes
-                .iter()
-                .find_map(|scope| self.check(scope, req.min_amount, now));
-            let Some(denial) = denial else {
-                // Unreachable: the least amount fits no scope's remaining
-                // budget, so one of them denies it.
-                return ReserveOutcome::Denied(self.deny(&req.key, now));
-            };
+            .find_map(|scope| self.check(scope, req.min_amount, now));
+        if let Some(denial) = denial {
             let keep = self.closed_record;
             self.close(&req.exec_id, RecordState::Denied(denial.clone()), keep, now);
             return ReserveOutcome::Denied(denial);
-        };
+        }
+        // Every scope has room for the least: hold the most they all allow.
+        let amount = scopes.iter().fold(req.amount, |amount, scope| {
+            amount.min(scope.cap.saturating_sub(self.committed(scope, now)))
+        });
         let charge = |scope: &Scope| Charge {
             id: scope.id.clone(),
             period_id: scope.period.id_at(now),

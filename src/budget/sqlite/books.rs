@@ -10,9 +10,9 @@ use chrono::{DateTime, SecondsFormat, TimeDelta, TimeZone, Utc};
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::budget::{
-    fitted_amount, run_id_of, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, Level, OnExpiry,
-    Reconciliation, ReserveOutcome, ReserveRequest, RunScope, RunState, Scope, ScopeKind,
-    ScopeState, SettleOutcome, Settlement, StoreError,
+    run_id_of, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, Level, OnExpiry, Reconciliation,
+    ReserveOutcome, ReserveRequest, RunScope, RunState, Scope, ScopeKind, ScopeState,
+    SettleOutcome, Settlement, StoreError,
 };
 use crate::hosted::ToolCalls;
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
@@ -227,26 +227,23 @@ pub(super) fn reserve(
     if let Some(run) = &run {
         scopes.push((run, "total"));
     }
-    let mut rooms = Vec::with_capacity(scopes.len());
-    let mut before = Vec::with_capacity(scopes.len());
-    for (scope, period_id) in &scopes {
-        let committed = committed(conn, scope.kind, &scope.id, period_id)?;
-        rooms.push(i128::from(scope.cap) - i128::from(committed));
-        before.push(committed);
-    }
-    let amount = fitted_amount(req.min_amount, req.amount, rooms);
     // Not even the least amount fits: the key is checked first, so when
     // several would deny, the key is named, then the org.
     let mut denial = None;
-    if amount.is_none() {
-        for (scope, period_id) in &scopes {
-            denial = check(conn, scope, period_id, req.min_amount, now)?;
-            if denial.is_some() {
-                break;
-            }
+    for (scope, period_id) in &scopes {
+        denial = check(conn, scope, period_id, req.min_amount, now)?;
+        if denial.is_some() {
+            break;
         }
     }
-    let amount = amount.unwrap_or(req.amount);
+    // Every scope has room for the least: hold the most they all allow.
+    let mut before = Vec::with_capacity(scopes.len());
+    let mut amount = req.amount;
+    for (scope, period_id) in &scopes {
+        let committed = committed(conn, scope.kind, &scope.id, period_id)?;
+        amount = amount.min(scope.cap.saturating_sub(committed));
+        before.push(committed);
+    }
     let org = req.org.as_ref();
     conn.prepare_cached(
         "INSERT INTO reservations (exec_id, state, key_id, key_period_id, key_cap_usd_micros,
