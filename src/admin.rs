@@ -236,7 +236,10 @@ impl Call<'_> {
                 format!(
                     "prefix must be at most {MAX_PREFIX_CHARS} of A-Z, a-z, 0-9, `.`, `_` and `-` \
                      (the characters of an id), not {:?}",
-                    prefix.chars().take(MAX_PREFIX_CHARS + 1).collect::<String>()
+                    prefix
+                        .chars()
+                        .take(MAX_PREFIX_CHARS + 1)
+                        .collect::<String>()
                 ),
                 Some("prefix"),
             ));

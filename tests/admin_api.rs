@@ -467,7 +467,11 @@ async fn a_prefix_searches_ids_on_the_server_and_pages_within_the_search() {
     for i in 0..12 {
         let id = format!("team-a.{i:02}");
         // Every other key in the org: the search keeps the org filter.
-        let org = if i % 2 == 0 { json!("acme") } else { json!(null) };
+        let org = if i % 2 == 0 {
+            json!("acme")
+        } else {
+            json!(null)
+        };
         make_key(
             &h,
             json!({"id": id, "org": org, "cap_usd": "1.00", "period": "day"}),
@@ -508,7 +512,13 @@ async fn a_prefix_searches_ids_on_the_server_and_pages_within_the_search() {
         assert_eq!(page, json!({"keys": [], "next": null}), "{query}");
     }
     // An `after` before the search starts it at the prefix.
-    let (_, page) = admin(&h, "GET", "/admin/v1/keys?prefix=team-a.&after=a&limit=1", None).await;
+    let (_, page) = admin(
+        &h,
+        "GET",
+        "/admin/v1/keys?prefix=team-a.&after=a&limit=1",
+        None,
+    )
+    .await;
     assert_eq!(page["keys"][0]["id"], "team-a.00");
     assert_eq!(page["next"], "team-a.00");
 
@@ -519,7 +529,10 @@ async fn a_prefix_searches_ids_on_the_server_and_pages_within_the_search() {
         assert_eq!(status, StatusCode::CREATED, "{made}");
     }
     let (ids, pages) = ids_paged(&h, "orgs", "prefix=ops-", 1).await;
-    assert_eq!((ids, pages), (vec!["ops-east".to_owned(), "ops-west".to_owned()], 2));
+    assert_eq!(
+        (ids, pages),
+        (vec!["ops-east".to_owned(), "ops-west".to_owned()], 2)
+    );
     let (_, page) = admin(&h, "GET", "/admin/v1/orgs?prefix=nope", None).await;
     assert_eq!(page, json!({"orgs": [], "next": null}));
 }

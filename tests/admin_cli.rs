@@ -309,13 +309,20 @@ async fn list_prefix_searches_on_the_server_and_every_page_keeps_it() {
     let output = admin(
         &api.url,
         Some(ADMIN_KEY),
-        &["keys", "list", "--prefix", "team-a.", "--limit", "2", "--all"],
+        &[
+            "keys", "list", "--prefix", "team-a.", "--limit", "2", "--all",
+        ],
     )
     .await;
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     assert!(text.ends_with("3 keys\n"), "{text}");
-    let output = admin(&api.url, Some(ADMIN_KEY), &["orgs", "list", "--prefix", "ac"]).await;
+    let output = admin(
+        &api.url,
+        Some(ADMIN_KEY),
+        &["orgs", "list", "--prefix", "ac"],
+    )
+    .await;
     assert!(output.status.success(), "{}", stderr(&output));
     let targets: Vec<String> = api.seen().into_iter().map(|s| s.target).collect();
     assert_eq!(
