@@ -221,9 +221,9 @@ impl Call<'_> {
 
     /// The start of the ids a list is searched by (`prefix`; empty or
     /// absent: every id). Case-sensitive, as ids are. Only the characters
-    /// an id may hold are taken: anything else could match nothing, and is
-    /// more likely a mistake (a pasted secret, a stray control character)
-    /// than a search.
+    /// an id may hold are taken: anything else (a space, a slash, a control
+    /// character) could match nothing, so it is a mistake worth naming
+    /// rather than an empty answer.
     fn prefix(&self) -> Result<&str, AdminError> {
         let Some(prefix) = self.query.get("prefix") else {
             return Ok("");
