@@ -22,7 +22,8 @@ mod orgs;
 mod spend;
 mod views;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -44,6 +45,10 @@ const MAX_BODY_BYTES: usize = 64 * 1024;
 /// How many times a change is tried again when another admin changed the
 /// same document between its read and its write.
 const WRITE_ATTEMPTS: usize = 3;
+
+/// The longest `prefix` a list is searched by: the longest id the API
+/// makes.
+const MAX_PREFIX_CHARS: usize = 64;
 
 /// Whether a path is the admin API's.
 pub fn is_admin_path(path: &str) -> bool {
@@ -213,6 +218,51 @@ impl Call<'_> {
             },
         }
     }
+
+    /// The start of the ids a list is searched by (`prefix`; empty or
+    /// absent: every id). Case-sensitive, as ids are. Only the characters
+    /// an id may hold are taken: anything else (a space, a slash, a control
+    /// character) could match nothing, so it is a mistake worth naming
+    /// rather than an empty answer.
+    fn prefix(&self) -> Result<&str, AdminError> {
+        let Some(prefix) = self.query.get("prefix") else {
+            return Ok("");
+        };
+        let plain = prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if prefix.len() > MAX_PREFIX_CHARS || !plain {
+            return Err(AdminError::bad(
+                format!(
+                    "prefix must be at most {MAX_PREFIX_CHARS} of A-Z, a-z, 0-9, `.`, `_` and `-` \
+                     (the characters of an id), not {:?}",
+                    prefix
+                        .chars()
+                        .take(MAX_PREFIX_CHARS + 1)
+                        .collect::<String>()
+                ),
+                Some("prefix"),
+            ));
+        }
+        Ok(prefix)
+    }
+}
+
+/// The entries of an id-sorted map whose id starts with `prefix` and comes
+/// after `after`, in id order. Read as a range of the map, so a search or a
+/// late page costs what it finds, not the size of the map.
+fn matching<'m, T>(
+    map: &'m BTreeMap<String, T>,
+    prefix: &'m str,
+    after: Option<&'m String>,
+) -> impl Iterator<Item = (String, &'m T)> + 'm {
+    let start = match after {
+        Some(after) if after.as_str() >= prefix => Bound::Excluded(after.as_str()),
+        _ => Bound::Included(prefix),
+    };
+    map.range::<str, _>((start, Bound::Unbounded))
+        .take_while(move |(id, _)| id.starts_with(prefix))
+        .map(|(id, entry)| (id.clone(), entry))
 }
 
 /// A page of a list sorted by id: the items after `after`, at most `limit`,
@@ -462,5 +512,29 @@ mod tests {
         );
         assert_eq!(page(items(), Some(&"k4".to_owned()), 2), (vec![5], None));
         assert_eq!(page(items(), None, 5), (vec![1, 2, 3, 4, 5], None));
+    }
+
+    #[test]
+    fn a_search_reads_the_ids_with_its_prefix_after_the_page_before() {
+        let map: BTreeMap<String, u32> = ["a", "b-1", "b-2", "b-3", "bb", "c"]
+            .iter()
+            .zip(1..)
+            .map(|(id, n)| ((*id).to_owned(), n))
+            .collect();
+        let found = |prefix: &str, after: Option<&str>| -> Vec<u32> {
+            let after = after.map(str::to_owned);
+            matching(&map, prefix, after.as_ref())
+                .map(|(_, n)| *n)
+                .collect()
+        };
+        assert_eq!(found("", None), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(found("b-", None), [2, 3, 4]);
+        assert_eq!(found("b-", Some("b-1")), [3, 4]);
+        // An `after` before the prefix starts at the prefix; one past it ends.
+        assert_eq!(found("b-", Some("a")), [2, 3, 4]);
+        assert_eq!(found("b-", Some("b-3")), Vec::<u32>::new());
+        assert_eq!(found("b-", Some("bz")), Vec::<u32>::new());
+        assert_eq!(found("B", None), Vec::<u32>::new(), "case-sensitive");
+        assert_eq!(found("", Some("bb")), [6]);
     }
 }

@@ -440,6 +440,137 @@ async fn lists_page_and_the_audit_keeps_every_change_without_secrets() {
     }
 }
 
+/// Every id a list gives for `query`, page after page of `limit`; and
+/// how many pages that took.
+async fn ids_paged(h: &Harness, list: &str, query: &str, limit: usize) -> (Vec<String>, usize) {
+    let mut ids = Vec::new();
+    let mut pages = 0;
+    let mut path = format!("/admin/v1/{list}?{query}&limit={limit}");
+    loop {
+        let (status, page) = admin(h, "GET", &path, None).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {page}");
+        pages += 1;
+        let items = page[list].as_array().unwrap();
+        assert!(items.len() <= limit, "{path}: {page}");
+        ids.extend(items.iter().map(|k| k["id"].as_str().unwrap().to_owned()));
+        match page["next"].as_str() {
+            Some(next) => path = format!("/admin/v1/{list}?{query}&limit={limit}&after={next}"),
+            None => return (ids, pages),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_prefix_searches_ids_on_the_server_and_pages_within_the_search() {
+    let h = gateway().await;
+    let mut team_a = Vec::new();
+    for i in 0..12 {
+        let id = format!("team-a.{i:02}");
+        // Every other key in the org: the search keeps the org filter.
+        let org = if i % 2 == 0 {
+            json!("acme")
+        } else {
+            json!(null)
+        };
+        make_key(
+            &h,
+            json!({"id": id, "org": org, "cap_usd": "1.00", "period": "day"}),
+        )
+        .await;
+        team_a.push(id);
+    }
+    for id in ["team-b.00", "team-a", "Team-a.99", "team-"] {
+        make_key(&h, json!({"id": id, "cap_usd": "1.00", "period": "day"})).await;
+    }
+
+    let (ids, pages) = ids_paged(&h, "keys", "prefix=team-a.", 5).await;
+    assert_eq!((ids, pages), (team_a.clone(), 3));
+    let (ids, _) = ids_paged(&h, "keys", "prefix=team-a.&org=acme", 2).await;
+    let even: Vec<String> = team_a.iter().step_by(2).cloned().collect();
+    assert_eq!(ids, even);
+    let (ids, _) = ids_paged(&h, "keys", "prefix=team-a.1", 100).await;
+    assert_eq!(ids, ["team-a.10", "team-a.11"]);
+    let (ids, _) = ids_paged(&h, "keys", "prefix=team-", 100).await;
+    assert_eq!(ids.len(), 15, "{ids:?}");
+    assert_eq!(ids.first().map(String::as_str), Some("team-"));
+    // Case-sensitive, as ids are.
+    let (ids, _) = ids_paged(&h, "keys", "prefix=Team-", 100).await;
+    assert_eq!(ids, ["Team-a.99"]);
+    // An empty prefix is no search at all.
+    let (all, _) = ids_paged(&h, "keys", "prefix=", 1000).await;
+    assert_eq!(all.len(), 3 + 16, "{all:?}");
+
+    // Nothing found: an empty page that is the last.
+    for query in [
+        "prefix=team-c",
+        "prefix=team-a.&after=team-a.11",
+        "prefix=team-a.&after=zzz",
+        "prefix=solo&org=acme",
+    ] {
+        let (status, page) = admin(&h, "GET", &format!("/admin/v1/keys?{query}"), None).await;
+        assert_eq!(status, StatusCode::OK, "{query}: {page}");
+        assert_eq!(page, json!({"keys": [], "next": null}), "{query}");
+    }
+    // An `after` before the search starts it at the prefix.
+    let (_, page) = admin(
+        &h,
+        "GET",
+        "/admin/v1/keys?prefix=team-a.&after=a&limit=1",
+        None,
+    )
+    .await;
+    assert_eq!(page["keys"][0]["id"], "team-a.00");
+    assert_eq!(page["next"], "team-a.00");
+
+    // Orgs search the same way.
+    for id in ["ops-east", "ops-west", "opsx"] {
+        let body = json!({"id": id, "cap_usd": "5.00", "period": "month"});
+        let (status, made) = admin(&h, "POST", "/admin/v1/orgs", Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{made}");
+    }
+    let (ids, pages) = ids_paged(&h, "orgs", "prefix=ops-", 1).await;
+    assert_eq!(
+        (ids, pages),
+        (vec!["ops-east".to_owned(), "ops-west".to_owned()], 2)
+    );
+    let (_, page) = admin(&h, "GET", "/admin/v1/orgs?prefix=nope", None).await;
+    assert_eq!(page, json!({"orgs": [], "next": null}));
+}
+
+#[tokio::test]
+async fn a_prefix_that_no_id_could_start_with_is_refused() {
+    let h = gateway().await;
+    let long = "a".repeat(65);
+    let cases = [
+        long.as_str(),
+        "team%0Aa",
+        "%00",
+        "%1B%5B31m",
+        "team a",
+        "team%2Fa",
+        "t%C3%A9am",
+        "tg-%22secret%22",
+    ];
+    for list in ["keys", "orgs"] {
+        for prefix in cases {
+            let path = format!("/admin/v1/{list}?prefix={prefix}");
+            let (status, error) = admin(&h, "GET", &path, None).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {error}");
+            assert_eq!(error["error"]["param"], "prefix", "{path}: {error}");
+            assert_eq!(error["error"]["type"], "invalid_request_error");
+            assert_eq!(error["error"]["code"], "invalid_value");
+            let message = error["error"]["message"].as_str().unwrap();
+            assert!(message.starts_with("prefix must be"), "{message}");
+            // Control characters are named, never echoed raw.
+            assert!(!message.chars().any(char::is_control), "{message:?}");
+        }
+        // The longest id is a prefix still.
+        let path = format!("/admin/v1/{list}?prefix={}", "a".repeat(64));
+        let (status, page) = admin(&h, "GET", &path, None).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+    }
+}
+
 /// `tollgate admin …` against this gateway: its exit status and output.
 fn cli(h: &Harness, args: &[&str]) -> (bool, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))

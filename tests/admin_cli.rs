@@ -294,6 +294,48 @@ async fn keys_list_all_follows_next_to_the_end() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_prefix_searches_on_the_server_and_every_page_keeps_it() {
+    let api = FakeApi::start(|seen| match seen.target.as_str() {
+        "/admin/v1/keys?prefix=team-a.&limit=2" => ok(json!({
+            "keys": [key("team-a.1"), key("team-a.2")], "next": "team-a.2"
+        })),
+        "/admin/v1/keys?prefix=team-a.&limit=2&after=team-a.2" => {
+            ok(json!({"keys": [key("team-a.3")], "next": null}))
+        }
+        "/admin/v1/orgs?prefix=ac" => ok(json!({"orgs": [], "next": null})),
+        _ => not_found(seen),
+    })
+    .await;
+    let output = admin(
+        &api.url,
+        Some(ADMIN_KEY),
+        &[
+            "keys", "list", "--prefix", "team-a.", "--limit", "2", "--all",
+        ],
+    )
+    .await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.ends_with("3 keys\n"), "{text}");
+    let output = admin(
+        &api.url,
+        Some(ADMIN_KEY),
+        &["orgs", "list", "--prefix", "ac"],
+    )
+    .await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    let targets: Vec<String> = api.seen().into_iter().map(|s| s.target).collect();
+    assert_eq!(
+        targets,
+        [
+            "/admin/v1/keys?prefix=team-a.&limit=2",
+            "/admin/v1/keys?prefix=team-a.&limit=2&after=team-a.2",
+            "/admin/v1/orgs?prefix=ac",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_prints_the_apis_body_as_it_came() {
     // Fields deliberately out of alphabetical order: the output keeps them.
     let body = r#"{"id":"alice","org":"acme","cap_usd_micros":25000000,"budget":null}"#;

@@ -243,6 +243,14 @@ async fn keys_made_on_a_sqlite_gateway_survive_a_kill_and_the_admin_routes_may_l
     .await;
     assert_eq!(status, StatusCode::CREATED, "{made}");
     let secret = made["secret"].as_str().unwrap().to_owned();
+    let (status, made) = admin(
+        &gateway.url,
+        "POST",
+        "/admin/v1/keys",
+        Some(json!({"id": "durable-2", "cap_usd": "2.00", "period": "total"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
     assert_eq!(call(&gateway.url, &secret).await, StatusCode::OK);
     gateway.kill();
 
@@ -278,6 +286,18 @@ async fn keys_made_on_a_sqlite_gateway_survive_a_kill_and_the_admin_routes_may_l
     );
     let (_, audit) = admin(&admin_url, "GET", "/admin/v1/audit", None).await;
     assert_eq!(audit["entries"][0]["action"], "create", "{audit}");
+
+    // The keys read back from the file are searched and paged by prefix.
+    let search = "/admin/v1/keys?prefix=durable&limit=1";
+    let (_, first) = admin(&admin_url, "GET", search, None).await;
+    assert_eq!(first["keys"][0]["id"], "durable", "{first}");
+    assert_eq!(first["next"], "durable");
+    let after = format!("{search}&after=durable");
+    let (_, second) = admin(&admin_url, "GET", &after, None).await;
+    assert_eq!(second["keys"][0]["id"], "durable-2", "{second}");
+    assert_eq!(second["next"], Value::Null);
+    let (_, none) = admin(&admin_url, "GET", "/admin/v1/keys?prefix=dx", None).await;
+    assert_eq!(none, json!({"keys": [], "next": null}));
 }
 
 /// The admin listener's address, from the gateway's log.

@@ -7,7 +7,7 @@ use http::Response;
 use serde_json::{json, Value};
 
 use super::fields::{required, Fields};
-use super::{change, created, no_content, ok, page, views, AdminError, Call};
+use super::{change, created, matching, no_content, ok, page, views, AdminError, Call};
 use crate::body::Body;
 use crate::budget::records::RecordKind;
 use crate::config::hash_key;
@@ -21,17 +21,17 @@ const CREATE_FIELDS: &str = "id, org, cap_usd, period, models, expires_at, metad
 const UPDATE_FIELDS: &str = "cap_usd, period, models, disabled, expires_at, metadata, \
                              on_insufficient, alert_at";
 
-/// `GET /admin/v1/keys[?org=ID][&limit=N][&after=ID]`
+/// `GET /admin/v1/keys[?org=ID][&prefix=TEXT][&limit=N][&after=ID]`: the
+/// keys whose id starts with `prefix`, a page at a time; `next` pages on
+/// within the same search.
 pub async fn list(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
     let limit = call.limit()?;
+    let prefix = call.prefix()?;
     let org = call.query.get("org");
     let snapshot = call.gateway.directory.snapshot();
-    let entries = snapshot
-        .keys
-        .iter()
-        .filter(|(_, entry)| org.is_none_or(|org| entry.config.org.as_ref() == Some(org)))
-        .map(|(id, entry)| (id.clone(), entry));
-    let (entries, next) = page(entries, call.query.get("after"), limit);
+    let entries = matching(&snapshot.keys, prefix, call.query.get("after"))
+        .filter(|(_, entry)| org.is_none_or(|org| entry.config.org.as_ref() == Some(org)));
+    let (entries, next) = page(entries, None, limit);
     let mut keys = Vec::with_capacity(entries.len());
     for entry in entries {
         keys.push(views::key(call.gateway, entry).await);

@@ -7,7 +7,7 @@ use http::Response;
 use serde_json::{json, Value};
 
 use super::fields::{required, Fields};
-use super::{change, created, no_content, ok, page, views, AdminError, Call};
+use super::{change, created, matching, no_content, ok, page, views, AdminError, Call};
 use crate::body::Body;
 use crate::budget::records::RecordKind;
 use crate::directory::documents::OrgDoc;
@@ -15,12 +15,14 @@ use crate::directory::{format_time, org_entry};
 
 const KIND: RecordKind = RecordKind::Org;
 
-/// `GET /admin/v1/orgs[?limit=N][&after=ID]`
+/// `GET /admin/v1/orgs[?prefix=TEXT][&limit=N][&after=ID]`: as the keys'
+/// list, without `org`.
 pub async fn list(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
     let limit = call.limit()?;
+    let prefix = call.prefix()?;
     let snapshot = call.gateway.directory.snapshot();
-    let entries = snapshot.orgs.iter().map(|(id, entry)| (id.clone(), entry));
-    let (entries, next) = page(entries, call.query.get("after"), limit);
+    let entries = matching(&snapshot.orgs, prefix, call.query.get("after"));
+    let (entries, next) = page(entries, None, limit);
     let mut orgs = Vec::with_capacity(entries.len());
     for entry in entries {
         orgs.push(views::org(call.gateway, entry).await);

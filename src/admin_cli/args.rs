@@ -141,9 +141,12 @@ pub struct KeyList {
     pub page: Page,
 }
 
-/// Which page of a list to read.
+/// Which page of a list to read, and which ids it holds.
 #[derive(Debug, Args)]
 pub struct Page {
+    /// Only the entries whose id starts with this (case-sensitive).
+    #[arg(long)]
+    pub prefix: Option<String>,
     /// Entries per page (the server's default is 100, at most 1000).
     #[arg(long)]
     pub limit: Option<u32>,

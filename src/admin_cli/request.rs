@@ -134,6 +134,7 @@ pub(crate) fn list_orgs(page_args: &Page) -> ApiRequest {
 
 fn page(request: ApiRequest, page: &Page) -> ApiRequest {
     request
+        .query("prefix", page.prefix.as_ref())
         .query("limit", page.limit)
         .query("after", page.after.as_ref())
 }
@@ -360,10 +361,11 @@ mod tests {
     }
 
     #[test]
-    fn the_next_page_replaces_after() {
+    fn the_next_page_replaces_after_and_keeps_the_search() {
         let list = KeyList {
             org: Some("acme".to_owned()),
             page: Page {
+                prefix: Some("team-a.".to_owned()),
                 limit: Some(2),
                 after: Some("a".to_owned()),
                 all: false,
@@ -372,11 +374,11 @@ mod tests {
         let first = list_keys(&list);
         assert_eq!(
             first.path_and_query(),
-            "/admin/v1/keys?org=acme&limit=2&after=a"
+            "/admin/v1/keys?org=acme&prefix=team-a.&limit=2&after=a"
         );
         assert_eq!(
             first.after("c").path_and_query(),
-            "/admin/v1/keys?org=acme&limit=2&after=c"
+            "/admin/v1/keys?org=acme&prefix=team-a.&limit=2&after=c"
         );
     }
 

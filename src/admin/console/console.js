@@ -1,7 +1,8 @@
 // tollgate's operator console: signs in with the admin key, reads the admin
 // API (/admin/v1/...) every few seconds and draws keys, orgs, open holds and
-// spend charts; creates, disables, enables and rotates keys, changes caps
-// and books refunds.
+// spend charts; searches keys by id prefix on the server, a page at a time;
+// creates, disables, enables and rotates keys, changes caps and books
+// refunds.
 //
 // Every value from the API is put on the page with textContent or as an
 // attribute of an element made here, never parsed as HTML: a key id or
@@ -13,12 +14,26 @@ const PAGE_SIZE = 100;
 // The API answers at most this many items per call.
 const MAX_LIMIT = 1000;
 const REFRESH_MS = 3000;
+// How long typing pauses before the search box asks the server.
+const SEARCH_DELAY_MS = 200;
 const SVG = "http://www.w3.org/2000/svg";
 
 const state = {
+  // The keys shown: those whose id starts with `shownPrefix`, as far as the
+  // pages loaded reach; `keysNext` is where the next page starts.
   keys: [],
   keysNext: null,
   keyRows: new Map(),
+  shownPrefix: "",
+  // Why the server refused the search shown ("" when it did not).
+  searchRefused: "",
+  // The latest prefix asked for; answers come back in any order, so each
+  // is checked against these counters and dropped when something newer
+  // was asked for (`searchSeq`) or shown (`keysSeq`).
+  search: "",
+  searchSeq: 0,
+  keysSeq: 0,
+  searchTimer: null,
   orgs: [],
   orgsNext: null,
   refreshing: false,
@@ -83,7 +98,16 @@ function signOut(message) {
     clearInterval(state.timer);
     state.timer = null;
   }
+  clearTimeout(state.searchTimer);
+  state.searchTimer = null;
   state.keys = [];
+  state.keysNext = null;
+  state.search = "";
+  state.shownPrefix = "";
+  state.searchRefused = "";
+  state.searchSeq += 1;
+  $("key-search").value = "";
+  markBusy();
   state.orgs = [];
   state.keyRows.clear();
   $("keys-body").replaceChildren();
@@ -182,23 +206,90 @@ function budgetCell(budget, cap) {
 
 // === keys ===
 
-// Reads again every page loaded so far, so a refresh shows as many keys as
-// before; 1000 at a time, the API's most.
-async function loadKeys(count) {
+function keysQuery(prefix, limit, after) {
+  const query = new URLSearchParams({ limit: String(limit) });
+  if (prefix) query.set("prefix", prefix);
+  if (after !== null) query.set("after", after);
+  return query;
+}
+
+// The first `count` keys whose id starts with `prefix` (every key for ""),
+// 1000 at a time, the API's most: `{keys, next}`, or `{refused}` with the
+// API's reason when it turns the prefix down (400: no id could start so).
+async function fetchKeys(prefix, count) {
   const keys = [];
-  let after = null;
   let next = null;
-  do {
-    const limit = Math.min(MAX_LIMIT, Math.max(count - keys.length, 1));
-    const query = new URLSearchParams({ limit: String(limit) });
-    if (after !== null) query.set("after", after);
-    const page = await api("GET", `keys?${query}`);
-    keys.push(...page.keys);
-    next = page.next;
-    after = next;
-  } while (next !== null && keys.length < count);
-  state.keys = keys;
-  state.keysNext = next;
+  try {
+    do {
+      const limit = Math.min(MAX_LIMIT, Math.max(count - keys.length, 1));
+      const page = await api("GET", `keys?${keysQuery(prefix, limit, next)}`);
+      keys.push(...page.keys);
+      next = page.next;
+    } while (next !== null && keys.length < count);
+  } catch (error) {
+    if (prefix && error instanceof ApiError && error.status === 400) {
+      return { refused: error.message };
+    }
+    throw error;
+  }
+  return { keys, next };
+}
+
+function showKeys(prefix, answer) {
+  state.shownPrefix = prefix;
+  state.keys = answer.refused ? [] : answer.keys;
+  state.keysNext = answer.refused ? null : answer.next;
+  state.searchRefused = answer.refused || "";
+  state.keysSeq += 1;
+  renderKeys();
+  markBusy();
+}
+
+// The keys table is busy while a search is typed or unanswered.
+function markBusy() {
+  const busy = state.searchTimer !== null || state.search !== state.shownPrefix;
+  $("keys").setAttribute("aria-busy", String(busy));
+}
+
+// Reads again every page of the search loaded so far, so a refresh shows
+// as many keys as before. Dropped if, meanwhile, another search was asked
+// for or the list changed (a page added): it would undo that.
+async function loadKeys() {
+  const [searchSeq, keysSeq, prefix] = [state.searchSeq, state.keysSeq, state.search];
+  const count = prefix === state.shownPrefix ? Math.max(state.keys.length, PAGE_SIZE) : PAGE_SIZE;
+  const answer = await fetchKeys(prefix, count);
+  if (searchSeq === state.searchSeq && keysSeq === state.keysSeq) {
+    showKeys(prefix, answer);
+  }
+}
+
+// Typing in the search box: once it pauses, ask the server.
+function searchSoon() {
+  clearTimeout(state.searchTimer);
+  $("keys").setAttribute("aria-busy", "true");
+  state.searchTimer = setTimeout(searchKeys, SEARCH_DELAY_MS);
+}
+
+async function searchKeys() {
+  state.searchTimer = null;
+  // No id holds a space: one typed at either end is not part of the search.
+  const prefix = $("key-search").value.trim();
+  if (prefix === state.search) {
+    // Asked for already: shown, or its answer is on the way.
+    markBusy();
+    return;
+  }
+  state.search = prefix;
+  state.searchSeq += 1;
+  const searchSeq = state.searchSeq;
+  try {
+    const answer = await fetchKeys(prefix, PAGE_SIZE);
+    // Only the latest search's answer is shown; an older one is stale.
+    if (searchSeq === state.searchSeq) showKeys(prefix, answer);
+  } catch (error) {
+    // Unanswered, it stays busy: the next refresh asks again.
+    if (searchSeq === state.searchSeq) handle(error);
+  }
 }
 
 function keyRow(key) {
@@ -255,26 +346,42 @@ function keyRow(key) {
 }
 
 function renderKeys() {
-  const prefix = $("key-search").value;
-  const shown = state.keys.filter((key) => key.id.startsWith(prefix));
   const seen = new Set(state.keys.map((key) => key.id));
   for (const id of state.keyRows.keys()) {
     if (!seen.has(id)) state.keyRows.delete(id);
   }
   // Rows are kept and updated in place, so a refresh never swaps a button
   // out from under a click.
-  $("keys-body").replaceChildren(...shown.map(keyRow));
-  const more = state.keysNext !== null ? ", more on the server" : "";
-  $("keys-count").textContent = `${shown.length} shown of ${state.keys.length} loaded${more}`;
+  $("keys-body").replaceChildren(...state.keys.map(keyRow));
+  const count = $("keys-count");
+  count.classList.toggle("error", Boolean(state.searchRefused));
+  count.classList.toggle("muted", !state.searchRefused);
+  const prefix = state.shownPrefix;
+  const which = prefix ? ` starting with “${prefix}”` : "";
+  if (state.searchRefused) {
+    count.textContent = state.searchRefused;
+  } else if (state.keys.length === 0) {
+    count.textContent = `no key${which}`;
+  } else {
+    const more = state.keysNext !== null ? ", more on the server" : "";
+    const noun = state.keys.length === 1 ? "key" : "keys";
+    count.textContent = `${state.keys.length} ${noun}${which} loaded${more}`;
+  }
   $("keys-more").hidden = state.keysNext === null;
 }
 
+// The next page of the search shown. Dropped if, meanwhile, another search
+// was asked for or a refresh moved where the list ends (keys were made or
+// deleted): it would no longer follow on; the button stays for another go.
 async function moreKeys() {
+  const [searchSeq, prefix, after] = [state.searchSeq, state.shownPrefix, state.keysNext];
+  if (after === null) return;
   try {
-    const query = new URLSearchParams({ limit: String(PAGE_SIZE), after: state.keysNext });
-    const page = await api("GET", `keys?${query}`);
+    const page = await api("GET", `keys?${keysQuery(prefix, PAGE_SIZE, after)}`);
+    if (searchSeq !== state.searchSeq || after !== state.keysNext) return;
     state.keys.push(...page.keys);
     state.keysNext = page.next;
+    state.keysSeq += 1;
     renderKeys();
   } catch (error) {
     handle(error);
@@ -542,7 +649,7 @@ async function refresh() {
   state.again = false;
   try {
     await Promise.all([
-      loadKeys(Math.max(state.keys.length, PAGE_SIZE)).then(renderKeys),
+      loadKeys(),
       loadOrgs(Math.max(state.orgs.length, PAGE_SIZE)).then(renderOrgs),
       loadHolds(),
       loadSpend(),
@@ -571,7 +678,7 @@ function wire() {
   $("sign-in-form").addEventListener("submit", signIn);
   $("sign-out").addEventListener("click", () => signOut(""));
   $("create-key-form").addEventListener("submit", createKey);
-  $("key-search").addEventListener("input", renderKeys);
+  $("key-search").addEventListener("input", searchSoon);
   $("keys-more").addEventListener("click", moreKeys);
   $("orgs-more").addEventListener("click", moreOrgs);
   $("secret-copy").addEventListener("click", copySecret);
