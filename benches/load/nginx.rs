@@ -1,0 +1,129 @@
+//! N: nginx as a second pass-through, a proxy people run in production,
+//! beside P, the bare hyper proxy built like the gateway. Measured against
+//! both, a ratio says what the gateway costs over the cheapest hyper
+//! forwarding and over a mature proxy in C.
+//!
+//! The benchmark writes nginx's whole configuration in the run's temp dir
+//! (prefix, pid file, temp paths) and starts it in the foreground as a
+//! child, logging to stderr, so it needs no privileges and leaves nothing
+//! behind. Where no `nginx` is installed, N is left out.
+
+use std::fmt::Write as _;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+
+use crate::error::BenchError;
+use crate::procs::Proc;
+use crate::setup;
+
+/// Where nginx is looked for after `PATH`: Debian puts it in sbin, which
+/// an unprivileged `PATH` often lacks.
+pub const SBIN_NGINX: &str = "/usr/sbin/nginx";
+
+/// The nginx binary, if there is one.
+pub fn find() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("nginx"))
+            .find(|candidate| candidate.is_file())
+    });
+    on_path.or_else(|| {
+        let sbin = PathBuf::from(SBIN_NGINX);
+        sbin.is_file().then_some(sbin)
+    })
+}
+
+/// Starts `nginx` proxying to `upstream` for `phase`, in a prefix dir of
+/// its own under `run_dir`, and waits until a request through it is
+/// answered.
+pub fn start(
+    nginx: &Path,
+    run_dir: &Path,
+    phase: &str,
+    upstream: SocketAddr,
+) -> Result<Proc, BenchError> {
+    let prefix = run_dir.join(format!("nginx-{phase}"));
+    std::fs::create_dir_all(prefix.join("temp"))?;
+    // nginx binds the port itself: take a free one from the kernel and
+    // hand it over. Another process could take it in between; nginx then
+    // fails to start and N is reported as not run.
+    let listen = TcpListener::bind(("127.0.0.1", 0))?.local_addr()?;
+    let conf = prefix.join("nginx.conf");
+    std::fs::write(&conf, config(listen, upstream))?;
+    let mut command = setup::guarded(nginx);
+    command
+        .arg("-p")
+        .arg(&prefix)
+        .arg("-c")
+        .arg(&conf)
+        // The log nginx writes before it has read the config: without
+        // this, the compiled-in path under /var/log, which an
+        // unprivileged user cannot open.
+        .arg("-e")
+        .arg("stderr");
+    Proc::start_serving_at("nginx (N)", command, listen)
+}
+
+/// The configuration: one server on `listen` proxying everything to
+/// `upstream` on kept-alive connections.
+fn config(listen: SocketAddr, upstream: SocketAddr) -> String {
+    let mut text = String::new();
+    // `write!` to a String cannot fail.
+    let _ = write!(
+        text,
+        r#"# Written by tollgate's load benchmark; every path is under the prefix (-p).
+daemon off;
+# One worker: the gateway and P get the same two cores, shared with the
+# load generator and the upstream, and a second worker would only contend
+# with those for them. nginx's single event loop per core is its model.
+worker_processes 1;
+pid nginx.pid;
+error_log stderr warn;
+# Every stream of the streams mode holds a client and an upstream connection.
+worker_rlimit_nofile 16384;
+
+events {{
+    worker_connections 8192;
+}}
+
+http {{
+    access_log off;
+    client_body_temp_path temp/client_body;
+    proxy_temp_path temp/proxy;
+    fastcgi_temp_path temp/fastcgi;
+    uwsgi_temp_path temp/uwsgi;
+    scgi_temp_path temp/scgi;
+
+    # P and the gateways keep a connection for as long as the client does;
+    # nginx's default closes it every 1,000 requests.
+    keepalive_requests 1000000;
+
+    upstream bench_upstream {{
+        server {upstream};
+        # Idle upstream connections kept per worker: more than the closed
+        # loop's 32 connections.
+        keepalive 128;
+        keepalive_requests 1000000;
+    }}
+
+    server {{
+        listen {listen};
+
+        location / {{
+            proxy_pass http://bench_upstream;
+            proxy_http_version 1.1;
+            # Keep-alive to the upstream: no `Connection: close` on the way.
+            proxy_set_header Connection "";
+            # Events go to the client as they arrive, so SSE streams through.
+            proxy_buffering off;
+            # The request body is read whole before forwarding (nginx's
+            # default), as P and the gateways do.
+            proxy_request_buffering on;
+            proxy_read_timeout 300s;
+        }}
+    }}
+}}
+"#
+    );
+    text
+}
