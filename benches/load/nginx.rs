@@ -7,18 +7,40 @@
 //! (prefix, pid file, temp paths) and starts it in the foreground as a
 //! child, logging to stderr, so it needs no privileges and leaves nothing
 //! behind. Where no `nginx` is installed, N is left out.
+//!
+//! nginx runs under a small shell wrapper ([`WRAPPER`]) rather than under
+//! `setpriv --pdeathsig` like the other processes: its worker is forked by
+//! the master and outlives it when the master is killed outright, still
+//! holding the port. The wrapper asks the master to stop (SIGTERM, which
+//! stops the worker too) as soon as its stdin closes, which happens when
+//! the benchmark drops it and also when the benchmark dies by any signal.
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 
+use std::process::Command;
+
 use crate::error::BenchError;
 use crate::procs::Proc;
-use crate::setup;
 
 /// Where nginx is looked for after `PATH`: Debian puts it in sbin, which
 /// an unprivileged `PATH` often lacks.
 pub const SBIN_NGINX: &str = "/usr/sbin/nginx";
+
+/// Runs `$0 "$@"` (nginx and its arguments) and stops it when stdin
+/// closes. A command started in the background by a non-interactive shell
+/// reads /dev/null, so stdin is kept on descriptor 3 for the watcher; the
+/// wrapper exits when nginx does, whether stopped or failed to start.
+const WRAPPER: &str = r#"exec 3<&0 0</dev/null
+"$0" "$@" 3<&- &
+nginx=$!
+{ cat <&3 >/dev/null; kill -TERM "$nginx" 2>/dev/null; } &
+exec 3<&-
+wait "$nginx""#;
+
+/// The name nginx's master and worker processes go by.
+const PROCESS_NAME: &str = "nginx";
 
 /// The nginx binary, if there is one.
 pub fn find() -> Option<PathBuf> {
@@ -50,8 +72,11 @@ pub fn start(
     let listen = TcpListener::bind(("127.0.0.1", 0))?.local_addr()?;
     let conf = prefix.join("nginx.conf");
     std::fs::write(&conf, config(listen, upstream))?;
-    let mut command = setup::guarded(nginx);
+    let mut command = Command::new("/bin/sh");
     command
+        .arg("-c")
+        .arg(WRAPPER)
+        .arg(nginx)
         .arg("-p")
         .arg(&prefix)
         .arg("-c")
@@ -61,7 +86,7 @@ pub fn start(
         // unprivileged user cannot open.
         .arg("-e")
         .arg("stderr");
-    Proc::start_serving_at("nginx (N)", command, listen)
+    Proc::start_wrapped("nginx (N)", command, PROCESS_NAME, listen)
 }
 
 /// The configuration: one server on `listen` proxying everything to

@@ -4,9 +4,10 @@
 //!
 //! Every process is owned by a [`Proc`] that kills and reaps it when
 //! dropped, so a run that ends, fails or panics leaves nothing behind.
-//! A process that forks workers (nginx) is a [`ProcessTree`] with its
-//! children: its CPU and memory are the sum over all of them, and it is
-//! asked to stop before it is killed, so that it takes its workers along.
+//! A server that forks workers (nginx) runs under a wrapper that stops it
+//! when its stdin closes (`load/nginx.rs`); its CPU and memory are the sum
+//! over the wrapper's descendants of that name ([`ProcessTree`]), and it
+//! is stopped by closing that stdin, so that it takes its workers along.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -28,8 +29,8 @@ const LOG_LINES: usize = 40;
 /// What a process logs once it is bound, followed by the address.
 const LISTENING: &str = "listening on ";
 
-/// How long a process that forks workers has to stop them and exit after
-/// it is asked to, before it is killed.
+/// How long a wrapped server has to stop its workers and exit after its
+/// stdin closes, before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// Log markers of a line worth reporting: tracing's levels and nginx's.
@@ -45,12 +46,14 @@ pub struct Proc {
     log: Arc<Mutex<VecDeque<String>>>,
 }
 
-/// A process whose CPU and memory are read: alone, or with every process
-/// it forked (its direct children, which is all nginx has).
+/// The processes whose CPU and memory are read for one [`Proc`]: the
+/// process itself, or the descendants of a wrapper that bear a name.
 #[derive(Clone, Copy, Debug)]
 pub struct ProcessTree {
     pub root: u32,
-    pub with_children: bool,
+    /// `Some(name)`: the root is a wrapper; count its descendants whose
+    /// command is `name` (nginx's master and worker), not the root.
+    pub descendants_named: Option<&'static str>,
 }
 
 impl Proc {
@@ -60,7 +63,7 @@ impl Proc {
     /// the benchmark does, even if the benchmark is killed before it can
     /// clean up.
     pub fn start(name: &str, command: Command) -> Result<Proc, BenchError> {
-        let (mut proc, address) = Proc::spawn(name, command, false)?;
+        let (mut proc, address) = Proc::spawn(name, command, None)?;
         match address.recv_timeout(START_TIMEOUT) {
             Ok(addr) => {
                 proc.addr = addr;
@@ -82,15 +85,18 @@ impl Proc {
         }
     }
 
-    /// Starts `command`, which serves HTTP on `addr` without saying so
-    /// (nginx), with its children, and waits until a request to it is
-    /// answered by the upstream behind it: any status but a gateway error.
-    pub fn start_serving_at(
+    /// Starts `command`, a wrapper around a server that serves HTTP on
+    /// `addr` without saying so (nginx) and whose processes are named
+    /// `server`, and waits until a request to it is answered by the
+    /// upstream behind it: any status but a gateway error. The wrapper
+    /// must stop the server when its stdin closes.
+    pub fn start_wrapped(
         name: &str,
         command: Command,
+        server: &'static str,
         addr: SocketAddr,
     ) -> Result<Proc, BenchError> {
-        let (mut proc, _) = Proc::spawn(name, command, true)?;
+        let (mut proc, _) = Proc::spawn(name, command, Some(server))?;
         proc.addr = addr;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -123,7 +129,7 @@ impl Proc {
     fn spawn(
         name: &str,
         mut command: Command,
-        with_children: bool,
+        descendants_named: Option<&'static str>,
     ) -> Result<(Proc, Receiver<SocketAddr>), BenchError> {
         command
             .stdin(Stdio::piped())
@@ -155,7 +161,7 @@ impl Proc {
         }
         let tree = ProcessTree {
             root: child.id(),
-            with_children,
+            descendants_named,
         };
         let proc = Proc {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -197,10 +203,10 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        // Killed outright, nginx's master would leave its worker running
-        // and holding the port; asked with SIGTERM, it stops the worker
-        // and exits.
-        if self.tree.with_children && terminate(self.pid()) {
+        // A wrapper stops its server, workers and all, when its stdin
+        // closes; killed outright, it would leave them running.
+        if self.tree.descendants_named.is_some() {
+            drop(self.child.stdin.take());
             let deadline = Instant::now() + STOP_GRACE;
             while Instant::now() < deadline {
                 if matches!(self.child.try_wait(), Ok(Some(_))) {
@@ -215,21 +221,23 @@ impl Drop for Proc {
 }
 
 impl ProcessTree {
-    /// The root and, with children, every process whose parent it is.
+    /// The processes counted: the root, or its descendants of the name.
     pub fn pids(self) -> Vec<u32> {
-        let mut pids = vec![self.root];
-        if self.with_children {
-            pids.extend(children(self.root));
+        match self.descendants_named {
+            None => vec![self.root],
+            Some(name) => descendants(self.root, name),
         }
-        pids
     }
 
-    /// User + system CPU ticks summed over the tree; `None` when the root
-    /// is gone.
+    /// User + system CPU ticks summed over the processes counted; `None`
+    /// when there are none left.
     pub fn cpu_ticks(self) -> Option<u64> {
-        let mut pids = self.pids().into_iter();
-        let root = cpu_ticks(&format!("/proc/{}/stat", pids.next()?))?;
-        Some(root + pids.filter_map(|pid| cpu_ticks(&format!("/proc/{pid}/stat"))).sum::<u64>())
+        let ticks: Vec<u64> = self
+            .pids()
+            .into_iter()
+            .filter_map(|pid| cpu_ticks(&format!("/proc/{pid}/stat")))
+            .collect();
+        (!ticks.is_empty()).then(|| ticks.iter().sum())
     }
 
     /// Resident memory summed over the tree, KiB.
@@ -244,36 +252,33 @@ pub fn rss_kib_sum(pids: &[u32]) -> Option<u64> {
     Some(rss_kib(*first)? + rest.iter().copied().filter_map(rss_kib).sum::<u64>())
 }
 
-/// Sends SIGTERM to `pid` through kill(1) (this crate forbids the unsafe
-/// code a direct system call needs); whether it was delivered.
-fn terminate(pid: u32) -> bool {
-    Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
-/// The processes whose parent is `parent`, from field 4 of every
-/// /proc/PID/stat.
-fn children(parent: u32) -> Vec<u32> {
+/// The descendants of `root` whose command (`comm`) is `name`, from one
+/// pass over /proc/PID/stat: field 2 is the command, field 4 the parent.
+fn descendants(root: u32, name: &str) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    entries
+    let table: Vec<(u32, u32, String)> = entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let (_, after_name) = stat.rsplit_once(')')?;
-                    after_name.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
-                == Some(parent)
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (head, after_name) = stat.rsplit_once(')')?;
+            let (_, comm) = head.split_once('(')?;
+            let parent = after_name.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, parent, comm.to_owned()))
         })
-        .collect()
+        .collect();
+    let mut found = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for (pid, _, comm) in table.iter().filter(|(_, ppid, _)| *ppid == parent) {
+            parents.push(*pid);
+            if comm == name {
+                found.push(*pid);
+            }
+        }
+    }
+    found
 }
 
 /// The status of the answer to `GET /` on `addr`, if an HTTP answer

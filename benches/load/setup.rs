@@ -227,7 +227,7 @@ pub fn closed_record(config: &Path) -> Result<Duration, BenchError> {
 /// the parent-death signal and then executes the program in its place
 /// (same pid). Without `setpriv`, the program runs as is and only the
 /// normal cleanup (kill on drop) applies.
-pub fn guarded(program: impl AsRef<std::ffi::OsStr>) -> Command {
+fn guarded(program: impl AsRef<std::ffi::OsStr>) -> Command {
     if Path::new(SETPRIV).exists() {
         let mut command = Command::new(SETPRIV);
         command.arg("--pdeathsig").arg("KILL").arg(program);
