@@ -278,9 +278,7 @@ fn events(with_usage: bool) -> Bytes {
         }
         format!("data: {chunk}\n\n")
     };
-    let choice = |delta: Value, finish: Value| {
-        json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}])
-    };
+    let choice = |delta: Value, finish: Value| json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]);
     let mut text = chunk(
         choice(json!({"role": "assistant", "content": ""}), Value::Null),
         Value::Null,

@@ -288,7 +288,9 @@ fn answers(addr: SocketAddr) -> Option<u16> {
     let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
     stream.set_read_timeout(Some(timeout)).ok()?;
     stream
-        .write_all(format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
         .ok()?;
     let mut head = [0_u8; 12];
     stream.read_exact(&mut head).ok()?;

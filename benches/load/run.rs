@@ -166,9 +166,8 @@ pub fn run(settings: &Settings, runtime: &Runtime) -> Result<Outcome, BenchError
         files: RunFiles::new()?,
         probe: probe.ok(),
         redis_down,
-        nginx: nginx::find().ok_or_else(|| {
-            format!("no nginx binary (PATH, {})", nginx::SBIN_NGINX)
-        }),
+        nginx: nginx::find()
+            .ok_or_else(|| format!("no nginx binary (PATH, {})", nginx::SBIN_NGINX)),
         measured: LABELS.iter().map(|label| Measured::new(label)).collect(),
         redis_use: RedisUse::default(),
         redis_clean: false,
