@@ -51,8 +51,8 @@ use crate::setup::INSTANT_MODEL;
 /// holds for any fixed count.
 const PROMPT_TOKENS: u64 = 118;
 
-/// The reply, one chat message of `INSTANT_REPLY_TOKENS` tokens; streamed,
-/// one chunk per piece.
+/// The reply's text; streamed, one chunk per piece. Its usage says
+/// `INSTANT_REPLY_TOKENS` output tokens, as nothing here counts them.
 const REPLY_PIECES: [&str; 4] = [
     "Your parcel is",
     " not lost yet;",

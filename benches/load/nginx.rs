@@ -26,7 +26,7 @@ use crate::procs::Proc;
 
 /// Where nginx is looked for after `PATH`: Debian puts it in sbin, which
 /// an unprivileged `PATH` often lacks.
-pub const SBIN_NGINX: &str = "/usr/sbin/nginx";
+const SBIN_NGINX: &str = "/usr/sbin/nginx";
 
 /// Runs `$0 "$@"` (nginx and its arguments) and stops it when stdin
 /// closes. A command started in the background by a non-interactive shell
@@ -42,24 +42,52 @@ wait "$nginx""#;
 /// The name nginx's master and worker processes go by.
 const PROCESS_NAME: &str = "nginx";
 
-/// The nginx binary, if there is one.
-pub fn find() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("nginx"))
-            .find(|candidate| candidate.is_file())
-    });
-    on_path.or_else(|| {
-        let sbin = PathBuf::from(SBIN_NGINX);
-        sbin.is_file().then_some(sbin)
-    })
+/// Connections beyond the clients' that nginx may hold: the readiness
+/// probe and the books check's calls, with room to spare.
+const SPARE_CONNECTIONS: usize = 64;
+
+/// An installed nginx, and how many clients it will be asked to serve at
+/// once.
+pub struct Nginx {
+    binary: PathBuf,
+    clients: usize,
 }
 
-/// Starts `nginx` proxying to `upstream` for `phase`, in a prefix dir of
-/// its own under `run_dir`, and waits until a request through it is
-/// answered.
-pub fn start(
+impl Nginx {
+    /// The nginx binary on `PATH` or at [`SBIN_NGINX`], to serve up to
+    /// `clients` connections at once; why not, when there is none.
+    pub fn find(clients: usize) -> Result<Nginx, String> {
+        let on_path = std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("nginx"))
+                .find(|candidate| candidate.is_file())
+        });
+        let sbin = || {
+            let sbin = PathBuf::from(SBIN_NGINX);
+            sbin.is_file().then_some(sbin)
+        };
+        match on_path.or_else(sbin) {
+            Some(binary) => Ok(Nginx { binary, clients }),
+            None => Err(format!("no nginx binary (PATH, {SBIN_NGINX})")),
+        }
+    }
+
+    /// Starts nginx proxying to `upstream` for `phase`, in a prefix dir of
+    /// its own under `run_dir`, and waits until a request through it is
+    /// answered.
+    pub fn start(
+        &self,
+        run_dir: &Path,
+        phase: &str,
+        upstream: SocketAddr,
+    ) -> Result<Proc, BenchError> {
+        start(&self.binary, self.clients, run_dir, phase, upstream)
+    }
+}
+
+fn start(
     nginx: &Path,
+    clients: usize,
     run_dir: &Path,
     phase: &str,
     upstream: SocketAddr,
@@ -71,7 +99,7 @@ pub fn start(
     // fails to start and N is reported as not run.
     let listen = TcpListener::bind(("127.0.0.1", 0))?.local_addr()?;
     let conf = prefix.join("nginx.conf");
-    std::fs::write(&conf, config(listen, upstream))?;
+    std::fs::write(&conf, config(listen, upstream, clients))?;
     let mut command = Command::new("/bin/sh");
     command
         .arg("-c")
@@ -90,8 +118,13 @@ pub fn start(
 }
 
 /// The configuration: one server on `listen` proxying everything to
-/// `upstream` on kept-alive connections.
-fn config(listen: SocketAddr, upstream: SocketAddr) -> String {
+/// `upstream` on kept-alive connections, for `clients` at once.
+fn config(listen: SocketAddr, upstream: SocketAddr, clients: usize) -> String {
+    // Each client's connection and its upstream connection. Sized to the
+    // run rather than generously: nginx allocates every slot at start, and
+    // its idle memory is reported beside the gateways'.
+    let connections = 2 * clients + SPARE_CONNECTIONS;
+    let open_files = 2 * connections;
     let mut text = String::new();
     // `write!` to a String cannot fail.
     let _ = write!(
@@ -104,11 +137,10 @@ daemon off;
 worker_processes 1;
 pid nginx.pid;
 error_log stderr warn;
-# Every stream of the streams mode holds a client and an upstream connection.
-worker_rlimit_nofile 16384;
+worker_rlimit_nofile {open_files};
 
 events {{
-    worker_connections 8192;
+    worker_connections {connections};
 }}
 
 http {{
@@ -125,9 +157,9 @@ http {{
 
     upstream bench_upstream {{
         server {upstream};
-        # Idle upstream connections kept per worker: more than the closed
-        # loop's 32 connections.
-        keepalive 128;
+        # Idle upstream connections kept per worker: one per client, so
+        # that no call opens one, as P and the gateways pool theirs.
+        keepalive {clients};
         keepalive_requests 1000000;
     }}
 

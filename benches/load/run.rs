@@ -12,7 +12,6 @@
 //! calls the one `--upstream` names (the instant upstream by default), the
 //! streams the paced mock.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +22,7 @@ use crate::books::{self, SettleCheck};
 use crate::calls::Calls;
 use crate::drive::{self, Sample};
 use crate::error::BenchError;
-use crate::nginx;
+use crate::nginx::Nginx;
 use crate::procs::Proc;
 use crate::redis_stats::{Counters, RedisProbe};
 use crate::setup::{self, RunFiles, STREAM_MODEL};
@@ -144,8 +143,8 @@ struct Bench<'a> {
     probe: Option<RedisProbe>,
     /// Why G cannot run, if it cannot.
     redis_down: Option<String>,
-    /// The nginx binary for N, or why N cannot run.
-    nginx: Result<PathBuf, String>,
+    /// nginx for N, or why N cannot run.
+    nginx: Result<Nginx, String>,
     measured: Vec<Measured>,
     redis_use: RedisUse,
     /// The run's Redis keys are gone (or Redis was never reached).
@@ -166,8 +165,7 @@ pub fn run(settings: &Settings, runtime: &Runtime) -> Result<Outcome, BenchError
         files: RunFiles::new()?,
         probe: probe.ok(),
         redis_down,
-        nginx: nginx::find()
-            .ok_or_else(|| format!("no nginx binary (PATH, {})", nginx::SBIN_NGINX)),
+        nginx: Nginx::find(settings.connections.max(settings.streams)),
         measured: LABELS.iter().map(|label| Measured::new(label)).collect(),
         redis_use: RedisUse::default(),
         redis_clean: false,
@@ -417,7 +415,7 @@ impl Bench<'_> {
             &self.files,
             phase,
             upstreams,
-            self.nginx.as_deref().map_err(String::as_str),
+            self.nginx.as_ref().map_err(String::as_str),
             &self.settings.redis_url,
             self.redis_down.as_deref(),
             admin,

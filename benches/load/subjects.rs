@@ -4,11 +4,11 @@
 //! new file).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::client::Target;
 use crate::error::BenchError;
-use crate::nginx;
+use crate::nginx::Nginx;
 use crate::procs::{self, Proc, ProcessTree};
 use crate::setup::{self, GatewayKey, RunFiles, Store};
 
@@ -103,7 +103,7 @@ pub fn start(
     files: &RunFiles,
     phase: &str,
     upstreams: &Upstreams,
-    nginx: Result<&Path, &str>,
+    nginx: Result<&Nginx, &str>,
     redis_url: &str,
     redis_down: Option<&str>,
     admin: bool,
@@ -127,11 +127,13 @@ pub fn start(
         Some(passthrough),
         None,
     ));
-    let started = nginx.map_err(str::to_owned).and_then(|binary| {
-        nginx::start(binary, files.dir(), phase, upstreams.direct).map_err(|error| {
-            eprintln!("N did not start: {error}");
-            format!("nginx did not start: {error}")
-        })
+    let started = nginx.map_err(str::to_owned).and_then(|nginx| {
+        nginx
+            .start(files.dir(), phase, upstreams.direct)
+            .map_err(|error| {
+                eprintln!("N did not start: {error}");
+                format!("nginx did not start: {error}")
+            })
     });
     match started {
         Ok(proc) => subjects.push(Subject::new(
