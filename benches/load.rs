@@ -29,10 +29,11 @@
 //!
 //! Traffic goes only to 127.0.0.1; every loop is bounded in count and
 //! time; every process started is killed when the run ends, fails or
-//! panics, and (through `setpriv --pdeathsig`) when the benchmark itself is
-//! killed. On Redis it creates keys named after the run and deletes
-//! exactly those afterwards, also after a failure; the SQLite files go
-//! with the temp dir.
+//! panics, and (through `setpriv --pdeathsig`, or for nginx a wrapper that
+//! stops it when its stdin closes) when the benchmark itself is killed.
+//! On Redis it creates keys named after the run and deletes exactly those
+//! afterwards, also after a failure; the SQLite files and nginx's prefix
+//! go with the temp dir.
 
 #[path = "load/api_keys.rs"]
 mod api_keys;
