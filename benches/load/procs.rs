@@ -240,7 +240,7 @@ impl ProcessTree {
         (!ticks.is_empty()).then(|| ticks.iter().sum())
     }
 
-    /// Resident memory summed over the tree, KiB.
+    /// Resident memory summed over the processes counted, KiB.
     pub fn rss_kib(self) -> Option<u64> {
         rss_kib_sum(&self.pids())
     }
