@@ -9,13 +9,17 @@
 //! cargo bench --bench load -- --help    # every knob
 //! ```
 //!
-//! It starts the release binary as the mock provider (instant and paced
-//! streaming), the gateway on the memory store (G0), on Redis (G) and on a
-//! SQLite file in the run's temp dir (GS), and a bare pass-through proxy
-//! (P, `load/passthrough.rs`), then drives them and a direct connection to
-//! the mock (D) with a closed loop, a concurrency-1 loop, an open loop and
-//! many concurrent streams, and prints one table per mode with the targets. See `load/run.rs` for the
-//! order of events and `load/report.rs` for how figures are computed.
+//! It starts the gateway on the memory store (G0), on Redis (G) and on a
+//! SQLite file in the run's temp dir (GS), a bare pass-through proxy (P,
+//! `load/passthrough.rs`) and, where it is installed, nginx as a second
+//! pass-through (N, `load/nginx.rs`), then drives them and a direct
+//! connection to their upstream (D) with a closed loop, a concurrency-1
+//! loop, an open loop and many concurrent streams, and prints one table
+//! per mode with the targets. The first three modes call the instant
+//! upstream (`load/instant.rs`, fixed replies, no token counting) unless
+//! `--upstream mock` names the release binary's tokenizing mock provider,
+//! which the streams always use (paced streaming). See `load/run.rs` for
+//! the order of events and `load/report.rs` for how figures are computed.
 //! `--api-keys N` makes N keys through the admin API on each gateway of
 //! the instant phase and spreads its calls over them (`load/api_keys.rs`;
 //! the keys' documents stay in the store, on Redis too).
@@ -25,10 +29,11 @@
 //!
 //! Traffic goes only to 127.0.0.1; every loop is bounded in count and
 //! time; every process started is killed when the run ends, fails or
-//! panics, and (through `setpriv --pdeathsig`) when the benchmark itself is
-//! killed. On Redis it creates keys named after the run and deletes
-//! exactly those afterwards, also after a failure; the SQLite files go
-//! with the temp dir.
+//! panics, and (through `setpriv --pdeathsig`, or for nginx a wrapper that
+//! stops it when its stdin closes) when the benchmark itself is killed.
+//! On Redis it creates keys named after the run and deletes exactly those
+//! afterwards, also after a failure; the SQLite files and nginx's prefix
+//! go with the temp dir.
 
 #[path = "load/api_keys.rs"]
 mod api_keys;
@@ -44,6 +49,10 @@ mod drive;
 mod error;
 #[path = "load/figures.rs"]
 mod figures;
+#[path = "load/instant.rs"]
+mod instant;
+#[path = "load/nginx.rs"]
+mod nginx;
 #[path = "load/passthrough.rs"]
 mod passthrough;
 #[path = "load/procs.rs"]
@@ -64,6 +73,8 @@ mod soak_report;
 mod streams;
 #[path = "load/subjects.rs"]
 mod subjects;
+#[path = "load/targets.rs"]
+mod targets;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -76,6 +87,29 @@ use soak::{SoakPlan, SoakStore};
 
 /// The argument that turns this binary into the pass-through proxy.
 pub const SERVE_PASSTHROUGH: &str = "--serve-passthrough";
+/// The argument that turns this binary into the instant upstream.
+pub const SERVE_INSTANT: &str = "--serve-instant";
+
+/// The provider behind every configuration in the throughput and latency
+/// modes (the streams always stream from the paced mock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Upstream {
+    /// The benchmark's own server: fixed replies, no token counting, so the
+    /// upstream costs as little as possible and the proxies are what differ.
+    Instant,
+    /// `tollgate mock-upstream`: counts every call's tokens with the real
+    /// tokenizer, and spends more CPU per call than any proxy.
+    Mock,
+}
+
+impl Upstream {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Upstream::Instant => "the instant upstream",
+            Upstream::Mock => "the tokenizing mock",
+        }
+    }
+}
 
 /// How load is applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -104,7 +138,7 @@ impl Mode {
 #[derive(Parser, Debug)]
 #[command(
     name = "load",
-    about = "Load benchmark: direct vs pass-through vs tollgate (memory, Redis, SQLite)"
+    about = "Load benchmark: direct vs pass-through (hyper, nginx) vs tollgate (memory, Redis, SQLite)"
 )]
 struct Cli {
     /// A few seconds: tiny load, 20 streams, one round. Checks that the
@@ -119,7 +153,13 @@ struct Cli {
         default_value = "closed,single,open,streams"
     )]
     modes: Vec<Mode>,
-    /// Rounds of D P G0 G GS in every mode.
+    /// Upstream of the closed, concurrency-1 and open modes: `instant`, the
+    /// benchmark's own fixed-reply server, or `mock`, `tollgate
+    /// mock-upstream`, which counts tokens on every call. The streams and
+    /// the soak always use the mock.
+    #[arg(long, value_enum, default_value = "instant")]
+    upstream: Upstream,
+    /// Rounds of D P N G0 G GS in every mode.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
     /// Seconds each configuration runs per mode and round.
@@ -155,7 +195,7 @@ struct Cli {
     /// Soak instead of running the modes: one gateway under a steady open
     /// loop for this long (90s, 20m, 1h), a line a minute (every 10 s
     /// under 3 minutes): does its memory stay flat?
-    #[arg(long, value_parser = soak::parse_duration, conflicts_with_all = ["smoke", "modes"])]
+    #[arg(long, value_parser = soak::parse_duration, conflicts_with_all = ["smoke", "modes", "upstream"])]
     soak: Option<Duration>,
     /// Calls per second of the soak.
     #[arg(long, default_value_t = 2000)]
@@ -190,6 +230,7 @@ pub struct Settings {
     pub stream_tokens: u64,
     pub redis_url: String,
     pub api_keys: usize,
+    pub upstream: Upstream,
 }
 
 impl Settings {
@@ -234,6 +275,7 @@ impl Settings {
                 stream_tokens: 10,
                 redis_url: cli.redis_url.clone(),
                 api_keys: cli.api_keys,
+                upstream: cli.upstream,
             });
         }
         Ok(Settings {
@@ -251,6 +293,7 @@ impl Settings {
             stream_tokens: cli.stream_tokens,
             redis_url: cli.redis_url.clone(),
             api_keys: cli.api_keys,
+            upstream: cli.upstream,
         })
     }
 }
@@ -267,6 +310,15 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("pass-through proxy: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if args.get(1).map(String::as_str) == Some(SERVE_INSTANT) {
+        return match instant::serve() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("instant upstream: {error}");
                 ExitCode::FAILURE
             }
         };

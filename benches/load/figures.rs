@@ -122,6 +122,11 @@ pub fn per_call_cpu(ticks: u64, calls: u64) -> String {
     format!("{micros:.0} µs")
 }
 
+/// µs of CPU (as Redis reports its own) per call.
+pub fn per_call_usec(usec: u64, calls: u64) -> String {
+    format!("{:.0} µs", usec as f64 / calls.max(1) as f64)
+}
+
 /// CPU ticks over a wall time, as a share of one core.
 pub fn core_share(ticks: u64, over: Duration) -> String {
     let busy = ticks as f64 / TICKS_PER_SEC as f64;

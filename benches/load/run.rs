@@ -3,12 +3,14 @@
 //! check that the gateways settled every call, and gather what the report
 //! prints.
 //!
-//! Within a round each mode runs D P G0 G GS back to back, and the rounds
+//! Within a round each mode runs D P N G0 G GS back to back, and the rounds
 //! repeat that, so a burst of other work on this shared machine lands on
 //! all configurations alike. The instant calls and the streams use
 //! separate processes: the streaming gateways start fresh, so their idle
 //! memory and their growth per stream are their own, not what the instant
-//! phase left behind.
+//! phase left behind. Each phase starts its own upstream: the instant
+//! calls the one `--upstream` names (the instant upstream by default), the
+//! streams the paced mock.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,14 +22,15 @@ use crate::books::{self, SettleCheck};
 use crate::calls::Calls;
 use crate::drive::{self, Sample};
 use crate::error::BenchError;
-use crate::procs::{self, Proc};
+use crate::nginx::Nginx;
+use crate::procs::Proc;
 use crate::redis_stats::{Counters, RedisProbe};
 use crate::setup::{self, RunFiles, STREAM_MODEL};
 use crate::streams::{self, StreamRun};
 use crate::subjects::{self, Subject, Ticks, Upstreams, LABELS};
-use crate::{Mode, Settings};
+use crate::{Mode, Settings, Upstream};
 
-/// Reply length of the instant mock, in tokens.
+/// Reply length of the instant calls' upstream, in tokens.
 pub const INSTANT_REPLY_TOKENS: u64 = 12;
 /// How long a freshly started gateway sits before its idle memory is read.
 const SETTLE_IN: Duration = Duration::from_millis(300);
@@ -41,14 +44,14 @@ pub struct Measured {
     pub skipped: Option<String>,
     /// Closed loop at full concurrency, one sample per round.
     pub closed: Vec<Sample>,
-    /// CPU of the proxy, the mock and the client over the closed loops,
-    /// and the calls answered there.
-    pub closed_cpu: Ticks,
-    pub closed_calls: u64,
+    /// CPU of every process over the closed loops.
+    pub closed_cpu: CpuUse,
     /// Closed loop with one connection, all rounds merged.
     pub single: Option<Sample>,
+    pub single_cpu: CpuUse,
     /// Open loop at the fixed rate, all rounds merged.
     pub open: Option<Sample>,
+    pub open_cpu: CpuUse,
     /// One per round.
     pub streams: Vec<StreamRun>,
     /// CPU over the streaming rounds, and their wall time.
@@ -64,6 +67,21 @@ pub struct Measured {
     pub warnings: Vec<String>,
     /// How the store's file grew over the measured phases (GS).
     pub file_growth: Option<FileGrowth>,
+}
+
+/// CPU of the proxy, the upstream, the client and Redis over one mode's
+/// phases, and the calls answered there.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuUse {
+    pub ticks: Ticks,
+    pub calls: u64,
+}
+
+impl CpuUse {
+    fn add(&mut self, ticks: Ticks, calls: u64) {
+        self.ticks = self.ticks.plus(ticks);
+        self.calls += calls;
+    }
 }
 
 /// Growth of a SQLite store's file (database and write-ahead log) summed
@@ -125,6 +143,8 @@ struct Bench<'a> {
     probe: Option<RedisProbe>,
     /// Why G cannot run, if it cannot.
     redis_down: Option<String>,
+    /// nginx for N, or why N cannot run.
+    nginx: Result<Nginx, String>,
     measured: Vec<Measured>,
     redis_use: RedisUse,
     /// The run's Redis keys are gone (or Redis was never reached).
@@ -145,18 +165,11 @@ pub fn run(settings: &Settings, runtime: &Runtime) -> Result<Outcome, BenchError
         files: RunFiles::new()?,
         probe: probe.ok(),
         redis_down,
+        nginx: Nginx::find(settings.connections.max(settings.streams)),
         measured: LABELS.iter().map(|label| Measured::new(label)).collect(),
         redis_use: RedisUse::default(),
         redis_clean: false,
     };
-    let mock = Proc::start(
-        "mock (instant)",
-        setup::mock_command(INSTANT_REPLY_TOKENS, None),
-    )?;
-    let stream_mock = Proc::start(
-        "mock (streaming)",
-        setup::mock_command(settings.stream_tokens, Some(settings.tokens_per_sec)),
-    )?;
     let instant_modes: Vec<Mode> = settings
         .modes
         .iter()
@@ -164,10 +177,10 @@ pub fn run(settings: &Settings, runtime: &Runtime) -> Result<Outcome, BenchError
         .filter(|mode| *mode != Mode::Streams)
         .collect();
     if !instant_modes.is_empty() {
-        bench.instant_calls(&instant_modes, &mock, &stream_mock)?;
+        bench.instant_calls(&instant_modes)?;
     }
     if settings.modes.contains(&Mode::Streams) {
-        bench.streams(&mock, &stream_mock)?;
+        bench.streams()?;
     }
     let redis_keys_deleted = bench.delete_redis_keys()?;
     let g_ran = bench
@@ -195,16 +208,20 @@ impl Bench<'_> {
         Ok(deleted)
     }
 
-    fn instant_calls(
-        &mut self,
-        modes: &[Mode],
-        mock: &Proc,
-        stream_mock: &Proc,
-    ) -> Result<(), BenchError> {
+    fn instant_calls(&mut self, modes: &[Mode]) -> Result<(), BenchError> {
+        let upstream = match self.settings.upstream {
+            Upstream::Instant => Proc::start("instant upstream", setup::instant_command()?)?,
+            Upstream::Mock => Proc::start(
+                "mock (instant)",
+                setup::mock_command(INSTANT_REPLY_TOKENS, None),
+            )?,
+        };
+        // No stream is called in this phase: the gateways' streaming
+        // provider is the same upstream.
         let upstreams = Upstreams {
-            direct: mock.addr,
-            instant: mock.addr,
-            streaming: stream_mock.addr,
+            direct: upstream.addr,
+            instant: upstream.addr,
+            streaming: upstream.addr,
         };
         let api_keys = self.settings.api_keys;
         let mut subjects = self.start_subjects("instant", &upstreams, api_keys > 0)?;
@@ -241,7 +258,7 @@ impl Bench<'_> {
                     mode.describe()
                 );
                 for subject in &mut subjects {
-                    self.instant_phase(mode, subject, mock, &calls)?;
+                    self.instant_phase(mode, subject, &upstream, &calls)?;
                 }
             }
         }
@@ -253,11 +270,11 @@ impl Bench<'_> {
         &mut self,
         mode: Mode,
         subject: &mut Subject,
-        mock: &Proc,
+        upstream: &Proc,
         calls: &Arc<Calls>,
     ) -> Result<(), BenchError> {
         let settings = self.settings;
-        let ticks_before = Ticks::read(subject, mock);
+        let ticks_before = Ticks::read(subject, upstream);
         let redis_before = self.redis_counters(subject)?;
         let file_before = self.file_bytes(subject);
         let sample = self.runtime.block_on(async {
@@ -286,10 +303,11 @@ impl Bench<'_> {
                 }
             }
         })?;
-        let used = Ticks::read(subject, mock).since(ticks_before);
+        let mut used = Ticks::read(subject, upstream).since(ticks_before);
         self.file_grew(subject, file_before, sample.ok);
         if let (Some(before), Some(after)) = (redis_before, self.redis_counters(subject)?) {
             let delta = after.since(before);
+            used.redis_usec = delta.cpu_usec;
             self.redis_use.all = self.redis_use.all.plus(delta);
             self.redis_use.calls += sample.ok;
             if mode == Mode::Closed {
@@ -307,21 +325,30 @@ impl Bench<'_> {
         let results = result_of(&mut self.measured, subject.label);
         match mode {
             Mode::Closed => {
-                results.closed_cpu = results.closed_cpu.plus(used);
-                results.closed_calls += sample.ok;
+                results.closed_cpu.add(used, sample.ok);
                 results.closed.push(sample);
             }
-            Mode::Single => merge_into(&mut results.single, sample),
-            Mode::Open | Mode::Streams => merge_into(&mut results.open, sample),
+            Mode::Single => {
+                results.single_cpu.add(used, sample.ok);
+                merge_into(&mut results.single, sample);
+            }
+            Mode::Open | Mode::Streams => {
+                results.open_cpu.add(used, sample.ok);
+                merge_into(&mut results.open, sample);
+            }
         }
         Ok(())
     }
 
-    fn streams(&mut self, mock: &Proc, stream_mock: &Proc) -> Result<(), BenchError> {
+    fn streams(&mut self) -> Result<(), BenchError> {
         let settings = self.settings;
+        let stream_mock = Proc::start(
+            "mock (streaming)",
+            setup::mock_command(settings.stream_tokens, Some(settings.tokens_per_sec)),
+        )?;
         let upstreams = Upstreams {
             direct: stream_mock.addr,
-            instant: mock.addr,
+            instant: stream_mock.addr,
             streaming: stream_mock.addr,
         };
         // The streams keep the config's key: their gateways start fresh,
@@ -330,7 +357,7 @@ impl Bench<'_> {
         std::thread::sleep(SETTLE_IN);
         for subject in &subjects {
             result_of(&mut self.measured, subject.label).idle_rss_kib =
-                subject.proxy_pid().and_then(procs::rss_kib);
+                subject.proxy_tree().and_then(|tree| tree.rss_kib());
         }
         let calls = Arc::new(Calls::streamed(settings.stream_tokens)?);
         let price = RunFiles::price(STREAM_MODEL)?;
@@ -344,8 +371,8 @@ impl Bench<'_> {
                 settings.rounds, settings.streams
             );
             for subject in &mut subjects {
-                let rss_before = subject.proxy_pid().and_then(procs::rss_kib);
-                let ticks_before = Ticks::read(subject, stream_mock);
+                let rss_before = subject.proxy_tree().and_then(|tree| tree.rss_kib());
+                let ticks_before = Ticks::read(subject, &stream_mock);
                 let file_before = self.file_bytes(subject);
                 let run = self.runtime.block_on(streams::run(
                     &subject.target,
@@ -353,10 +380,10 @@ impl Bench<'_> {
                     settings.streams,
                     settings.stream_rate,
                     &price,
-                    subject.proxy_pid(),
+                    subject.proxy_tree(),
                     limit,
                 ))?;
-                let used = Ticks::read(subject, stream_mock).since(ticks_before);
+                let used = Ticks::read(subject, &stream_mock).since(ticks_before);
                 self.file_grew(subject, file_before, run.completed as u64);
                 subject.charged = subject.charged.saturating_add(run.cost);
                 subject.calls += run.completed as u64;
@@ -384,16 +411,17 @@ impl Bench<'_> {
         upstreams: &Upstreams,
         admin: bool,
     ) -> Result<Vec<Subject>, BenchError> {
-        let (subjects, g_skipped) = subjects::start(
+        let (subjects, skipped) = subjects::start(
             &self.files,
             phase,
             upstreams,
+            self.nginx.as_ref().map_err(String::as_str),
             &self.settings.redis_url,
             self.redis_down.as_deref(),
             admin,
         )?;
-        if let Some(reason) = g_skipped {
-            result_of(&mut self.measured, "G").skipped = Some(reason);
+        for (label, reason) in skipped {
+            result_of(&mut self.measured, label).skipped = Some(reason);
         }
         Ok(subjects)
     }
@@ -462,10 +490,11 @@ impl Measured {
             label,
             skipped: None,
             closed: Vec::new(),
-            closed_cpu: Ticks::default(),
-            closed_calls: 0,
+            closed_cpu: CpuUse::default(),
             single: None,
+            single_cpu: CpuUse::default(),
             open: None,
+            open_cpu: CpuUse::default(),
             streams: Vec::new(),
             stream_cpu: Ticks::default(),
             stream_time: Duration::ZERO,

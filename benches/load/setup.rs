@@ -18,7 +18,8 @@ use tollgate::prices::{ModelPrice, PriceTable};
 
 use crate::error::BenchError;
 
-/// The model of the instant calls; routed to the instant mock.
+/// The model of the instant calls; routed to the upstream of the
+/// throughput and latency modes.
 pub const INSTANT_MODEL: &str = "gpt-4o-mini";
 /// The model of the streamed calls; routed to the streaming mock.
 pub const STREAM_MODEL: &str = "gpt-4o";
@@ -40,7 +41,7 @@ max_output_tokens = 16384
 context_window = 128000
 "#;
 
-/// The provider credential the gateways hold (the mock accepts any).
+/// The provider credential the gateways hold (the upstreams accept any).
 const PROVIDER_KEY: &str = "sk-bench-provider";
 const PROVIDER_KEY_ENV: &str = "TOLLGATE_BENCH_PROVIDER_KEY";
 
@@ -277,6 +278,13 @@ pub fn mock_command(reply_tokens: u64, pace: Option<u32>) -> Command {
             .arg(tokens_per_sec.to_string());
     }
     command
+}
+
+/// This benchmark's own binary as the instant upstream (`load/instant.rs`).
+pub fn instant_command() -> Result<Command, BenchError> {
+    let mut command = guarded(std::env::current_exe()?);
+    command.arg(crate::SERVE_INSTANT);
+    Ok(command)
 }
 
 /// This benchmark's own binary as the pass-through proxy to `upstream`.

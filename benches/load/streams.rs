@@ -24,7 +24,7 @@ use crate::calls::Calls;
 use crate::client::{Conn, Target};
 use crate::drive::{histogram, CHAT_PATH};
 use crate::error::BenchError;
-use crate::procs;
+use crate::procs::{self, ProcessTree};
 
 /// Upper bound on body frames read from one stream.
 const MAX_FRAMES_PER_STREAM: usize = 1_000_000;
@@ -68,26 +68,28 @@ struct Outcome {
 }
 
 /// Runs `streams` streams started `rate` per second, watching the memory of
-/// process `watch` (the proxy) meanwhile.
+/// the processes `watch` (the proxy) meanwhile.
 pub async fn run(
     target: &Target,
     calls: &Arc<Calls>,
     streams: usize,
     rate: u32,
     price: &ModelPrice,
-    watch: Option<u32>,
+    watch: Option<ProcessTree>,
     limit: Duration,
 ) -> Result<StreamRun, BenchError> {
     let open = Arc::new(AtomicUsize::new(0));
     let peak_open = Arc::new(AtomicUsize::new(0));
     let running = Arc::new(AtomicBool::new(true));
-    let sampler = watch.map(|pid| {
+    let sampler = watch.map(|tree| {
         let running = running.clone();
+        // Found once: nginx's worker lives as long as its master.
+        let pids = tree.pids();
         thread::spawn(move || {
-            let mut peak = procs::rss_kib(pid);
+            let mut peak = procs::rss_kib_sum(&pids);
             let stop_by = Instant::now() + limit;
             while running.load(Ordering::Relaxed) && Instant::now() < stop_by {
-                peak = peak.max(procs::rss_kib(pid));
+                peak = peak.max(procs::rss_kib_sum(&pids));
                 thread::sleep(RSS_EVERY);
             }
             peak

@@ -1,22 +1,25 @@
 //! The configurations under test, as running processes: D needs none, P is
-//! the pass-through proxy, G0, G and GS are gateways. Each phase starts its
-//! own set, so the streaming gateways start fresh (GS on a new file).
+//! the bare hyper pass-through, N nginx, G0, G and GS are gateways. Each
+//! phase starts its own set, so the streaming gateways start fresh (GS on a
+//! new file).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::client::Target;
 use crate::error::BenchError;
-use crate::procs::{self, Proc};
+use crate::nginx::Nginx;
+use crate::procs::{self, Proc, ProcessTree};
 use crate::setup::{self, GatewayKey, RunFiles, Store};
 
 /// The configurations, in the order each round runs them.
-pub const LABELS: [&str; 5] = ["D", "P", "G0", "G", "GS"];
+pub const LABELS: [&str; 6] = ["D", "P", "N", "G0", "G", "GS"];
 
 pub fn describe(label: &str) -> &'static str {
     match label {
-        "D" => "direct to the mock",
+        "D" => "direct to upstream",
         "P" => "bare pass-through",
+        "N" => "nginx pass-through",
         "G0" => "gateway, memory store",
         "GS" => "gateway, SQLite store",
         _ => "gateway, Redis store",
@@ -27,7 +30,7 @@ pub fn describe(label: &str) -> &'static str {
 pub struct Subject {
     pub label: &'static str,
     pub target: Target,
-    /// The process between the client and the mock; `None` for D.
+    /// The process between the client and the upstream; `None` for D.
     pub proxy: Option<Proc>,
     /// Set for the gateways, whose books are checked.
     pub key: Option<GatewayKey>,
@@ -68,6 +71,11 @@ impl Subject {
         self.proxy.as_ref().map(Proc::pid)
     }
 
+    /// The proxy's processes, for its memory: nginx's master and worker.
+    pub fn proxy_tree(&self) -> Option<ProcessTree> {
+        self.proxy.as_ref().map(Proc::tree)
+    }
+
     pub fn warnings(&self) -> Vec<String> {
         self.proxy.as_ref().map(Proc::warnings).unwrap_or_default()
     }
@@ -75,25 +83,32 @@ impl Subject {
 
 /// Where one phase's configurations send their calls.
 pub struct Upstreams {
-    /// D's and P's upstream in this phase.
+    /// D's, P's and N's upstream in this phase.
     pub direct: SocketAddr,
-    /// The gateways' providers: the instant mock and the streaming mock.
+    /// The gateways' providers: that of the instant calls (the instant
+    /// upstream or the mock) and the streaming mock.
     pub instant: SocketAddr,
     pub streaming: SocketAddr,
 }
 
-/// Starts P, G0, G and GS for one phase, the gateways with the admin API
-/// on when `admin`. G is optional: when `redis_down` names a reason, or
-/// the gateway refuses to start on Redis (a build without the Redis
-/// store), it is left out and the reason returned.
+/// Configurations left out of a phase, with the reason.
+pub type Skipped = Vec<(&'static str, String)>;
+
+/// Starts P, N, G0, G and GS for one phase, the gateways with the admin API
+/// on when `admin`. N and G are optional: N when `nginx` is `Err` (not
+/// installed) or nginx does not start; G when `redis_down` names a reason,
+/// or the gateway refuses to start on Redis (a build without the Redis
+/// store). Those left out are returned with the reason.
 pub fn start(
     files: &RunFiles,
     phase: &str,
     upstreams: &Upstreams,
+    nginx: Result<&Nginx, &str>,
     redis_url: &str,
     redis_down: Option<&str>,
     admin: bool,
-) -> Result<(Vec<Subject>, Option<String>), BenchError> {
+) -> Result<(Vec<Subject>, Skipped), BenchError> {
+    let mut skipped = Skipped::new();
     // D and P send a key only so every configuration sends the same bytes.
     let direct_key = format!("tg-bench-{}-direct", files.run_id);
     let mut subjects = vec![Subject::new(
@@ -112,6 +127,23 @@ pub fn start(
         Some(passthrough),
         None,
     ));
+    let started = nginx.map_err(str::to_owned).and_then(|nginx| {
+        nginx
+            .start(files.dir(), phase, upstreams.direct)
+            .map_err(|error| {
+                eprintln!("N did not start: {error}");
+                format!("nginx did not start: {error}")
+            })
+    });
+    match started {
+        Ok(proc) => subjects.push(Subject::new(
+            "N",
+            Target::new("N", proc.addr, &direct_key)?,
+            Some(proc),
+            None,
+        )),
+        Err(reason) => skipped.push(("N", reason)),
+    }
     subjects.push(gateway(
         files,
         "G0",
@@ -151,7 +183,8 @@ pub fn start(
     let mut gs = gateway(files, "GS", phase, &store, upstreams, admin)?;
     gs.store_file = Some(file);
     subjects.push(gs);
-    Ok((subjects, g_skipped))
+    skipped.extend(g_skipped.map(|reason| ("G", reason)));
+    Ok((subjects, skipped))
 }
 
 /// Starts the gateway `label` on `store` with a config of its own.
@@ -181,40 +214,46 @@ pub fn gateway(
     Ok(subject)
 }
 
-/// CPU ticks of the three processes a call crosses.
+/// CPU ticks of the processes a call crosses (nginx's master and worker
+/// together), and the µs Redis reports for itself when the proxy uses it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Ticks {
     pub proxy: u64,
-    pub mock: u64,
+    pub upstream: u64,
     pub client: u64,
+    /// From Redis's `INFO cpu`, set by the caller (G only).
+    pub redis_usec: u64,
 }
 
 impl Ticks {
-    pub fn read(subject: &Subject, mock: &Proc) -> Ticks {
+    pub fn read(subject: &Subject, upstream: &Proc) -> Ticks {
         Ticks {
             proxy: subject
                 .proxy
                 .as_ref()
                 .and_then(Proc::cpu_ticks)
                 .unwrap_or(0),
-            mock: mock.cpu_ticks().unwrap_or(0),
+            upstream: upstream.cpu_ticks().unwrap_or(0),
             client: procs::own_cpu_ticks().unwrap_or(0),
+            redis_usec: 0,
         }
     }
 
     pub fn since(self, before: Ticks) -> Ticks {
         Ticks {
             proxy: self.proxy.saturating_sub(before.proxy),
-            mock: self.mock.saturating_sub(before.mock),
+            upstream: self.upstream.saturating_sub(before.upstream),
             client: self.client.saturating_sub(before.client),
+            redis_usec: self.redis_usec.saturating_sub(before.redis_usec),
         }
     }
 
     pub fn plus(self, other: Ticks) -> Ticks {
         Ticks {
             proxy: self.proxy + other.proxy,
-            mock: self.mock + other.mock,
+            upstream: self.upstream + other.upstream,
             client: self.client + other.client,
+            redis_usec: self.redis_usec + other.redis_usec,
         }
     }
 }
