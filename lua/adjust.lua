@@ -1,6 +1,7 @@
 --[[ adjust.lua — an operator's refund or credit to a key and its org, once.
 
-KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg.
+KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
+      done.
       One fixed set of keys per hash tag, all passed in KEYS: the key's and
       its org's counters share the tag, so the script is legal on a Redis
       Cluster.
@@ -133,5 +134,5 @@ local rec = {
   op = scopes[2] and scopes[2].pid, ks = key_spent, by = call_id,
 }
 redis.call('HSET', KEYS[2], record_field, cjson.encode(rec))
-redis.call('ZADD', KEYS[4], fmt(now + keep_ms), record_field)
+redis.call('RPUSH', KEYS[7], fmt(now + keep_ms) .. '|' .. record_field)
 return { 'applied', rec.kp, rec.op or '', key_spent, '1' }

@@ -16,15 +16,18 @@ of a Redis Cluster):
                                  `claim:<claim>` -> the exec_id holding that idempotency claim
                                  `adj:<exec_id>` -> an applied adjustment's record
   KEYS[3] tg:{T}:pending  zset   exec_id by deadline (ms), open reservations only
-  KEYS[4] tg:{T}:closed   zset   exec_id (or `adj:<exec_id>`) by when its closed record may
-                                 be forgotten (ms); `run:<key>/<run>` by when that run
-                                 is forgotten (its last call + the run TTL)
+  KEYS[4] tg:{T}:closed   zset   an expired exec_id by when its record may be forgotten (ms),
+                                 and a late-settled one; `run:<key>/<run>` by when that
+                                 run is forgotten (its last call + the run TTL)
   KEYS[5] tg:{T}:ledger   stream one entry per settle, expiry or adjustment
   KEYS[6] tg:{T}:agg      hash   `<day>|<key>[/<run>]|<model>|<metric>` spend aggregates: what
                                  the ledger entries of that UTC day, key, run and model added up to
                                  (metrics `n` calls, `in` `cin` `cw` `out` tokens, `usd`
                                  µUSD, signed); `kept_from`, `scan` the sweep's progress
                                  (see sweep.lua)
+  KEYS[7] tg:{T}:done     list   `<ms>|<exec_id>` (or `|adj:<exec_id>`): records kept the
+                                 closed-record time (settled, denied, adjustments) in the
+                                 order they closed, with when each may be forgotten
 
 DESIGN.md sketches one Redis key per reservation; a lazy sweep inside
 `reserve` would then touch keys it was not given in KEYS, which a cluster
@@ -71,8 +74,16 @@ An expired record is kept `ttl` after its expiry, longer than a settle can
 still come (the gateway retries one for two TTLs from before its reserve).
 A settled or denied record is kept only the closed-record time (an ARGV
 of reserve and settle, `store.closed_record_secs`): as long as a retry of
-the call can arrive. A settled record keeps only what a retry reads: s, k,
-o, a, st, act, rem, by.
+the call can arrive. These are most records, so they are listed in `done`
+rather than in `closed`: a list entry costs about 40 bytes of Redis
+memory, a sorted-set member about 130, and every call leaves one for the
+retry horizon. One closed-record time for all gateways of a store pushes
+entries in time order, and the sweep forgets from the head; an entry
+pushed under a longer time (a gateway configured otherwise) only holds
+back the ones behind it until its own time. A settled record keeps only
+what a retry reads: s, k, o, a, st, act, rem, by, written
+`settled|k|o|a|st|act|rem|by` (`o` empty without an org; see
+`encode_settled`) rather than as JSON.
 
 Aggregates: every ledger entry adds to its row in the same script (see
 `aggregate`): `n` +1, except an adjustment and a late settle (whose call was counted when it
@@ -331,11 +342,31 @@ end
 
 -- === Records and the ledger ===
 
+-- A settled record as a retry reads it (see the layout): its fields joined
+-- by `|`, which no id, status or number holds, rather than JSON: some 60
+-- bytes less for each of the records a retry horizon holds.
+local function encode_settled(rec)
+  return table.concat({ 'settled', rec.k, rec.o or '', rec.a, rec.st, rec.act, rec.rem, rec.by },
+    '|')
+end
+
+local SETTLED = '^settled|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$'
+
 local function decode_record(raw)
   if not raw then
     return nil
   end
-  return cjson.decode(raw)
+  if string.sub(raw, 1, 1) == '{' then
+    return cjson.decode(raw)
+  end
+  local k, o, a, st, act, rem, by = string.match(raw, SETTLED)
+  if not k then
+    fail('unreadable reservation record: ' .. raw)
+  end
+  if o == '' then
+    o = nil
+  end
+  return { s = 'settled', k = k, o = o, a = a, st = st, act = act, rem = rem, by = by }
 end
 
 local function load_record(exec_id)
@@ -348,15 +379,8 @@ local function claim_field(claim)
   return 'claim:' .. claim
 end
 
--- Stores a closed record and keeps it `keep_ms` from now, so retries still
--- get the first answer; the sweep forgets it after that. The claim the
--- reservation holds is released. A later reservation takes a claim over
--- only past this one's deadline, and drops `c` from this record when it
--- does; past the deadline the holder is read as well, so a record whose
--- `c` outlived a takeover (one stored by older scripts) never releases
--- another reservation's claim.
--- `stored` is what to keep of it, when not the whole record.
-local function close(exec_id, rec, now, keep_ms, stored)
+-- Releases the idempotency claim a reservation holds as it closes.
+local function release_claim(exec_id, rec, now)
   if rec.c then
     local field = claim_field(rec.c)
     if tonumber(rec.d) > now or redis.call('HGET', KEYS[2], field) == exec_id then
@@ -364,8 +388,29 @@ local function close(exec_id, rec, now, keep_ms, stored)
     end
     rec.c = nil
   end
-  redis.call('HSET', KEYS[2], exec_id, cjson.encode(stored or rec))
+end
+
+-- Stores a closed record and keeps it `keep_ms` from now, so retries still
+-- get the first answer; the sweep forgets it after that. The claim the
+-- reservation holds is released. A later reservation takes a claim over
+-- only past this one's deadline, and drops `c` from this record when it
+-- does; past the deadline the holder is read as well, so a record whose
+-- `c` outlived a takeover (one stored by older scripts) never releases
+-- another reservation's claim.
+-- `stored` is what to keep of it (encoded), when not the whole record.
+local function close(exec_id, rec, now, keep_ms, stored)
+  release_claim(exec_id, rec, now)
+  redis.call('HSET', KEYS[2], exec_id, stored or cjson.encode(rec))
   redis.call('ZADD', KEYS[4], fmt(now + keep_ms), exec_id)
+end
+
+-- Stores a closed record kept the closed-record time `keep_ms`, listed in
+-- `done` (see the layout) rather than in `closed`. The record must not be
+-- in `closed` already: one expired before it settles stays there (`close`).
+local function close_for_retries(exec_id, rec, now, keep_ms, stored)
+  release_claim(exec_id, rec, now)
+  redis.call('HSET', KEYS[2], exec_id, stored or cjson.encode(rec))
+  redis.call('RPUSH', KEYS[7], fmt(now + keep_ms) .. '|' .. exec_id)
 end
 
 -- === Spend aggregates ===
@@ -517,12 +562,36 @@ local function forget_run(member, run, now)
   redis.call('ZREM', KEYS[4], member)
 end
 
+-- Forgets up to `limit` records from the head of `done` whose time has
+-- come, stopping at the first whose time has not; returns how many.
+local function forget_done(now, limit)
+  local head = redis.call('LRANGE', KEYS[7], '0', fmt(limit - 1))
+  local members = {}
+  for _, entry in ipairs(head) do
+    local due, member = string.match(entry, '^(%d+)|(.+)$')
+    if not due or tonumber(due) > now then
+      break
+    end
+    members[#members + 1] = member
+  end
+  if #members > 0 then
+    redis.call('HDEL', KEYS[2], unpack(members))
+    redis.call('LTRIM', KEYS[7], fmt(#members), '-1')
+  end
+  return #members
+end
+
 -- Forgets up to `limit` closed records (and runs) whose retention has
--- passed.
+-- passed, from `done` and from `closed`.
 local function forget_due(now, limit)
-  local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', fmt(now), 'LIMIT', '0', fmt(limit))
+  local forgotten = forget_done(now, limit)
+  if forgotten >= limit then
+    return forgotten
+  end
+  local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', fmt(now), 'LIMIT', '0',
+    fmt(limit - forgotten))
   if #due == 0 then
-    return 0
+    return forgotten
   end
   local records = {}
   for _, member in ipairs(due) do
@@ -537,5 +606,5 @@ local function forget_due(now, limit)
     redis.call('HDEL', KEYS[2], unpack(records))
     redis.call('ZREM', KEYS[4], unpack(records))
   end
-  return #due
+  return forgotten + #due
 end

@@ -3,7 +3,8 @@ acknowledged (see src/drain.rs: the drain reads a page of the stream from
 its start, writes it to the sink in one committed transaction, then calls
 this with the id of the last entry of that page).
 
-KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg.
+KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
+      done.
       Only spend and ledger are touched; all six are passed so every
       ledger-trimming script takes the same keys.
 ARGV:

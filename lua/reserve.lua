@@ -1,7 +1,8 @@
 --[[ reserve.lua — hold the most of [min amount, amount] that fits against a
 key, its org and its run, all or nothing.
 
-KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg.
+KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
+      done.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
       DESIGN.md's key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
@@ -198,7 +199,7 @@ for i = 1, #scopes do
       s = 'denied', dk = scope.kind, di = scope.id, dp = scope.period,
       dc = fmt(scope.cap), dr = fmt(remaining), at = fmt(now),
     }
-    close(exec_id, denial, now, keep_ms)
+    close_for_retries(exec_id, denial, now, keep_ms)
     return { 'denied', fmt(expired), denial.dk, denial.di, denial.dp, denial.dc, denial.dr, denial.at }
   end
 end

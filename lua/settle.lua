@@ -1,6 +1,7 @@
 --[[ settle.lua — charge a reserved call's actual cost, exactly once.
 
-KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg.
+KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
+      done.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
       DESIGN.md's key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
@@ -147,6 +148,11 @@ rec.rem = fmt(remaining)
 rec.by = call_id
 -- The record has done its work: a retry reads only the first answer and
 -- who owns it.
-close(exec_id, rec, now, keep_ms, { s = rec.s, k = rec.k, o = rec.o, a = rec.a,
-  st = rec.st, act = rec.act, rem = rec.rem, by = rec.by })
+local stored = encode_settled(rec)
+if pending then
+  close_for_retries(exec_id, rec, now, keep_ms, stored)
+else
+  -- Expired first: its member in `closed` moves to the closed-record time.
+  close(exec_id, rec, now, keep_ms, stored)
+end
 return { 'settled', rec.st, rec.a, rec.act, rec.rem, '1', expired_now }

@@ -1,6 +1,6 @@
 --[[ state.lua — one scope's counters in its current period (read only).
 
-KEYS: the six keys of the tag (see common.lua); only KEYS[1] (spend) is read.
+KEYS: the seven keys of the tag (see common.lua); only KEYS[1] (spend) is read.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
       DESIGN.md's key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.

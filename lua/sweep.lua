@@ -2,7 +2,8 @@
 ledger entries past the ledger buffer into their counters' folded sums
 (`fold`, fold.lua), and drop spend aggregate rows past their retention.
 
-KEYS: the six keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg.
+KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
+      done.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
       DESIGN.md's key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.

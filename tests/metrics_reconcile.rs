@@ -277,7 +277,7 @@ impl RedisGateway {
         }
         let mut redis = shared_redis().await;
         for tag in [self.org.clone(), format!("key:{}", self.solo)] {
-            let keys: Vec<String> = ["spend", "res", "pending", "closed", "ledger", "agg"]
+            let keys: Vec<String> = ["spend", "res", "pending", "closed", "ledger", "agg", "done"]
                 .iter()
                 .map(|name| format!("tg:{{{tag}}}:{name}"))
                 .collect();

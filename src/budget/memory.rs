@@ -44,6 +44,10 @@ use state::{Counter, CounterKey, State};
 /// the rest.
 const LAZY_SWEEP_LIMIT: usize = 64;
 
+/// How many reservations, records or ledger entries the periodic sweep
+/// handles per hold of the lock: about a hundred microseconds of work.
+const SWEEP_BATCH: usize = 256;
+
 // === impl MemoryStore ===
 
 /// A handle to the in-process store; clones share the same state.
@@ -198,22 +202,36 @@ impl MemoryStore {
     /// past their retention, folds ledger entries older than the ledger
     /// retention and drops aggregate rows older than theirs; returns how
     /// many expired.
+    ///
+    /// Under load a second's backlog is thousands of records and entries:
+    /// the work is done [`SWEEP_BATCH`] at a time, the lock released
+    /// between batches, so calls wait for one batch at most, never for the
+    /// whole backlog.
     pub fn sweep_expired(&self) -> usize {
-        let expired = {
+        let mut expired = 0;
+        loop {
             let mut state = self.shared.lock();
             let now = self.shared.now();
-            let expired = state.expire_due(now, usize::MAX);
-            state.forget_due(now, usize::MAX);
-            state.forget_adjustments(now);
-            state.forget_idle_runs(now);
+            let batch = state.expire_due(now, SWEEP_BATCH);
+            let forgotten = state.forget_due(now, SWEEP_BATCH);
             let cutoff = now
                 .checked_sub_signed(state.ledger_retention)
                 .unwrap_or(DateTime::<Utc>::MIN_UTC);
-            state.fold_before(cutoff);
+            let folded = state.fold_before(cutoff, SWEEP_BATCH);
+            drop(state);
+            expired += batch;
+            if batch < SWEEP_BATCH && forgotten < SWEEP_BATCH && folded < SWEEP_BATCH {
+                break;
+            }
+        }
+        {
+            let mut state = self.shared.lock();
+            let now = self.shared.now();
+            state.forget_adjustments(now);
+            state.forget_idle_runs(now);
             let first_kept = first_kept_day(now, state.aggregates.retention_days);
             state.aggregates.drop_before(&first_kept);
-            expired
-        };
+        }
         self.log_expired(expired);
         expired
     }

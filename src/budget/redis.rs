@@ -10,9 +10,10 @@
 //! | `tg:{T}:spend`   | hash   | `<kind>:<id>:<period id>` committed (spent + reserved), `…:r` its reserved part, `…:f` its folded ledger sum, `folds` the trim count, `epoch` the store epoch the books were written under |
 //! | `tg:{T}:res`     | hash   | exec id → reservation record (JSON); `claim:<claim>` → the exec id holding that idempotency claim; `adj:<exec id>` → an applied adjustment's record |
 //! | `tg:{T}:pending` | zset   | open exec ids by deadline |
-//! | `tg:{T}:closed`  | zset   | closed exec ids (and `adj:<exec id>`s) by when their record may be forgotten |
+//! | `tg:{T}:closed`  | zset   | expired exec ids by when their record may be forgotten; runs by when they are |
 //! | `tg:{T}:ledger`  | stream | one entry per settle, expiry or adjustment |
 //! | `tg:{T}:agg`     | hash   | `<day>\|<key>\|<model>\|<metric>` spend aggregates moved with every ledger entry (`aggregates`); `kept_from`, `scan` the sweep's retention pass |
+//! | `tg:{T}:done`    | list   | `<ms>\|<exec id>`: settled and denied records (and `adj:<exec id>`s), in the order they closed, with when each may be forgotten |
 //!
 //! The admin API's keys and orgs live under a tag of their own,
 //! `tollgate:admin` (`records`). One more key lies outside every tag:

@@ -91,7 +91,8 @@ impl State {
         };
         // In the spend reports too, as money moved by hand (no call).
         self.aggregates.add(&entry);
-        self.ledger.push_back(LedgerLine { entry, charged_to });
+        self.ledger
+            .push_back(Box::new(LedgerLine { entry, charged_to }));
         let forget_at = later(now, self.closed_record);
         self.adjustments
             .retention

@@ -20,13 +20,20 @@ use crate::usage::Usage;
 #[derive(Default)]
 pub(super) struct State {
     pub(super) counters: HashMap<CounterKey, Counter>,
-    pub(super) records: HashMap<String, Record>,
+    /// Every reservation's record, by exec id: open ones, and closed ones
+    /// for as long as a retry can come. It holds a retry horizon of calls
+    /// (hundreds of thousands under load), so it grows without ever moving
+    /// them all at once: a table that doubles in one insert would stall
+    /// every call behind the lock while it rehashes.
+    pub(super) records: griddle::HashMap<String, Record>,
     /// Open reservations by deadline, so expiry touches only the due ones.
     pub(super) deadlines: BTreeSet<(DateTime<Utc>, String)>,
     /// Closed records by the time they may be forgotten: kept that long so
     /// retries still get the first answer, then dropped to bound memory.
     pub(super) retention: BTreeSet<(DateTime<Utc>, String)>,
-    pub(super) ledger: VecDeque<LedgerLine>,
+    /// Boxed, so when the queue outgrows its buffer under load it moves a
+    /// pointer per entry rather than the entries.
+    pub(super) ledger: VecDeque<Box<LedgerLine>>,
     /// Σ actual of the ledger entries trimmed from `ledger`, per counter, so
     /// `counter == folded + Σ ledger + Σ open` still holds after a trim.
     pub(super) folded: HashMap<CounterKey, UsdMicrosDelta>,
@@ -99,12 +106,38 @@ pub(super) struct Record {
 pub(super) enum RecordState {
     /// Remembered so a retried reserve gets the same denial.
     Denied(Denial),
-    Open(Reservation),
+    /// Boxed, as is an expired one, so that the settled records a retry
+    /// horizon holds are not each the size of a reservation.
+    Open(Box<Reservation>),
     /// Past its deadline unsettled, with what its expiry charged (its
     /// amount, or 0 under `on_expiry = "release"`), which a late settle
     /// corrects to the actual cost.
-    Expired(Reservation, UsdMicros),
-    Settled(Reservation, SettleOutcome),
+    Expired(Box<Reservation>, UsdMicros),
+    Settled(SettledCall),
+}
+
+/// What a retry reads of a settled call, and no more: whose it is (a settle
+/// from another key or org is refused) and the first answer, whose
+/// `reserved` a retried reserve gets back. Most records are these, so they
+/// drop the reservation's scopes, periods, model and claim.
+pub(super) struct SettledCall {
+    key: Box<str>,
+    org: Option<Box<str>>,
+    outcome: SettleOutcome,
+}
+
+impl SettledCall {
+    fn new(reservation: &Reservation, outcome: SettleOutcome) -> Self {
+        SettledCall {
+            key: reservation.key.id.as_str().into(),
+            org: reservation.org.as_ref().map(|org| org.id.as_str().into()),
+            outcome,
+        }
+    }
+
+    fn is_owned_by(&self, settlement: &Settlement) -> bool {
+        *self.key == settlement.key && self.org.as_deref() == settlement.org.as_deref()
+    }
 }
 
 #[derive(Clone)]
@@ -200,17 +233,6 @@ impl Reservation {
     }
 }
 
-impl RecordState {
-    fn reservation(&self) -> Option<&Reservation> {
-        match self {
-            RecordState::Denied(_) => None,
-            RecordState::Open(r) | RecordState::Expired(r, _) | RecordState::Settled(r, _) => {
-                Some(r)
-            }
-        }
-    }
-}
-
 impl State {
     /// Whether a reserve of `exec_id` under `claim` repeats a request still
     /// in flight: the claim is held by another exec id whose reservation is
@@ -237,12 +259,14 @@ impl State {
         if let Some(record) = self.records.get(&req.exec_id) {
             return match &record.state {
                 RecordState::Denied(denial) => ReserveOutcome::Denied(denial.clone()),
-                RecordState::Open(r) | RecordState::Expired(r, _) | RecordState::Settled(r, _) => {
-                    ReserveOutcome::Reserved {
-                        amount: r.amount,
-                        levels: Vec::new(),
-                    }
-                }
+                RecordState::Open(r) | RecordState::Expired(r, _) => ReserveOutcome::Reserved {
+                    amount: r.amount,
+                    levels: Vec::new(),
+                },
+                RecordState::Settled(call) => ReserveOutcome::Reserved {
+                    amount: call.outcome.reserved,
+                    levels: Vec::new(),
+                },
             };
         }
         let run = match &req.run {
@@ -264,7 +288,8 @@ impl State {
             .find_map(|scope| self.check(scope, req.min_amount, now));
         if let Some(denial) = denial {
             let keep = self.closed_record;
-            self.close(&req.exec_id, RecordState::Denied(denial.clone()), keep, now);
+            let denied = RecordState::Denied(denial.clone());
+            self.close(&req.exec_id, denied, None, keep, now);
             return ReserveOutcome::Denied(denial);
         }
         // Every scope has room for the least: hold the most they all allow.
@@ -308,7 +333,7 @@ impl State {
             req.exec_id.clone(),
             Record {
                 forget_at: None,
-                state: RecordState::Open(reservation),
+                state: RecordState::Open(Box::new(reservation)),
             },
         );
         ReserveOutcome::Reserved { amount, levels }
@@ -411,25 +436,24 @@ impl State {
         }
         let unknown = || StoreError::UnknownReservation(exec_id.clone());
         let record = self.records.get(exec_id).ok_or_else(unknown)?;
-        let reservation = match &record.state {
+        let not_owned = || StoreError::OwnershipMismatch {
+            exec_id: exec_id.clone(),
+        };
+        let (reservation, already_expired) = match &record.state {
             RecordState::Denied(_) => return Err(unknown()),
-            RecordState::Open(r) | RecordState::Expired(r, _) | RecordState::Settled(r, _) => r,
+            RecordState::Settled(call) if !call.is_owned_by(settlement) => return Err(not_owned()),
+            RecordState::Settled(call) => {
+                return Ok(SettleOutcome {
+                    applied: false,
+                    ..call.outcome.clone()
+                })
+            }
+            RecordState::Open(r) => (&**r, None),
+            RecordState::Expired(r, charged) => (&**r, Some(*charged)),
         };
         if !reservation.is_owned_by(settlement) {
-            return Err(StoreError::OwnershipMismatch {
-                exec_id: exec_id.clone(),
-            });
+            return Err(not_owned());
         }
-        if let RecordState::Settled(_, first) = &record.state {
-            return Ok(SettleOutcome {
-                applied: false,
-                ..first.clone()
-            });
-        }
-        let already_expired = match &record.state {
-            RecordState::Expired(_, charged) => Some(*charged),
-            _ => None,
-        };
         let reservation = reservation.clone();
         // What the counters hold of this call: its amount while open (also
         // when it expires now: expiry's own move nets out), what expiry
@@ -498,12 +522,8 @@ impl State {
             key_remaining: reservation.key.cap.saturating_sub(key_spent),
         };
         let keep = self.closed_record;
-        self.close(
-            exec_id,
-            RecordState::Settled(reservation, outcome.clone()),
-            keep,
-            now,
-        );
+        let settled = RecordState::Settled(SettledCall::new(&reservation, outcome.clone()));
+        self.close(exec_id, settled, reservation.claim.as_deref(), keep, now);
         Ok(outcome)
     }
 
@@ -530,7 +550,7 @@ impl State {
                 break;
             };
             let reservation = match self.records.get(&exec_id).map(|r| &r.state) {
-                Some(RecordState::Open(reservation)) => reservation.clone(),
+                Some(RecordState::Open(reservation)) => (**reservation).clone(),
                 _ => continue,
             };
             self.expire(&exec_id, &reservation, now);
@@ -572,16 +592,19 @@ impl State {
         );
         self.close(
             exec_id,
-            RecordState::Expired(reservation.clone(), charged),
+            RecordState::Expired(Box::new(reservation.clone()), charged),
+            reservation.claim.as_deref(),
             reservation.ttl,
             now,
         );
         charged
     }
 
-    /// Drops up to `limit` closed records whose retention has passed.
-    pub(super) fn forget_due(&mut self, now: DateTime<Utc>, limit: usize) {
-        for _ in 0..limit {
+    /// Drops up to `limit` closed records whose retention has passed;
+    /// returns how many.
+    pub(super) fn forget_due(&mut self, now: DateTime<Utc>, limit: usize) -> usize {
+        let mut forgotten = 0;
+        while forgotten < limit {
             match self.retention.first() {
                 Some((forget_at, _)) if *forget_at <= now => {}
                 _ => break,
@@ -589,14 +612,23 @@ impl State {
             if let Some((_, exec_id)) = self.retention.pop_first() {
                 self.records.remove(&exec_id);
             }
+            forgotten += 1;
         }
+        forgotten
     }
 
-    /// Stores a record's closed state and keeps it for `keep` from now; a
-    /// claim the reservation held is released, unless a later reservation
+    /// Stores a record's closed state and keeps it for `keep` from now; the
+    /// `claim` the reservation held is released, unless a later reservation
     /// took it over (this one was past its deadline by then).
-    fn close(&mut self, exec_id: &str, state: RecordState, keep: TimeDelta, now: DateTime<Utc>) {
-        if let Some(claim) = state.reservation().and_then(|r| r.claim.as_ref()) {
+    fn close(
+        &mut self,
+        exec_id: &str,
+        state: RecordState,
+        claim: Option<&str>,
+        keep: TimeDelta,
+        now: DateTime<Utc>,
+    ) {
+        if let Some(claim) = claim {
             if self
                 .claims
                 .get(claim)
@@ -622,20 +654,23 @@ impl State {
 
     fn book(&mut self, reservation: &Reservation, entry: LedgerEntry) {
         self.aggregates.add(&entry);
-        self.ledger.push_back(LedgerLine {
+        self.ledger.push_back(Box::new(LedgerLine {
             entry,
             charged_to: reservation.counter_keys().collect(),
-        });
+        }));
     }
 
-    /// Moves the ledger entries booked before `cutoff` into the folded sums
-    /// of the counters they charged.
-    pub(super) fn fold_before(&mut self, cutoff: DateTime<Utc>) {
-        while self
-            .ledger
-            .front()
-            .is_some_and(|line| line.entry.at < cutoff)
+    /// Moves up to `limit` of the ledger entries booked before `cutoff`
+    /// into the folded sums of the counters they charged; returns how many.
+    pub(super) fn fold_before(&mut self, cutoff: DateTime<Utc>, limit: usize) -> usize {
+        let mut folded = 0;
+        while folded < limit
+            && self
+                .ledger
+                .front()
+                .is_some_and(|line| line.entry.at < cutoff)
         {
+            folded += 1;
             let Some(line) = self.ledger.pop_front() else {
                 break;
             };
@@ -645,23 +680,25 @@ impl State {
                 .into_iter()
                 .filter(|key| key.kind != ScopeKind::Run)
             {
-                let folded = self.folded.entry(key).or_default();
-                *folded = folded.saturating_add(line.entry.actual);
+                let sum = self.folded.entry(key).or_default();
+                *sum = sum.saturating_add(line.entry.actual);
             }
         }
+        folded
     }
 
     pub(super) fn open(&self) -> impl Iterator<Item = &Reservation> {
         self.open_with_ids().map(|(_, reservation)| reservation)
     }
 
-    /// The open reservations with their exec ids.
+    /// The open reservations with their exec ids, by deadline: the ones in
+    /// `deadlines`, rather than a walk over every closed record.
     pub(super) fn open_with_ids(&self) -> impl Iterator<Item = (&str, &Reservation)> {
-        self.records
-            .iter()
-            .filter_map(|(exec_id, record)| match &record.state {
-                RecordState::Open(reservation) => Some((exec_id.as_str(), reservation)),
+        self.deadlines.iter().filter_map(|(_, exec_id)| {
+            match self.records.get(exec_id).map(|record| &record.state) {
+                Some(RecordState::Open(reservation)) => Some((exec_id.as_str(), &**reservation)),
                 _ => None,
-            })
+            }
+        })
     }
 }

@@ -30,7 +30,7 @@ const FOLDS_FIELD: &str = "folds";
 
 /// The fields of a reservation record (`lua/common.lua`) that reading the
 /// books needs.
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 pub(super) struct Record {
     pub s: String,
     #[serde(default)]
@@ -59,9 +59,27 @@ pub(super) struct Record {
 }
 
 impl Record {
+    /// A record as the scripts store it: JSON, or a settled record's
+    /// `settled|k|o|a|st|act|rem|by` (`encode_settled` in `lua/common.lua`).
     pub fn parse(raw: &str) -> Result<Record, StoreError> {
-        serde_json::from_str(raw).map_err(|error| {
-            StoreError::Unavailable(format!("unreadable reservation record: {error}"))
+        let unreadable =
+            |why: String| StoreError::Unavailable(format!("unreadable reservation record: {why}"));
+        if raw.starts_with('{') {
+            return serde_json::from_str(raw).map_err(|error| unreadable(error.to_string()));
+        }
+        let fields: Vec<&str> = raw.split('|').collect();
+        let [s @ "settled", k, o, a, ..] = fields[..] else {
+            return Err(unreadable(format!(
+                "{raw:?} is neither JSON nor a settled record"
+            )));
+        };
+        let text = |value: &str| Some(value.to_owned());
+        Ok(Record {
+            s: s.to_owned(),
+            a: text(a),
+            k: text(k),
+            o: (!o.is_empty()).then(|| o.to_owned()),
+            ..Record::default()
         })
     }
 

@@ -35,19 +35,19 @@ const MAX_TTL_MS: u64 = 1 << 50;
 /// are doubles).
 const MAX_SCRIPT_INTEGER: u64 = (1 << 53) - 1;
 
-/// The six keys of one hash tag, in the order every script takes them.
+/// The seven keys of one hash tag, in the order every script takes them.
 /// They share the tag `{T}`, so a cluster keeps them in one slot.
-pub(super) struct TagKeys([String; 6]);
+pub(super) struct TagKeys([String; 7]);
 
 impl TagKeys {
     pub fn new(tag: &str) -> Self {
         TagKeys(
-            ["spend", "res", "pending", "closed", "ledger", "agg"]
+            ["spend", "res", "pending", "closed", "ledger", "agg", "done"]
                 .map(|name| format!("tg:{{{tag}}}:{name}")),
         )
     }
 
-    pub fn all(&self) -> &[String; 6] {
+    pub fn all(&self) -> &[String; 7] {
         &self.0
     }
 

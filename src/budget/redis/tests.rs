@@ -1,9 +1,11 @@
 //! Tests of the Redis store's own behaviour: the Lua period ids against
 //! [`Period::id_at`], script reloading, retries after timeouts, start-up
 //! and recovery while Redis is down, the admin records' version read and
-//! retried writes; the store epoch in `epoch`. The protocol itself is
-//! covered by the contract suite in `budget::contract`.
+//! retried writes; the store epoch in `epoch`, closed records in
+//! `closed`. The protocol itself is covered by the contract suite in
+//! `budget::contract`.
 
+mod closed;
 mod drain;
 mod epoch;
 
