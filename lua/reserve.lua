@@ -14,7 +14,7 @@ ARGV:
   4 key id        5 key period      6 key cap (µUSD)
   7 '1' when the key has an org, else '0'
   8 org id        9 org period     10 org cap (µUSD)   (ignored without org)
- 11 lazy sweep limit: due reservations expired (and closed records
+ 11 lazy sweep limit: due reservations expired (and records in `done`
     forgotten) before this reserve
  12 idempotency claim (64 hex digits), or '' for none: the request is a
     duplicate while an open reservation under another exec id holds it
@@ -121,7 +121,9 @@ end
 
 local now = store_now()
 local expired = expire_due(now, lazy_limit, on_expiry)
-forget_due(now, lazy_limit)
+-- The records of settled and denied calls, one LRANGE; expired records and
+-- runs, few, wait for the periodic sweep.
+forget_done(now, lazy_limit)
 
 -- The record and the claim's holder in one read.
 local first, holder
