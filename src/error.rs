@@ -61,10 +61,21 @@ pub enum GatewayError {
     ProviderKeyMissing { provider: String, env: String },
     #[error("the budget store is unavailable, so the call was not sent; retry shortly")]
     StoreUnavailable,
+    /// `charged`: what the call was charged when the request may have
+    /// reached the provider before the connection broke (see "Never
+    /// under-charge"); `None` when it cannot have.
     #[error("could not reach provider `{provider}`")]
-    UpstreamUnreachable { provider: String },
+    UpstreamUnreachable {
+        provider: String,
+        charged: Option<UsdMicros>,
+    },
+    /// `charged`: what the call was charged, the provider having had it.
     #[error("provider `{provider}` did not answer within {secs} s")]
-    UpstreamTimeout { provider: String, secs: u64 },
+    UpstreamTimeout {
+        provider: String,
+        secs: u64,
+        charged: Option<UsdMicros>,
+    },
     #[error("no route for {method} {path}")]
     NotFound { method: String, path: String },
 }
@@ -245,6 +256,19 @@ impl GatewayError {
                 let secs = (at.timestamp() - now).max(1);
                 headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
             }
+        }
+        // The request may have reached the provider, so the call was
+        // charged: the client learns what, as from an answered call.
+        if let GatewayError::UpstreamUnreachable {
+            charged: Some(cost),
+            ..
+        }
+        | GatewayError::UpstreamTimeout {
+            charged: Some(cost),
+            ..
+        } = self
+        {
+            headers.insert("x-tollgate-cost-usd-micros", HeaderValue::from(cost));
         }
         if matches!(self, GatewayError::MissingKey | GatewayError::InvalidKey) {
             headers.insert(

@@ -38,8 +38,12 @@ pub fn client() -> Result<UpstreamClient, std::io::Error> {
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
+    // An idle connection is dropped before most servers would drop it
+    // (many close one idle for 30 to 60 s): a request written on a
+    // connection the provider is closing at that moment may have reached
+    // it, so it is charged and answered 502.
     Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_idle_timeout(Duration::from_secs(20))
         .build(https))
 }
 

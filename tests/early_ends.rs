@@ -256,6 +256,11 @@ async fn unreachable_provider_is_502_and_costs_nothing() {
         .post("/v1/chat/completions", ALICE, &chat("gpt-4o-mini", "hi"))
         .await;
     assert_eq!(response.status(), 502);
+    // Never connected: nothing can have been billed, nothing is charged.
+    assert!(response
+        .headers()
+        .get("x-tollgate-cost-usd-micros")
+        .is_none());
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "upstream_unreachable");
     let entry = only_entry(&h);
@@ -276,9 +281,15 @@ async fn provider_timeout_is_504_and_charges_the_bound_once() {
         .post("/v1/chat/completions", ALICE, &chat("gpt-4o-mini", "hi"))
         .await;
     assert_eq!(response.status(), 504);
+    let told: u64 = response.headers()["x-tollgate-cost-usd-micros"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "upstream_timeout");
-    // The provider had the call and may bill it: the whole bound, once.
+    // The provider had the call and may bill it: the whole bound, once,
+    // and the 504 says so.
     // No answer said which tier served it, and the request left that to
     // the project's default: the bound is at priority rates.
     h.settled().await;
@@ -287,6 +298,7 @@ async fn provider_timeout_is_504_and_charges_the_bound_once() {
     let entry = &ledger[0];
     assert_eq!(entry.status, LedgerStatus::Estimated);
     assert_eq!(entry.actual, delta(entry.reserved));
+    assert_eq!(delta(told), entry.actual);
     let at_priority = Usage {
         service_tier: Some(ServiceTier::Priority),
         ..entry.usage

@@ -89,6 +89,9 @@ impl Sample {
                 self.latency.saturating_record(nanos(latency));
             }
             Ok(reply) => {
+                // A 502 or 504 after the request may have reached the
+                // provider is charged, and says what.
+                self.charged = self.charged.saturating_add(reply.cost.unwrap_or(0));
                 let body: String = String::from_utf8_lossy(&reply.body)
                     .chars()
                     .take(300)

@@ -149,6 +149,7 @@ fn upstream_request(
         tracing::error!(provider = %provider.name, %error, "could not build the provider request");
         GatewayError::UpstreamUnreachable {
             provider: provider.name.clone(),
+            charged: None,
         }
     })
 }

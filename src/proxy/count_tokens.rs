@@ -64,8 +64,10 @@ async fn count(
             })?;
     check_api_matches(Api::Messages, provider.kind, &model)?;
     let provider_key = provider_key(provider)?;
+    // Counting tokens is free: nothing is charged either way.
     let unreachable = || GatewayError::UpstreamUnreachable {
         provider: provider.name.clone(),
+        charged: None,
     };
     let upstream = upstream::request_to(provider, provider_key, PATH, headers, body)
         .map_err(|error| {
@@ -76,6 +78,7 @@ async fn count(
     let timed_out = || GatewayError::UpstreamTimeout {
         provider: provider.name.clone(),
         secs: limit.as_secs(),
+        charged: None,
     };
     let exchange = async {
         let response = gateway.client.request(upstream).await.map_err(|error| {

@@ -161,17 +161,21 @@ async fn cut(
     match failure {
         Failure::NotConnected => {
             ticket.settle_nothing().await;
-            GatewayError::UpstreamUnreachable { provider }
+            GatewayError::UpstreamUnreachable {
+                provider,
+                charged: None,
+            }
         }
         Failure::Broken => {
-            ticket.settle_unseen().await;
-            GatewayError::UpstreamUnreachable { provider }
+            let charged = ticket.settle_unseen().await.map(|outcome| outcome.actual);
+            GatewayError::UpstreamUnreachable { provider, charged }
         }
         Failure::TimedOut => {
-            ticket.settle_unseen().await;
+            let charged = ticket.settle_unseen().await.map(|outcome| outcome.actual);
             GatewayError::UpstreamTimeout {
                 provider,
                 secs: timeout.as_secs(),
+                charged,
             }
         }
     }

@@ -57,8 +57,8 @@ use crate::budget::StoreError;
 use crate::config::{Config, StoreBackend};
 
 /// The layout this binary reads and writes: 1 added `tg:meta` and the
-/// tags' epoch marks.
-pub const LAYOUT: u64 = 1;
+/// tags' epoch marks; 2 the `done` list and compact settled records.
+pub const LAYOUT: u64 = 2;
 
 /// The store's own record, outside every hash tag.
 pub const META_KEY: &str = "tg:meta";
@@ -451,6 +451,16 @@ impl RedisStore {
                         "migrate tg:meta to layout 1",
                         META_KEY,
                         &[&fresh],
+                    )
+                    .await?;
+                }
+                1 => {
+                    self.run_bare(
+                        policy,
+                        &self.inner.scripts.migrate_layout_2,
+                        "migrate tg:meta to layout 2",
+                        META_KEY,
+                        &[],
                     )
                     .await?;
                 }

@@ -88,6 +88,7 @@ pub(super) struct Scripts {
     pub accept_epoch: Script,
     pub mark_epoch: Script,
     pub migrate_layout_1: Script,
+    pub migrate_layout_2: Script,
     pub record_write: Script,
     pub records: Script,
 }
@@ -146,6 +147,7 @@ impl Scripts {
             accept_epoch: Script::new(include_str!("../../../lua/accept_epoch.lua")),
             mark_epoch: Script::new(include_str!("../../../lua/mark_epoch.lua")),
             migrate_layout_1: Script::new(include_str!("../../../lua/migrate_layout_1.lua")),
+            migrate_layout_2: Script::new(include_str!("../../../lua/migrate_layout_2.lua")),
             record_write: Script::new(include_str!("../../../lua/record_write.lua")),
             records: Script::new(include_str!("../../../lua/records.lua")),
         }

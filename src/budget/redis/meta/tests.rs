@@ -141,10 +141,11 @@ fn meta_fields_are_read_with_a_missing_layout_as_0() {
             accepted: false
         }
     );
+    let layout = LAYOUT.to_string();
     assert_eq!(
         Meta::parse(&fields(&[
             "layout",
-            "1",
+            &layout,
             "epoch",
             "e1",
             "created_at",

@@ -154,3 +154,45 @@ async fn a_denial_is_listed_in_done_and_a_late_settle_stays_in_closed() {
     assert_eq!(raw_record(&keys, &late.exec_id).await, None);
     assert_eq!(retention(&keys).await, (Vec::new(), Vec::new()));
 }
+
+#[tokio::test]
+async fn a_settled_record_of_layout_1_still_answers_its_retry_and_is_forgotten() {
+    let store = connect().await;
+    let key = key_scope(1_000);
+    let keys = keys_of(&key);
+    let req = request(&key, 300);
+    store.scope_state(&key).await.unwrap();
+    // As layout 1 wrote it: JSON, its forgetting in `closed`.
+    let record = format!(
+        r#"{{"s":"settled","k":"{}","a":"300","st":"ok","act":"250","rem":"700","by":"c-1"}}"#,
+        key.id
+    );
+    let forget_at = Utc::now().timestamp_millis() + i64::try_from(KEEP.as_millis()).unwrap();
+    let mut redis = raw_connection(SHARED_URL).await;
+    let () = ::redis::cmd("HSET")
+        .arg(keys.res())
+        .arg(&req.exec_id)
+        .arg(&record)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let () = ::redis::cmd("ZADD")
+        .arg(&keys.all()[3])
+        .arg(forget_at)
+        .arg(&req.exec_id)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let again = store.settle(&settlement(&req, 250)).await.unwrap();
+    assert!(!again.applied);
+    assert_eq!(
+        (again.reserved, again.actual, again.key_remaining),
+        (300, 250, 700)
+    );
+
+    tokio::time::sleep(KEEP + Duration::from_millis(300)).await;
+    forget(&store, &key).await;
+    assert_eq!(raw_record(&keys, &req.exec_id).await, None);
+    assert_eq!(retention(&keys).await, (Vec::new(), Vec::new()));
+}

@@ -91,6 +91,27 @@ async fn a_newer_layout_is_refused_and_an_older_one_migrated() {
     assert!(store.accept_epoch().await.is_err());
     assert_eq!(meta_field(&server, "epoch"), "e-newer");
 
+    // A store of layout 1 (before the `done` lists) is migrated in place,
+    // keeping its epoch.
+    let one = RedisServer::start();
+    redis_cli(
+        one.port,
+        &[
+            "hset",
+            meta::META_KEY,
+            "layout",
+            "1",
+            "epoch",
+            "e-one",
+            "created_at",
+            "5",
+        ],
+    );
+    let store = connect(&one.url()).await;
+    store.ping().await.unwrap();
+    assert_eq!(meta_field(&one, "layout"), LAYOUT.to_string());
+    assert_eq!(meta_field(&one, "epoch"), "e-one");
+
     // A store from before `layout` existed: layout 0, migrated in place,
     // keeping its epoch.
     let old = RedisServer::start();
