@@ -41,6 +41,8 @@ mod api_keys;
 mod books;
 #[path = "load/calls.rs"]
 mod calls;
+#[path = "load/child.rs"]
+mod child;
 #[path = "load/client.rs"]
 mod client;
 #[path = "load/drive.rs"]

@@ -20,11 +20,9 @@
 //! like the pass-through proxy.
 
 use std::convert::Infallible;
-use std::io::Read;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
@@ -38,6 +36,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
+use crate::child::accept_until_stdin_closes;
 use crate::drive::CHAT_PATH;
 use crate::error::BenchError;
 use crate::run::INSTANT_REPLY_TOKENS;
@@ -80,25 +79,8 @@ pub fn serve() -> Result<(), BenchError> {
     runtime.block_on(async move {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         eprintln!("instant upstream listening on {}", listener.local_addr()?);
-        let (closed_tx, mut closed) = tokio::sync::oneshot::channel::<()>();
-        std::thread::spawn(move || {
-            // Blocks until the parent closes our stdin (or dies).
-            let _ = std::io::stdin().read_to_end(&mut Vec::new());
-            let _ = closed_tx.send(());
-        });
         let builder = http1::Builder::new();
-        loop {
-            let (stream, _) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(conn) => conn,
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                _ = &mut closed => break,
-            };
-            let _ = stream.set_nodelay(true);
+        accept_until_stdin_closes(listener, |stream| {
             let replies = replies.clone();
             let service = service_fn(move |request| {
                 let replies = replies.clone();
@@ -108,7 +90,8 @@ pub fn serve() -> Result<(), BenchError> {
             tokio::spawn(async move {
                 let _ = connection.await;
             });
-        }
+        })
+        .await;
         Ok(())
     })
 }

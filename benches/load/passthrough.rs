@@ -16,10 +16,8 @@
 //! that started it is gone.
 
 use std::convert::Infallible;
-use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HOST};
@@ -33,6 +31,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tollgate::upstream::{self, UpstreamClient};
 
+use crate::child::accept_until_stdin_closes;
 use crate::error::BenchError;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -67,25 +66,8 @@ pub fn serve(upstream: SocketAddr) -> Result<(), BenchError> {
         });
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         eprintln!("pass-through proxy listening on {}", listener.local_addr()?);
-        let (closed_tx, mut closed) = tokio::sync::oneshot::channel::<()>();
-        std::thread::spawn(move || {
-            // Blocks until the parent closes our stdin (or dies).
-            let _ = std::io::stdin().read_to_end(&mut Vec::new());
-            let _ = closed_tx.send(());
-        });
         let builder = auto::Builder::new(TokioExecutor::new());
-        loop {
-            let (stream, _) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(conn) => conn,
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                _ = &mut closed => break,
-            };
-            let _ = stream.set_nodelay(true);
+        accept_until_stdin_closes(listener, |stream| {
             let proxy = proxy.clone();
             let service = service_fn(move |request| {
                 let proxy = proxy.clone();
@@ -97,7 +79,8 @@ pub fn serve(upstream: SocketAddr) -> Result<(), BenchError> {
             tokio::spawn(async move {
                 let _ = connection.await;
             });
-        }
+        })
+        .await;
         Ok(())
     })
 }
