@@ -126,6 +126,17 @@ period = "day"
         self.log.lock().unwrap().clone()
     }
 
+    /// Posts `body` to the chat route with Alice's key.
+    async fn chat(&self, body: &Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", self.url))
+            .bearer_auth(ALICE)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
     async fn wait_for_line(&mut self, found: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -246,13 +257,9 @@ async fn every_call_leaves_one_json_access_line_with_its_ids_key_model_status_an
 
     // A stream, read to its end: its line carries the cost settled at its
     // end, which no header shows.
-    let response = client
-        .post(format!("{}/v1/chat/completions", gateway.url))
-        .bearer_auth(ALICE)
-        .json(&streamed("gpt-4o-mini", "mock:tokens=30"))
-        .send()
-        .await
-        .unwrap();
+    let response = gateway
+        .chat(&streamed("gpt-4o-mini", "mock:tokens=30"))
+        .await;
     assert_eq!(response.status(), 200);
     let stream_id = header(&response, "x-tollgate-request-id")
         .unwrap()
@@ -269,13 +276,7 @@ async fn every_call_leaves_one_json_access_line_with_its_ids_key_model_status_an
     assert_eq!(gateway.spent().await, cost + stream_cost);
 
     // A refused call: its status, the key, nothing charged.
-    let response = client
-        .post(format!("{}/v1/chat/completions", gateway.url))
-        .bearer_auth(ALICE)
-        .json(&chat("gpt-unknown-model", "hello"))
-        .send()
-        .await
-        .unwrap();
+    let response = gateway.chat(&chat("gpt-unknown-model", "hello")).await;
     assert_eq!(response.status(), 404);
     let refused_id = header(&response, "x-tollgate-request-id")
         .unwrap()
@@ -340,13 +341,7 @@ async fn the_log_is_plain_text_by_default_and_probes_leave_no_access_line() {
             .unwrap();
         assert_eq!(response.status(), 200);
     }
-    let response = client
-        .post(format!("{}/v1/chat/completions", gateway.url))
-        .bearer_auth(ALICE)
-        .json(&chat("gpt-4o-mini", "hello"))
-        .send()
-        .await
-        .unwrap();
+    let response = gateway.chat(&chat("gpt-4o-mini", "hello")).await;
     let request_id = header(&response, "x-tollgate-request-id")
         .unwrap()
         .to_owned();
@@ -620,13 +615,7 @@ async fn an_admin_call_that_outlasts_the_timeout_is_answered_503() {
 #[tokio::test]
 async fn without_access_log_no_call_leaves_an_access_line() {
     let mut gateway = Served::start("log_format = \"json\"", MockOptions::default()).await;
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", gateway.url))
-        .bearer_auth(ALICE)
-        .json(&chat("gpt-4o-mini", "hello"))
-        .send()
-        .await
-        .unwrap();
+    let response = gateway.chat(&chat("gpt-4o-mini", "hello")).await;
     assert_eq!(response.status(), 200);
     let request_id = header(&response, "x-tollgate-request-id")
         .unwrap()
