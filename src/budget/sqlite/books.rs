@@ -227,23 +227,23 @@ pub(super) fn reserve(
     if let Some(run) = &run {
         scopes.push((run, "total"));
     }
+    let before = scopes
+        .iter()
+        .map(|(scope, period_id)| committed(conn, scope.kind, &scope.id, period_id))
+        .collect::<Sql<Vec<_>>>()?;
     // Not even the least amount fits: the key is checked first, so when
     // several would deny, the key is named, then the org.
-    let mut denial = None;
-    for (scope, period_id) in &scopes {
-        denial = check(conn, scope, period_id, req.min_amount, now)?;
-        if denial.is_some() {
-            break;
-        }
-    }
+    let denial = scopes
+        .iter()
+        .zip(&before)
+        .find_map(|((scope, _), committed)| check(scope, *committed, req.min_amount, now));
     // Every scope has room for the least: hold the most they all allow.
-    let mut before = Vec::with_capacity(scopes.len());
-    let mut amount = req.amount;
-    for (scope, period_id) in &scopes {
-        let committed = committed(conn, scope.kind, &scope.id, period_id)?;
-        amount = amount.min(scope.cap.saturating_sub(committed));
-        before.push(committed);
-    }
+    let amount = scopes
+        .iter()
+        .zip(&before)
+        .fold(req.amount, |amount, ((scope, _), committed)| {
+            amount.min(scope.cap.saturating_sub(*committed))
+        });
     let org = req.org.as_ref();
     conn.prepare_cached(
         "INSERT INTO reservations (exec_id, state, key_id, key_period_id, key_cap_usd_micros,
@@ -370,26 +370,25 @@ pub(super) fn run_state(conn: &Connection, id: &str) -> Sql<Option<RunState>> {
     }))
 }
 
-/// The denial if `amount` does not fit under the scope's cap in `period_id`.
+/// The denial if `amount` does not fit under the scope's cap, with
+/// `committed` already held in its period.
 fn check(
-    conn: &Connection,
     scope: &Scope,
-    period_id: &str,
+    committed: UsdMicros,
     amount: UsdMicros,
     now: DateTime<Utc>,
-) -> Sql<Option<Denial>> {
-    let committed = committed(conn, scope.kind, &scope.id, period_id)?;
+) -> Option<Denial> {
     let fits = committed
         .checked_add(amount)
         .is_some_and(|total| total <= scope.cap);
-    Ok((!fits).then(|| Denial {
+    (!fits).then(|| Denial {
         kind: scope.kind,
         id: scope.id.clone(),
         period: scope.period,
         cap: scope.cap,
         remaining: scope.cap.saturating_sub(committed),
         resets_at: scope.period.resets_at(now),
-    }))
+    })
 }
 
 /// `spent + reserved` of one scope and period.
@@ -643,9 +642,21 @@ fn release_claim(conn: &Connection, exec_id: &str, record: &Record) -> Sql<()> {
 }
 
 /// Drops up to `limit` closed records whose retention has passed.
+///
+/// Read first, then deleted one by one: a `DELETE … WHERE exec_id IN
+/// (SELECT … LIMIT n)` builds and frees a temporary table for its list on
+/// every run, which cost each reserve's lazy sweep more than the rest of
+/// the reserve even when nothing was due.
 pub(super) fn forget_due(conn: &Connection, now: DateTime<Utc>, limit: usize) -> Sql<usize> {
-    conn.prepare_cached(&forget_due_sql(limit))?
-        .execute([millis(now)])
+    let due: Vec<String> = conn
+        .prepare_cached(&forget_due_sql(limit))?
+        .query_map([millis(now)], |row| row.get(0))?
+        .collect::<Sql<_>>()?;
+    let mut forget = conn.prepare_cached("DELETE FROM reservations WHERE exec_id = ?1")?;
+    for exec_id in &due {
+        forget.execute([exec_id])?;
+    }
+    Ok(due.len())
 }
 
 // The sweeps' row limits are written into their statements, not bound:
@@ -664,8 +675,7 @@ pub(super) fn expire_due_sql(limit: usize) -> String {
 
 pub(super) fn forget_due_sql(limit: usize) -> String {
     format!(
-        "DELETE FROM reservations WHERE exec_id IN (
-             SELECT exec_id FROM reservations WHERE forget_at <= ?1 LIMIT {})",
+        "SELECT exec_id FROM reservations WHERE forget_at <= ?1 LIMIT {}",
         limit_arg(limit)
     )
 }

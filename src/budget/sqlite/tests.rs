@@ -501,6 +501,42 @@ async fn the_log_is_copied_into_the_database_file_off_the_writer() {
     assert_eq!(copied, 200, "the log was not checkpointed");
 }
 
+/// The log starts again each time it has grown past its limit, and only
+/// then: its file keeps its length when it starts again, so the file's
+/// size would call for a restart after every commit from the first one on.
+#[test]
+fn the_log_starts_again_past_its_limit_and_only_then() {
+    use super::writer::LogLength;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let (mut conn, _lock) = schema::open_owner(&path).unwrap();
+    conn.execute_batch("CREATE TABLE filler (n INTEGER, pad BLOB)")
+        .unwrap();
+    let limit = 64 * 1024;
+    let log = LogLength::watch(&mut conn, "test", limit).unwrap();
+    let mut restarts = 0;
+    for n in 0..400 {
+        // About 4 KiB a commit: some 16 commits fill the limit.
+        conn.execute("INSERT INTO filler VALUES (?1, zeroblob(3500))", [n])
+            .unwrap();
+        if log.restart_if_long(&conn, "test") {
+            restarts += 1;
+        }
+    }
+    let mut log_file = path.clone().into_os_string();
+    log_file.push("-wal");
+    let file_bytes = std::fs::metadata(&log_file).unwrap().len();
+    assert!(
+        file_bytes > limit,
+        "the log's file stays long: {file_bytes}"
+    );
+    assert!(
+        (10..=40).contains(&restarts),
+        "400 commits of 4 KiB past a 64 KiB limit: {restarts} restarts"
+    );
+}
+
 /// Calls queued from many threads at once: each is run exactly once, in
 /// one of the writer's transactions, and every one is answered.
 #[test]

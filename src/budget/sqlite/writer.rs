@@ -6,7 +6,9 @@
 //! changed nothing: the gateway fails closed, and the next transaction
 //! tries again, so the store recovers by itself once the disk does.
 
-use std::sync::mpsc;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::oneshot;
@@ -25,9 +27,6 @@ const MAX_BATCH: usize = 512;
 /// log again: one short stall per this many bytes of calls, instead of a
 /// log that grows as long as the load lasts.
 const MAX_LOG_BYTES: u64 = 32 * 1024 * 1024;
-
-/// How often (in transactions) the writer looks at the log's size.
-const LOG_LOOK_EVERY: u32 = 64;
 
 /// What a call does in the writer's transaction: `Err` is SQLite failing
 /// (the whole transaction is rolled back), `Ok` the store's answer.
@@ -117,16 +116,10 @@ pub(super) fn run(
     queue: mpsc::Receiver<Box<dyn Job>>,
     label: String,
 ) {
-    let log = matches!(behavior, TransactionBehavior::Immediate).then(|| format!("{label}-wal"));
-    let mut since_look = 0u32;
+    let log = matches!(behavior, TransactionBehavior::Immediate)
+        .then(|| LogLength::watch(&mut conn, &label, MAX_LOG_BYTES))
+        .flatten();
     while let Ok(first) = queue.recv() {
-        since_look += 1;
-        if since_look >= LOG_LOOK_EVERY {
-            since_look = 0;
-            if let Some(log) = &log {
-                restart_long_log(&conn, log, &label);
-            }
-        }
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
@@ -156,8 +149,11 @@ pub(super) fn run(
             }
         }
         let committed = match failed {
-            // Dropping the transaction rolls it back.
-            Some(error) => Err(failure(&label, &error)),
+            Some(error) => {
+                // Dropping the transaction rolls it back.
+                drop(tx);
+                Err(failure(&label, &error))
+            }
             None => tx.commit().map_err(|e| failure(&label, &e.to_string())),
         };
         let committed = committed.as_ref().map(|_| ()).map_err(String::as_str);
@@ -167,18 +163,64 @@ pub(super) fn run(
         if let Err(error) = committed {
             jobs.for_each(|job| job.fail(error));
         }
+        if let Some(log) = &log {
+            log.restart_if_long(&conn, &label);
+        }
     }
 }
 
-/// Copies what is left of a log grown past [`MAX_LOG_BYTES`] into the
-/// database and starts it again from its beginning.
-fn restart_long_log(conn: &Connection, log: &str, label: &str) {
-    let long = std::fs::metadata(log).is_ok_and(|meta| meta.len() > MAX_LOG_BYTES);
-    if !long {
-        return;
+/// How long the write-ahead log is, as SQLite reports it after each commit
+/// (the number of frames it holds, which drops to the commit's own when
+/// the log starts again from its beginning). The log's file keeps its
+/// length when the log starts again, so the file's size says nothing of
+/// what is still to copy.
+pub(super) struct LogLength {
+    frames: Arc<AtomicU64>,
+    frame_bytes: u64,
+    max_bytes: u64,
+}
+
+impl LogLength {
+    /// Watches the log of `conn`, to be started again past `max_bytes`.
+    pub(super) fn watch(conn: &mut Connection, label: &str, max_bytes: u64) -> Option<LogLength> {
+        let page_bytes: u64 = match conn.query_row("PRAGMA page_size", [], |row| row.get(0)) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::warn!(file = label, %error, "cannot read the store's page size; its log is not watched");
+                return None;
+            }
+        };
+        let frames = Arc::new(AtomicU64::new(0));
+        let seen = Arc::clone(&frames);
+        let hooked = conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, frames: c_int| {
+            seen.store(u64::try_from(frames).unwrap_or(0), Ordering::Relaxed);
+            Ok(())
+        }));
+        if let Err(error) = hooked {
+            tracing::warn!(file = label, %error, "cannot watch the store's log");
+            return None;
+        }
+        Some(LogLength {
+            frames,
+            // Each frame is a page behind a 24-byte header.
+            frame_bytes: page_bytes + 24,
+            max_bytes,
+        })
     }
-    if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
-        tracing::warn!(file = label, %error, "could not restart the store's log");
+
+    /// Copies what is left of a log grown past its limit into the
+    /// database and starts it again from its beginning; says whether it
+    /// did.
+    pub(super) fn restart_if_long(&self, conn: &Connection, label: &str) -> bool {
+        let bytes = self.frames.load(Ordering::Relaxed) * self.frame_bytes;
+        if bytes <= self.max_bytes {
+            return false;
+        }
+        self.frames.store(0, Ordering::Relaxed);
+        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
+            tracing::warn!(file = label, %error, "could not restart the store's log");
+        }
+        true
     }
 }
 
