@@ -1,7 +1,8 @@
 //! Micro-benchmarks of the work the gateway adds to every call, each step
 //! on its own: scanning a stream for its usage, reading usage from a body,
 //! parsing and estimating a request, counting tokens (beside tiktoken-rs),
-//! and one reserve + settle on the memory store and on the SQLite store.
+//! and one reserve + settle on the memory store and on the SQLite store
+//! (one call at a time, and 32 at once).
 //!
 //! `cargo bench --bench micro` measures; `cargo bench --bench micro --
 //! --test` runs each benchmark once, to check they still work.
@@ -325,12 +326,82 @@ fn sqlite_reserve_and_settle(c: &mut Criterion) {
     group.finish();
 }
 
+/// Calls at once on a SQLite file, as under load: 32 tasks on the
+/// gateway's two runtime threads, each reserving and settling one call
+/// after another, so the store's thread takes many jobs per transaction
+/// (group commit). Reported per reserve + settle.
+fn sqlite_reserve_and_settle_at_once(c: &mut Criterion) {
+    const TASKS: u64 = 32;
+    let Ok(dir) = tempfile::Builder::new().prefix("tollgate-micro-").tempdir() else {
+        unreachable!("a temp dir for the benchmark's store");
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    else {
+        unreachable!("a runtime for the benchmark");
+    };
+    let Ok(store) = SqliteStore::open(
+        &dir.path().join("micro.db"),
+        100,
+        Duration::from_secs(30 * 24 * 3600),
+        tollgate::budget::DEFAULT_CLOSED_RECORD,
+        OnExpiry::Charge,
+    ) else {
+        unreachable!("the benchmark's store opens in its own temp dir");
+    };
+    let mut next = 0u64;
+    let mut group = c.benchmark_group("sqlite_store");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("reserve_settle_32_at_once", |b| {
+        b.iter_custom(|iters| {
+            let per_task = iters.div_ceil(TASKS);
+            let first = next;
+            next += per_task * TASKS;
+            runtime.block_on(async {
+                let started = Instant::now();
+                let tasks: Vec<_> = (0..TASKS)
+                    .map(|task| {
+                        let store = store.clone();
+                        tokio::spawn(async move {
+                            let key = scope(ScopeKind::Key, "alice");
+                            let org = scope(ScopeKind::Org, "acme");
+                            for n in 0..per_task {
+                                let (request, settlement) =
+                                    call_of(first + task * per_task + n, &key, &org);
+                                if !matches!(
+                                    store.reserve(&request).await,
+                                    Ok(ReserveOutcome::Reserved { .. })
+                                ) {
+                                    unreachable!("the cap is far above the benchmark's spend");
+                                }
+                                black_box(store.settle(&settlement).await.is_ok());
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    if task.await.is_err() {
+                        unreachable!("a benchmark task panicked");
+                    }
+                }
+                // Per call actually made, which rounds `iters` up.
+                started
+                    .elapsed()
+                    .mul_f64(iters as f64 / (per_task * TASKS) as f64)
+            })
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = micro;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
     targets = sse_scanning, usage_parsing, request_parsing, cost_estimation, token_counting, reserve_and_settle,
-        sqlite_reserve_and_settle
+        sqlite_reserve_and_settle, sqlite_reserve_and_settle_at_once
 }
 criterion_main!(micro);

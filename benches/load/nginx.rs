@@ -120,10 +120,13 @@ fn start(
 /// The configuration: one server on `listen` proxying everything to
 /// `upstream` on kept-alive connections, for `clients` at once.
 fn config(listen: SocketAddr, upstream: SocketAddr, clients: usize) -> String {
-    // Each client's connection and its upstream connection. Sized to the
-    // run rather than generously: nginx allocates every slot at start, and
-    // its idle memory is reported beside the gateways'.
-    let connections = 2 * clients + SPARE_CONNECTIONS;
+    // Each client's connection and its upstream connection, and the
+    // upstream connections a round leaves idle in the pool (`keepalive`),
+    // which hold their slots until nginx notices the upstream closed them:
+    // with two per client, a second round of 1,000 streams ran out. Sized
+    // to the run rather than generously: nginx allocates every slot at
+    // start, and its idle memory is reported beside the gateways'.
+    let connections = 3 * clients + SPARE_CONNECTIONS;
     let open_files = 2 * connections;
     let mut text = String::new();
     // `write!` to a String cannot fail.
