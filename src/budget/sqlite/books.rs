@@ -646,18 +646,30 @@ fn release_claim(conn: &Connection, exec_id: &str, record: &Record) -> Sql<()> {
 /// Read first, then deleted one by one: a `DELETE … WHERE exec_id IN
 /// (SELECT … LIMIT n)` builds and frees a temporary table for its list on
 /// every run, which cost each reserve's lazy sweep more than the rest of
-/// the reserve even when nothing was due.
+/// the reserve even when nothing was due. Read a page at a time, so the
+/// sweep's unbounded pass holds few ids at once.
 pub(super) fn forget_due(conn: &Connection, now: DateTime<Utc>, limit: usize) -> Sql<usize> {
-    let due: Vec<String> = conn
-        .prepare_cached(&forget_due_sql(limit))?
-        .query_map([millis(now)], |row| row.get(0))?
-        .collect::<Sql<_>>()?;
-    let mut forget = conn.prepare_cached("DELETE FROM reservations WHERE exec_id = ?1")?;
-    for exec_id in &due {
-        forget.execute([exec_id])?;
+    let page = limit.min(FORGET_PAGE);
+    let mut forgotten = 0;
+    while forgotten < limit {
+        let due: Vec<String> = conn
+            .prepare_cached(&forget_due_sql(page))?
+            .query_map([millis(now)], |row| row.get(0))?
+            .collect::<Sql<_>>()?;
+        let mut forget = conn.prepare_cached("DELETE FROM reservations WHERE exec_id = ?1")?;
+        for exec_id in &due {
+            forget.execute([exec_id])?;
+        }
+        forgotten += due.len();
+        if due.len() < page {
+            break;
+        }
     }
-    Ok(due.len())
+    Ok(forgotten)
 }
+
+/// How many closed records [`forget_due`] reads at once.
+const FORGET_PAGE: usize = 1024;
 
 // The sweeps' row limits are written into their statements, not bound:
 // SQLite folds a `LIMIT ?` parameter's value into the statement's plan and
