@@ -277,20 +277,11 @@ fn reserve_and_settle(c: &mut Criterion) {
     group.finish();
 }
 
-/// One call at a time on a SQLite file, as at concurrency 1: the hop to the
-/// store's thread and back, the statements and a commit, for the reserve
-/// and again for the settle. The file grows over the whole measurement.
-fn sqlite_reserve_and_settle(c: &mut Criterion) {
-    let key = scope(ScopeKind::Key, "alice");
-    let org = scope(ScopeKind::Org, "acme");
+/// A SQLite store on a fresh file in a temp dir, removed when the dir
+/// handle drops.
+fn sqlite_store() -> (SqliteStore, tempfile::TempDir) {
     let Ok(dir) = tempfile::Builder::new().prefix("tollgate-micro-").tempdir() else {
         unreachable!("a temp dir for the benchmark's store");
-    };
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        unreachable!("a runtime for the benchmark");
     };
     let Ok(store) = SqliteStore::open(
         &dir.path().join("micro.db"),
@@ -301,6 +292,22 @@ fn sqlite_reserve_and_settle(c: &mut Criterion) {
     ) else {
         unreachable!("the benchmark's store opens in its own temp dir");
     };
+    (store, dir)
+}
+
+/// One call at a time on a SQLite file, as at concurrency 1: the hop to the
+/// store's thread and back, the statements and a commit, for the reserve
+/// and again for the settle. The file grows over the whole measurement.
+fn sqlite_reserve_and_settle(c: &mut Criterion) {
+    let key = scope(ScopeKind::Key, "alice");
+    let org = scope(ScopeKind::Org, "acme");
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        unreachable!("a runtime for the benchmark");
+    };
+    let (store, _dir) = sqlite_store();
     let mut next = 0u64;
     let mut group = c.benchmark_group("sqlite_store");
     group.throughput(Throughput::Elements(1));
@@ -332,9 +339,6 @@ fn sqlite_reserve_and_settle(c: &mut Criterion) {
 /// (group commit). Reported per reserve + settle.
 fn sqlite_reserve_and_settle_at_once(c: &mut Criterion) {
     const TASKS: u64 = 32;
-    let Ok(dir) = tempfile::Builder::new().prefix("tollgate-micro-").tempdir() else {
-        unreachable!("a temp dir for the benchmark's store");
-    };
     let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -342,15 +346,7 @@ fn sqlite_reserve_and_settle_at_once(c: &mut Criterion) {
     else {
         unreachable!("a runtime for the benchmark");
     };
-    let Ok(store) = SqliteStore::open(
-        &dir.path().join("micro.db"),
-        100,
-        Duration::from_secs(30 * 24 * 3600),
-        tollgate::budget::DEFAULT_CLOSED_RECORD,
-        OnExpiry::Charge,
-    ) else {
-        unreachable!("the benchmark's store opens in its own temp dir");
-    };
+    let (store, _dir) = sqlite_store();
     let mut next = 0u64;
     let mut group = c.benchmark_group("sqlite_store");
     group.throughput(Throughput::Elements(1));
