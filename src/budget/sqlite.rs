@@ -9,16 +9,19 @@
 //! that thread: with one process per file, it is the store's clock.
 //!
 //! `schema` opens the file (and locks it to one gateway), `books` holds the
-//! protocol's rules as statements, `aggregates` the spend per day, key and
-//! model that every ledger entry adds to, `records` the admin API's keys
-//! and orgs, `control` the operator's adjustments and the list of open
-//! holds.
+//! protocol's rules as statements, `counters` the counters the writer
+//! keeps in memory and writes once per transaction, `aggregates` the spend
+//! per day, key and model that every ledger entry adds to, `records` the
+//! admin API's keys and orgs, `control` the operator's adjustments and the
+//! list of open holds. `checkpoint` copies the log into the file on a
+//! thread of its own.
 
 mod aggregates;
 mod alerts;
 mod books;
 mod checkpoint;
 mod control;
+mod counters;
 mod records;
 mod schema;
 #[cfg(test)]
@@ -163,9 +166,9 @@ impl SqliteStore {
         let lock = lock.into();
         // The owner checkpoints its file; a reader leaves that to it.
         let checkpointing = lock.is_some().then(|| {
-            let (writer_alive, writer_gone) = mpsc::channel::<()>();
-            checkpoint::spawn(path.to_owned(), writer_gone);
-            writer_alive
+            let (checkpoints, requests) = mpsc::sync_channel::<()>(1);
+            checkpoint::spawn(path.to_owned(), requests, checkpoint::EVERY);
+            checkpoints
         });
         // The thread owns the lock: it is released only once the last
         // transaction is done, not when the last handle drops.
@@ -173,8 +176,7 @@ impl SqliteStore {
             .name("tollgate-sqlite".to_owned())
             .spawn(move || {
                 let _lock = lock;
-                let _checkpointing = checkpointing;
-                writer::run(conn, clock, behavior, jobs, label);
+                writer::run(conn, clock, behavior, jobs, label, checkpointing);
             });
         if let Err(error) = spawned {
             // Every call then finds the queue closed and fails closed.
@@ -222,7 +224,9 @@ impl SqliteStore {
     /// Runs `op` on the writer thread, in its next transaction.
     async fn call<T: Send + 'static>(
         &self,
-        op: impl FnOnce(&Connection, &Clock) -> rusqlite::Result<Result<T, StoreError>> + Send + 'static,
+        op: impl FnOnce(&mut writer::Db<'_>, &Clock) -> rusqlite::Result<Result<T, StoreError>>
+            + Send
+            + 'static,
     ) -> Result<T, StoreError> {
         let answer = writer::call(&self.shared.queue, op)?;
         answer
@@ -260,11 +264,11 @@ impl SqliteStore {
         let rules = self.rules();
         let req = req.clone();
         let (outcome, expired) = self
-            .call(move |conn, clock| {
+            .call(move |db, clock| {
                 let now = clock.now();
-                let expired = books::expire_due(conn, rules, now, LAZY_SWEEP_LIMIT)?;
-                books::forget_due(conn, now, LAZY_SWEEP_LIMIT)?;
-                let outcome = books::reserve(conn, rules, &req, claim.as_deref(), now)?;
+                let expired = books::expire_due(db, rules, now, LAZY_SWEEP_LIMIT)?;
+                books::forget_due(db.conn(), now, LAZY_SWEEP_LIMIT)?;
+                let outcome = books::reserve(db, rules, &req, claim.as_deref(), now)?;
                 Ok(Ok((outcome, expired)))
             })
             .await?;
@@ -276,7 +280,7 @@ impl SqliteStore {
     pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
         let rules = self.rules();
         let settlement = settlement.clone();
-        self.call(move |conn, clock| books::settle(conn, rules, &settlement, clock.now()))
+        self.call(move |db, clock| books::settle(db, rules, &settlement, clock.now()))
             .await
     }
 
@@ -284,34 +288,34 @@ impl SqliteStore {
     pub async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
         let rules = self.rules();
         let adjustment = adjustment.clone();
-        self.call(move |conn, clock| control::adjust(conn, rules, &adjustment, clock.now()))
+        self.call(move |db, clock| control::adjust(db, rules, &adjustment, clock.now()))
             .await
     }
 
     /// Up to `limit` open reservations, oldest first.
     pub async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
-        self.call(move |conn, _| control::open_holds(conn, limit).map(Ok))
+        self.call(move |db, _| control::open_holds(db.conn(), limit).map(Ok))
             .await
     }
 
     /// A run's cap and counters, if it is remembered.
     pub async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
         let id = id.to_owned();
-        self.call(move |conn, _| books::run_state(conn, &id).map(Ok))
+        self.call(move |db, _| books::run_state(db, &id).map(Ok))
             .await
     }
 
     /// The scope's counters in the period current on the store's clock.
     pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
         let scope = scope.clone();
-        self.call(move |conn, clock| books::scope_state(conn, &scope, clock.now()).map(Ok))
+        self.call(move |db, clock| books::scope_state(db, &scope, clock.now()).map(Ok))
             .await
     }
 
     /// Whether the writer answers and the file can be read.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.call(|conn, _| {
-            conn.query_row("SELECT 1", [], |_| Ok(()))?;
+        self.call(|db, _| {
+            db.conn().query_row("SELECT 1", [], |_| Ok(()))?;
             Ok(Ok(()))
         })
         .await
@@ -326,9 +330,12 @@ impl SqliteStore {
         let retention = self.shared.ledger_retention;
         let aggregate_days = self.shared.aggregate_retention_days.load(Ordering::Relaxed);
         let expired = self
-            .call(move |conn, clock| {
+            .call(move |db, clock| {
                 let now = clock.now();
-                let expired = books::expire_due(conn, rules, now, usize::MAX)?;
+                let expired = books::expire_due(db, rules, now, usize::MAX)?;
+                // The statements below read and change counters
+                // themselves.
+                let conn = db.counters_in_sql()?;
                 books::forget_due(conn, now, usize::MAX)?;
                 control::forget_adjustments(conn, now)?;
                 books::forget_idle_runs(conn, rules, now)?;
@@ -344,20 +351,21 @@ impl SqliteStore {
     /// The spend aggregate rows `query` wants, by day, key and model.
     pub async fn spend(&self, query: &SpendQuery) -> Result<Vec<SpendRow>, StoreError> {
         let query = query.clone();
-        self.call(move |conn, _| aggregates::spend(conn, &query).map(Ok))
+        self.call(move |db, _| aggregates::spend(db.conn(), &query).map(Ok))
             .await
     }
 
     /// How many reservations are open and the sum of their amounts.
     pub async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
-        self.call(|conn, _| books::open_reservations(conn).map(Ok))
+        self.call(|db, _| books::open_reservations(db.conn()).map(Ok))
             .await
     }
 
     /// Every scope and period in the file with its counter, folded sum,
     /// ledger sum and open sum, sorted by scope and period.
     pub async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
-        self.call(|conn, _| books::reconcile(conn).map(Ok)).await
+        self.call(|db, _| books::reconcile(db.counters_in_sql()?).map(Ok))
+            .await
     }
 
     fn log_expired(&self, expired: usize) {
@@ -373,12 +381,12 @@ impl SqliteStore {
 impl SqliteStore {
     /// The version the documents are at: one row read.
     pub async fn records_version(&self) -> Result<u64, StoreError> {
-        self.call(|conn, _| records::version(conn).map(Ok)).await
+        self.call(|db, _| records::version(db.conn()).map(Ok)).await
     }
 
     /// Every document and the version, read in one transaction.
     pub async fn records(&self) -> Result<RecordSet, StoreError> {
-        self.call(|conn, _| records::all(conn).map(Ok)).await
+        self.call(|db, _| records::all(db.conn()).map(Ok)).await
     }
 
     /// Writes one document if it is at the revision the writer expects,
@@ -386,7 +394,7 @@ impl SqliteStore {
     /// transaction.
     pub async fn write_record(&self, write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
         let write = write.clone();
-        self.call(move |conn, clock| records::write(conn, &write, clock.now()).map(Ok))
+        self.call(move |db, clock| records::write(db.conn(), &write, clock.now()).map(Ok))
             .await
     }
 
@@ -396,7 +404,7 @@ impl SqliteStore {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<AuditEntry>, StoreError> {
-        self.call(move |conn, _| records::audit(conn, before, limit).map(Ok))
+        self.call(move |db, _| records::audit(db.conn(), before, limit).map(Ok))
             .await
     }
 }

@@ -21,7 +21,7 @@ impl SqliteStore {
     /// [`ALERT_ID_RETENTION`]); returns whether it did.
     pub async fn queue_alert(&self, event: &AlertEvent) -> Result<bool, StoreError> {
         let (id, body) = (event.id.clone(), event.body());
-        self.call(move |conn, clock| queue(conn, clock, &id, &body).map(Ok))
+        self.call(move |db, clock| queue(db.conn(), clock, &id, &body).map(Ok))
             .await
     }
 
@@ -32,20 +32,21 @@ impl SqliteStore {
         limit: usize,
         lease: Duration,
     ) -> Result<Vec<QueuedAlert>, StoreError> {
-        self.call(move |conn, clock| due(conn, clock, limit, lease).map(Ok))
+        self.call(move |db, clock| due(db.conn(), clock, limit, lease).map(Ok))
             .await
     }
 
     /// The receiver took the event: it is never sent again.
     pub async fn alert_delivered(&self, id: &str) -> Result<(), StoreError> {
         let id = id.to_owned();
-        self.call(move |conn, clock| {
+        self.call(move |db, clock| {
             let now = millis(clock.now());
-            conn.prepare_cached(
-                "UPDATE alerts SET delivered_at = ?2, forget_at = ?3
+            db.conn()
+                .prepare_cached(
+                    "UPDATE alerts SET delivered_at = ?2, forget_at = ?3
                   WHERE id = ?1 AND delivered_at IS NULL",
-            )?
-            .execute((&id, now, now.saturating_add(ms(ALERT_ID_RETENTION))))?;
+                )?
+                .execute((&id, now, now.saturating_add(ms(ALERT_ID_RETENTION))))?;
             Ok(Ok(()))
         })
         .await
@@ -54,13 +55,14 @@ impl SqliteStore {
     /// A delivery failed: the event is due again `retry_after` from now.
     pub async fn alert_failed(&self, id: &str, retry_after: Duration) -> Result<(), StoreError> {
         let id = id.to_owned();
-        self.call(move |conn, clock| {
+        self.call(move |db, clock| {
             let due = millis(clock.now()).saturating_add(ms(retry_after));
-            conn.prepare_cached(
-                "UPDATE alerts SET attempts = attempts + 1, due = ?2
+            db.conn()
+                .prepare_cached(
+                    "UPDATE alerts SET attempts = attempts + 1, due = ?2
                   WHERE id = ?1 AND delivered_at IS NULL",
-            )?
-            .execute((&id, due))?;
+                )?
+                .execute((&id, due))?;
             Ok(Ok(()))
         })
         .await

@@ -9,13 +9,15 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, SecondsFormat, TimeDelta, TimeZone, Utc};
 use rusqlite::{Connection, OptionalExtension, Row};
 
+use super::writer::Db;
+
 use crate::budget::{
     run_id_of, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, Level, OnExpiry, Reconciliation,
     ReserveOutcome, ReserveRequest, RunScope, RunState, Scope, ScopeKind, ScopeState,
     SettleOutcome, Settlement, StoreError,
 };
 use crate::hosted::ToolCalls;
-use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
+use crate::money::{delta, UsdMicros, MAX_USD_MICROS};
 use crate::period::Period;
 use crate::usage::Usage;
 
@@ -189,12 +191,13 @@ fn known(conn: &Connection, exec_id: &str) -> Sql<bool> {
 /// first answer for a known exec id); under a `claim`, a duplicate of a
 /// request in flight is refused and a new reservation takes the claim.
 pub(super) fn reserve(
-    conn: &Connection,
+    db: &mut Db<'_>,
     rules: Rules,
     req: &ReserveRequest,
     claim: Option<&str>,
     now: DateTime<Utc>,
 ) -> Sql<ClaimedReserve> {
+    let conn = db.conn();
     let now_ms = millis(now);
     if let Some(claim) = claim {
         if is_duplicate(conn, &req.exec_id, claim, now_ms)? {
@@ -229,7 +232,7 @@ pub(super) fn reserve(
     }
     let before = scopes
         .iter()
-        .map(|(scope, period_id)| committed(conn, scope.kind, &scope.id, period_id))
+        .map(|(scope, period_id)| committed(db, scope.kind, &scope.id, period_id))
         .collect::<Sql<Vec<_>>>()?;
     // Not even the least amount fits: the key is checked first, so when
     // several would deny, the key is named, then the org.
@@ -285,7 +288,7 @@ pub(super) fn reserve(
     }
     let mut levels = Vec::with_capacity(scopes.len());
     for ((scope, period_id), committed) in scopes.iter().zip(before) {
-        move_counter(conn, scope.kind, &scope.id, period_id, 0, delta(amount))?;
+        db.move_counter(scope.kind, &scope.id, period_id, 0, delta(amount))?;
         levels.push(Level {
             kind: scope.kind,
             period_id: (*period_id).to_owned(),
@@ -354,15 +357,16 @@ pub(super) fn forget_idle_runs(conn: &Connection, rules: Rules, now: DateTime<Ut
 }
 
 /// A run's cap and counters, if it is remembered.
-pub(super) fn run_state(conn: &Connection, id: &str) -> Sql<Option<RunState>> {
-    let cap: Option<Option<UsdMicros>> = conn
+pub(super) fn run_state(db: &mut Db<'_>, id: &str) -> Sql<Option<RunState>> {
+    let cap: Option<Option<UsdMicros>> = db
+        .conn()
         .prepare_cached("SELECT cap_usd_micros FROM runs WHERE id = ?1")?
         .query_row([id], |row| row.get(0))
         .optional()?;
     let Some(cap) = cap else {
         return Ok(None);
     };
-    let (spent, reserved) = counter(conn, ScopeKind::Run, id, "total")?;
+    let (spent, reserved) = db.counter(ScopeKind::Run, id, "total")?;
     Ok(Some(RunState {
         cap,
         spent,
@@ -392,54 +396,14 @@ fn check(
 }
 
 /// `spent + reserved` of one scope and period.
-fn committed(conn: &Connection, kind: ScopeKind, id: &str, period_id: &str) -> Sql<UsdMicros> {
-    let (spent, reserved) = counter(conn, kind, id, period_id)?;
+fn committed(db: &mut Db<'_>, kind: ScopeKind, id: &str, period_id: &str) -> Sql<UsdMicros> {
+    let (spent, reserved) = db.counter(kind, id, period_id)?;
     Ok(spent.saturating_add(reserved))
-}
-
-/// `(spent, reserved)` of one scope and period.
-pub(super) fn counter(
-    conn: &Connection,
-    kind: ScopeKind,
-    id: &str,
-    period_id: &str,
-) -> Sql<(UsdMicros, UsdMicros)> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT spent_usd_micros, reserved_usd_micros FROM counters
-              WHERE scope_kind = ?1 AND scope_id = ?2 AND period_id = ?3",
-        )?
-        .query_row((kind.as_str(), id, period_id), |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })
-        .optional()?
-        .unwrap_or_default())
-}
-
-/// Moves one counter by signed amounts, never below zero (as the memory
-/// store's saturating arithmetic does).
-pub(super) fn move_counter(
-    conn: &Connection,
-    kind: ScopeKind,
-    id: &str,
-    period_id: &str,
-    spent: UsdMicrosDelta,
-    reserved: UsdMicrosDelta,
-) -> Sql<()> {
-    conn.prepare_cached(
-        "INSERT INTO counters (scope_kind, scope_id, period_id, spent_usd_micros, reserved_usd_micros)
-         VALUES (?1, ?2, ?3, MAX(?4, 0), MAX(?5, 0))
-         ON CONFLICT (scope_kind, scope_id, period_id) DO UPDATE SET
-             spent_usd_micros = MAX(spent_usd_micros + ?4, 0),
-             reserved_usd_micros = MAX(reserved_usd_micros + ?5, 0)",
-    )?
-    .execute((kind.as_str(), id, period_id, spent, reserved))?;
-    Ok(())
 }
 
 /// Settles a reservation with its actual cost, exactly once.
 pub(super) fn settle(
-    conn: &Connection,
+    db: &mut Db<'_>,
     rules: Rules,
     settlement: &Settlement,
     now: DateTime<Utc>,
@@ -452,6 +416,7 @@ pub(super) fn settle(
         return Ok(Err(out_of_range()));
     }
     let unknown = || StoreError::UnknownReservation(exec_id.clone());
+    let conn = db.conn();
     let Some(record) = Record::load(conn, exec_id)? else {
         return Ok(Err(unknown()));
     };
@@ -476,7 +441,7 @@ pub(super) fn settle(
     // counter would then reach 2^53: checked before anything changes.
     let held = already_expired.unwrap_or(record.amount);
     for charge in record.charges() {
-        let committed = committed(conn, charge.kind, &charge.id, &charge.period_id)?;
+        let committed = committed(db, charge.kind, &charge.id, &charge.period_id)?;
         let after = i128::from(committed) - i128::from(held) + i128::from(settlement.actual);
         if after > i128::from(MAX_USD_MICROS) {
             return Ok(Err(out_of_range()));
@@ -484,7 +449,7 @@ pub(super) fn settle(
     }
     let now_ms = millis(now);
     let expiry_charge = match already_expired {
-        None if record.deadline <= now_ms => Some(expire(conn, rules, exec_id, &record, now)?),
+        None if record.deadline <= now_ms => Some(expire(db, rules, exec_id, &record, now)?),
         charged => charged,
     };
     let status = if expiry_charge.is_some() {
@@ -505,14 +470,7 @@ pub(super) fn settle(
         Some(charged) => (actual - delta(charged), 0),
     };
     for charge in record.charges() {
-        move_counter(
-            conn,
-            charge.kind,
-            &charge.id,
-            &charge.period_id,
-            spent,
-            reserved,
-        )?;
+        db.move_counter(charge.kind, &charge.id, &charge.period_id, spent, reserved)?;
     }
     book(
         conn,
@@ -531,7 +489,7 @@ pub(super) fn settle(
             note: None,
         },
     )?;
-    let key_committed = committed(conn, ScopeKind::Key, &record.key.id, &record.key.period_id)?;
+    let key_committed = committed(db, ScopeKind::Key, &record.key.id, &record.key.period_id)?;
     let outcome = SettleOutcome {
         status,
         reserved: record.amount,
@@ -561,11 +519,12 @@ pub(super) fn settle(
 /// Expires up to `limit` open reservations whose deadline has come, oldest
 /// first; returns how many.
 pub(super) fn expire_due(
-    conn: &Connection,
+    db: &mut Db<'_>,
     rules: Rules,
     now: DateTime<Utc>,
     limit: usize,
 ) -> Sql<usize> {
+    let conn = db.conn();
     let due: Vec<String> = conn
         .prepare_cached(&expire_due_sql(limit))?
         .query_map([millis(now)], |row| row.get(0))?
@@ -573,7 +532,7 @@ pub(super) fn expire_due(
     let mut expired = 0;
     for exec_id in &due {
         if let Some(record) = Record::load(conn, exec_id)? {
-            expire(conn, rules, exec_id, &record, now)?;
+            expire(db, rules, exec_id, &record, now)?;
             expired += 1;
         }
     }
@@ -585,7 +544,7 @@ pub(super) fn expire_due(
 /// The record is kept one more TTL, so every settle that can still come
 /// finds it (`late`). Returns what it charged.
 fn expire(
-    conn: &Connection,
+    db: &mut Db<'_>,
     rules: Rules,
     exec_id: &str,
     record: &Record,
@@ -596,8 +555,7 @@ fn expire(
         OnExpiry::Release => 0,
     };
     for charge in record.charges() {
-        move_counter(
-            conn,
+        db.move_counter(
             charge.kind,
             &charge.id,
             &charge.period_id,
@@ -605,6 +563,7 @@ fn expire(
             -delta(record.amount),
         )?;
     }
+    let conn = db.conn();
     book(
         conn,
         record,
@@ -694,8 +653,21 @@ pub(super) fn forget_due_sql(limit: usize) -> String {
 
 /// Moves the ledger entries booked before `cutoff` into the folded sums of
 /// the counters they charged, and deletes them.
+///
+/// The one writer books entries in time order, so those before the cutoff
+/// are the ones before the first entry at or after it, in `seq` order:
+/// found by reading from the oldest, with no index on `at` for every
+/// settle to add to. An entry booked after the clock stepped back waits
+/// for the next fold past the entries before it.
 pub(super) fn fold_before(conn: &Connection, cutoff: DateTime<Utc>) -> Sql<usize> {
-    let cutoff = rfc3339(cutoff);
+    let end: i64 = conn
+        .prepare_cached(
+            "SELECT COALESCE(
+                 (SELECT seq FROM ledger WHERE at >= ?1 ORDER BY seq LIMIT 1),
+                 (SELECT MAX(seq) + 1 FROM ledger),
+                 0)",
+        )?
+        .query_row([rfc3339(cutoff)], |row| row.get(0))?;
     for (kind, id, period) in [
         ("key", "key", "key_period_id"),
         ("org", "org", "org_period_id"),
@@ -703,14 +675,14 @@ pub(super) fn fold_before(conn: &Connection, cutoff: DateTime<Utc>) -> Sql<usize
         conn.prepare_cached(&format!(
             "INSERT INTO counters (scope_kind, scope_id, period_id, folded_usd_micros)
              SELECT '{kind}', {id}, {period}, SUM(actual_usd_micros) FROM ledger
-              WHERE at < ?1 AND {id} IS NOT NULL GROUP BY {id}, {period}
+              WHERE seq < ?1 AND {id} IS NOT NULL GROUP BY {id}, {period}
              ON CONFLICT (scope_kind, scope_id, period_id) DO UPDATE SET
                  folded_usd_micros = folded_usd_micros + excluded.folded_usd_micros"
         ))?
-        .execute([&cutoff])?;
+        .execute([end])?;
     }
-    conn.prepare_cached("DELETE FROM ledger WHERE at < ?1")?
-        .execute([&cutoff])
+    conn.prepare_cached("DELETE FROM ledger WHERE seq < ?1")?
+        .execute([end])
 }
 
 /// Appends one ledger entry, with the periods it charged, and adds it to
@@ -761,9 +733,9 @@ pub(super) fn book_in(
 }
 
 /// The scope's counters in the period current at `now`.
-pub(super) fn scope_state(conn: &Connection, scope: &Scope, now: DateTime<Utc>) -> Sql<ScopeState> {
+pub(super) fn scope_state(db: &mut Db<'_>, scope: &Scope, now: DateTime<Utc>) -> Sql<ScopeState> {
     let period_id = scope.period.id_at(now);
-    let (spent, reserved) = counter(conn, scope.kind, &scope.id, &period_id)?;
+    let (spent, reserved) = db.counter(scope.kind, &scope.id, &period_id)?;
     Ok(ScopeState {
         period_id,
         spent,

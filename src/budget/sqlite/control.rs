@@ -7,7 +7,8 @@
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension};
 
-use super::books::{book_in, counter, from_millis, limit_arg, millis, move_counter, Rules};
+use super::books::{book_in, from_millis, limit_arg, millis, Rules};
+use super::writer::Db;
 use crate::budget::{
     run_id_of, AdjustOutcome, Adjustment, AppliedAdjustment, LedgerEntry, LedgerStatus, OpenHold,
     StoreError,
@@ -21,7 +22,7 @@ type Sql<T> = rusqlite::Result<T>;
 /// adjustment's amount and books it, all or nothing; a known exec id gets
 /// its first outcome.
 pub(super) fn adjust(
-    conn: &Connection,
+    db: &mut Db<'_>,
     rules: Rules,
     adjustment: &Adjustment,
     now: DateTime<Utc>,
@@ -30,6 +31,7 @@ pub(super) fn adjust(
         return Ok(Err(adjustment.out_of_range()));
     }
     let org_id = adjustment.org.as_ref().map(|org| org.id.as_str());
+    let conn = db.conn();
     if let Some(first) = applied(conn, &adjustment.exec_id)? {
         return Ok(first.retried(adjustment));
     }
@@ -40,7 +42,7 @@ pub(super) fn adjust(
     // credit that would take a counter to 2^53, changes nothing.
     let mut key_spent = None;
     for (scope, period_id) in adjustment.scopes().zip(periods.clone()) {
-        let (spent, reserved) = counter(conn, scope.kind, &scope.id, period_id)?;
+        let (spent, reserved) = db.counter(scope.kind, &scope.id, period_id)?;
         let Some(after) = spent.checked_add_signed(adjustment.amount) else {
             return Ok(Ok(AdjustOutcome::Refused {
                 kind: scope.kind,
@@ -54,7 +56,7 @@ pub(super) fn adjust(
         key_spent.get_or_insert(after);
     }
     for (scope, period_id) in adjustment.scopes().zip(periods) {
-        move_counter(conn, scope.kind, &scope.id, period_id, adjustment.amount, 0)?;
+        db.move_counter(scope.kind, &scope.id, period_id, adjustment.amount, 0)?;
     }
     book_in(
         conn,

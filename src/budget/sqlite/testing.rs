@@ -56,7 +56,7 @@ impl SqliteStore {
 
     /// Every ledger entry not yet folded, oldest first.
     pub(crate) async fn ledger(&self) -> Vec<LedgerEntry> {
-        self.call(|conn, _| books::ledger(conn).map(Ok))
+        self.call(|db, _| books::ledger(db.conn()).map(Ok))
             .await
             .unwrap()
     }
@@ -64,7 +64,8 @@ impl SqliteStore {
     /// Caps the file at `pages` pages (`None`: no cap), as a full disk
     /// would: a transaction that needs more fails with `SQLITE_FULL`.
     pub(crate) async fn limit_pages(&self, pages: Option<u32>) -> Result<(), StoreError> {
-        self.call(move |conn, _| {
+        self.call(move |db, _| {
+            let conn = db.conn();
             let pages = pages.map_or(i64::from(u32::MAX) * 4, i64::from);
             let _: i64 =
                 conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |row| {

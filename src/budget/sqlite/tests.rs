@@ -13,6 +13,7 @@ use rusqlite::{Connection, StatementStatus};
 
 use super::books::{self, Rules};
 use super::schema::{self, lock_path, SCHEMA_VERSION};
+use super::writer::Db;
 use super::{SqliteOpenError, SqliteStore, LAZY_SWEEP_LIMIT};
 use crate::budget::memory::testing::ManualClock;
 use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
@@ -101,7 +102,7 @@ fn the_lazy_sweep_of_every_reserve_is_compiled_once() {
     let now = Utc::now();
     for n in 0..5 {
         let at = now + TimeDelta::milliseconds(n);
-        books::expire_due(&conn, rules, at, LAZY_SWEEP_LIMIT).unwrap();
+        books::expire_due(&mut Db::new(&conn), rules, at, LAZY_SWEEP_LIMIT).unwrap();
         books::forget_due(&conn, at, LAZY_SWEEP_LIMIT).unwrap();
     }
     for sql in [
@@ -480,25 +481,109 @@ async fn the_log_is_copied_into_the_database_file_off_the_writer() {
     }
     // Read the database file alone, ignoring the log: the ledger reaches
     // it without anyone but the checkpoint thread copying it there.
-    let uri = format!("file:{}?immutable=1", path.display());
-    let in_file = || -> i64 {
-        let conn = Connection::open_with_flags(
-            &uri,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
-        )
-        .unwrap();
-        conn.query_row("SELECT COUNT(*) FROM ledger", [], |row| row.get(0))
-            .unwrap_or(0)
-    };
+    let copied = rows_copied(&path, "ledger", 200).await;
+    assert_eq!(copied, 200, "the log was not checkpointed");
+}
+
+/// The rows of `table` in the database file alone, ignoring its log.
+fn rows_in_file(path: &Path, table: &str) -> i64 {
+    Connection::open_with_flags(
+        format!("file:{}?immutable=1", path.display()),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+    )
+    .unwrap()
+    .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| {
+        row.get(0)
+    })
+    .unwrap_or(0)
+}
+
+/// The rows of `table` in the database file once `rows` have been copied
+/// there, or after ten seconds.
+async fn rows_copied(path: &Path, table: &str, rows: i64) -> i64 {
     let mut copied = 0;
-    for _ in 0..100 {
-        copied = in_file();
-        if copied == 200 {
+    for _ in 0..200 {
+        copied = rows_in_file(path, table);
+        if copied == rows {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(copied, 200, "the log was not checkpointed");
+    copied
+}
+
+/// The checkpoint thread copies the log when the writer asks, without
+/// waiting for its next turn.
+#[tokio::test]
+async fn the_log_is_copied_as_soon_as_the_writer_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let (conn, _lock) = schema::open_owner(&path).unwrap();
+    let (ask, requests) = std::sync::mpsc::sync_channel(1);
+    super::checkpoint::spawn(path.clone(), requests, Duration::from_secs(3600));
+    conn.execute_batch("CREATE TABLE filler (n INTEGER)")
+        .unwrap();
+    for n in 0..100 {
+        conn.execute("INSERT INTO filler VALUES (?1)", [n]).unwrap();
+    }
+    assert_eq!(
+        rows_in_file(&path, "filler"),
+        0,
+        "copied before anyone asked"
+    );
+    ask.send(()).unwrap();
+    let copied = rows_copied(&path, "filler", 100).await;
+    assert_eq!(copied, 100, "the log was not copied when asked");
+}
+
+/// A new file, its owner's connection and lock, and a table to fill its
+/// log with.
+fn file_to_fill(dir: &tempfile::TempDir) -> (PathBuf, Connection, schema::OwnerLock) {
+    let path = db(dir);
+    let (conn, lock) = schema::open_owner(&path).unwrap();
+    conn.execute_batch("CREATE TABLE filler (n INTEGER, pad BLOB)")
+        .unwrap();
+    (path, conn, lock)
+}
+
+/// The writer asks for a copy each time the log has grown by a few
+/// megabytes while its commits hold several calls each, and never while
+/// calls come one at a time.
+#[test]
+fn a_copy_is_asked_for_only_while_calls_come_together() {
+    use super::writer::{LogLength, COPY_EVERY_BYTES};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (path, mut conn, _lock) = file_to_fill(&dir);
+    let mut log = LogLength::watch(&mut conn, "test", u64::MAX).unwrap();
+    let (ask, requests) = std::sync::mpsc::sync_channel(1);
+    let mut log_file = path.clone().into_os_string();
+    log_file.push("-wal");
+    let log_bytes = || std::fs::metadata(&log_file).map_or(0, |file| file.len());
+    let mut asked = |calls_per_commit: usize| {
+        let mut asked = 0;
+        // Some 5 KiB a commit, 20 MiB or more in all; the log never starts
+        // again, so its file's size is its length.
+        for n in 0..4_000 {
+            conn.execute("INSERT INTO filler VALUES (?1, zeroblob(3500))", [n])
+                .unwrap();
+            log.committed(calls_per_commit);
+            log.ask_for_copy(&ask);
+            if requests.try_recv().is_ok() {
+                asked += 1;
+            }
+        }
+        asked
+    };
+    assert_eq!(asked(1), 0, "one call at a time");
+    let before = log_bytes();
+    let together = asked(4);
+    let grown = (log_bytes() - before) / COPY_EVERY_BYTES;
+    assert!(grown >= 4, "the log grew {grown} times the step");
+    assert!(
+        (grown - 1..=grown + 1).contains(&together),
+        "the log grew {grown} times the step with four calls a commit: asked {together} times"
+    );
 }
 
 /// The log starts again each time it has grown past its limit, and only
@@ -509,12 +594,9 @@ fn the_log_starts_again_past_its_limit_and_only_then() {
     use super::writer::LogLength;
 
     let dir = tempfile::tempdir().unwrap();
-    let path = db(&dir);
-    let (mut conn, _lock) = schema::open_owner(&path).unwrap();
-    conn.execute_batch("CREATE TABLE filler (n INTEGER, pad BLOB)")
-        .unwrap();
+    let (path, mut conn, _lock) = file_to_fill(&dir);
     let limit = 64 * 1024;
-    let log = LogLength::watch(&mut conn, "test", limit).unwrap();
+    let mut log = LogLength::watch(&mut conn, "test", limit).unwrap();
     let mut restarts = 0;
     for n in 0..400 {
         // About 4 KiB a commit: some 16 commits fill the limit.
@@ -537,6 +619,85 @@ fn the_log_starts_again_past_its_limit_and_only_then() {
     );
 }
 
+/// Runs `op` in its own transaction on the writer of `queue` and waits for
+/// its answer.
+fn on_writer<T: Send + 'static>(
+    queue: &std::sync::mpsc::Sender<Box<dyn super::writer::Job>>,
+    op: impl FnOnce(&mut Db<'_>, &super::Clock) -> rusqlite::Result<Result<T, StoreError>>
+        + Send
+        + 'static,
+) -> Result<T, StoreError> {
+    super::writer::call(queue, op)
+        .unwrap()
+        .blocking_recv()
+        .expect("a call was dropped unanswered")
+}
+
+/// The writer keeps the counters in memory and writes each one its calls
+/// moved when the transaction commits; a transaction that fails forgets
+/// them, so what it moved is neither seen nor written.
+#[test]
+fn the_counters_a_failed_transaction_moved_are_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let (conn, _lock) = schema::open_owner(&path).unwrap();
+    let (queue, jobs) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        super::writer::run(
+            conn,
+            super::Clock::Wall,
+            rusqlite::TransactionBehavior::Immediate,
+            jobs,
+            "counters".to_owned(),
+            None,
+        )
+    });
+    let in_file = || -> (u64, u64) {
+        Connection::open(&path)
+            .unwrap()
+            .query_row(
+                "SELECT spent_usd_micros, reserved_usd_micros FROM counters
+                  WHERE scope_kind = 'key' AND scope_id = 'k' AND period_id = 'total'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap()
+    };
+    on_writer(&queue, |db, _| {
+        db.move_counter(ScopeKind::Key, "k", "total", 5, 3)?;
+        db.move_counter(ScopeKind::Key, "k", "total", 2, -1)?;
+        Ok(Ok(()))
+    })
+    .unwrap();
+    assert_eq!(in_file(), (7, 2));
+
+    let failed = on_writer(&queue, |db, _| {
+        db.move_counter(ScopeKind::Key, "k", "total", 100, 100)?;
+        db.conn()
+            .execute("INSERT INTO no_such_table VALUES (1)", [])?;
+        Ok(Ok(()))
+    });
+    assert!(
+        matches!(failed, Err(StoreError::Unavailable(_))),
+        "{failed:?}"
+    );
+    let seen = on_writer(&queue, |db, _| {
+        Ok(Ok(db.counter(ScopeKind::Key, "k", "total")?))
+    });
+    assert_eq!(seen.unwrap(), (7, 2));
+    assert_eq!(in_file(), (7, 2));
+
+    // Never below zero, as the statements moved them.
+    on_writer(&queue, |db, _| {
+        db.move_counter(ScopeKind::Key, "k", "total", -50, 1)?;
+        Ok(Ok(()))
+    })
+    .unwrap();
+    assert_eq!(in_file(), (0, 3));
+    drop(queue);
+    thread.join().unwrap();
+}
+
 /// Calls queued from many threads at once: each is run exactly once, in
 /// one of the writer's transactions, and every one is answered.
 #[test]
@@ -555,6 +716,7 @@ fn calls_queued_from_many_threads_are_each_run_once_and_all_answered() {
             rusqlite::TransactionBehavior::Immediate,
             jobs,
             "racing".to_owned(),
+            None,
         )
     });
     const THREADS: i64 = 8;
@@ -565,8 +727,9 @@ fn calls_queued_from_many_threads_are_each_run_once_and_all_answered() {
             std::thread::spawn(move || {
                 let answers: Vec<_> = (0..CALLS)
                     .map(|n| {
-                        writer::call(&queue, move |conn, _| {
-                            conn.execute("INSERT INTO hits VALUES (?1, ?2)", [caller, n])?;
+                        writer::call(&queue, move |db, _| {
+                            db.conn()
+                                .execute("INSERT INTO hits VALUES (?1, ?2)", [caller, n])?;
                             Ok(Ok(n))
                         })
                         .unwrap()
@@ -584,7 +747,8 @@ fn calls_queued_from_many_threads_are_each_run_once_and_all_answered() {
     for caller in callers {
         caller.join().unwrap();
     }
-    let counted = writer::call(&queue, |conn, _| {
+    let counted = writer::call(&queue, |db, _| {
+        let conn = db.conn();
         let distinct: i64 = conn.query_row(
             "SELECT COUNT(*) FROM (SELECT DISTINCT thread, n FROM hits)",
             [],
@@ -683,11 +847,13 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
                  PRIMARY KEY (day, key, run, model))",
         )
         .unwrap();
-        books::reserve(&conn, rules, &request("a", 4_000), None, start).unwrap();
-        books::settle(&conn, rules, &settlement("a", 3_000), start)
+        let mut db = Db::new(&conn);
+        books::reserve(&mut db, rules, &request("a", 4_000), None, start).unwrap();
+        books::settle(&mut db, rules, &settlement("a", 3_000), start)
             .unwrap()
             .unwrap();
-        books::reserve(&conn, rules, &request("b", 2_000), None, start).unwrap();
+        books::reserve(&mut db, rules, &request("b", 2_000), None, start).unwrap();
+        db.counters_in_sql().unwrap();
         conn.execute_batch(
             "ALTER TABLE ledger DROP COLUMN note;
              ALTER TABLE reservations DROP COLUMN model;
@@ -756,10 +922,18 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
     drop(reader);
     drop(store);
 
-    // Upgraded, it is laid out as a new file is.
+    // Upgraded, it is laid out as a new file is, with no index on the
+    // ledger's time for every settle to add to.
     let fresh = dir.path().join("fresh.db");
     drop(open(&fresh).unwrap());
     assert_eq!(layout(&path), layout(&fresh));
+    assert!(
+        layout(&path)
+            .iter()
+            .all(|(name, _)| name != "ledger_by_time"),
+        "{:?}",
+        layout(&path)
+    );
     let version: String = Connection::open(&path)
         .unwrap()
         .query_row(
@@ -795,7 +969,9 @@ async fn a_version_4_file_is_upgraded_and_its_reservations_name_no_model() {
              ALTER TABLE reservations ADD COLUMN run_id TEXT;",
         )
         .unwrap();
-        books::reserve(&conn, rules, &request("old", 1_000), None, start).unwrap();
+        let mut db = Db::new(&conn);
+        books::reserve(&mut db, rules, &request("old", 1_000), None, start).unwrap();
+        db.counters_in_sql().unwrap();
         conn.execute_batch(
             "ALTER TABLE reservations DROP COLUMN model;
              ALTER TABLE reservations DROP COLUMN run_id;",
