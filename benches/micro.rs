@@ -295,6 +295,18 @@ fn sqlite_store() -> (SqliteStore, tempfile::TempDir) {
     (store, dir)
 }
 
+/// Reserves and settles call `n` on `store`.
+async fn sqlite_call(store: &SqliteStore, n: u64, key: &Scope, org: &Scope) {
+    let (request, settlement) = call_of(n, key, org);
+    if !matches!(
+        store.reserve(&request).await,
+        Ok(ReserveOutcome::Reserved { .. })
+    ) {
+        unreachable!("the cap is far above the benchmark's spend");
+    }
+    black_box(store.settle(&settlement).await.is_ok());
+}
+
 /// One call at a time on a SQLite file, as at concurrency 1: the hop to the
 /// store's thread and back, the statements and a commit, for the reserve
 /// and again for the settle. The file grows over the whole measurement.
@@ -316,15 +328,8 @@ fn sqlite_reserve_and_settle(c: &mut Criterion) {
             runtime.block_on(async {
                 let started = Instant::now();
                 for _ in 0..iters {
-                    let (request, settlement) = call_of(next, &key, &org);
+                    sqlite_call(&store, next, &key, &org).await;
                     next += 1;
-                    if !matches!(
-                        store.reserve(&request).await,
-                        Ok(ReserveOutcome::Reserved { .. })
-                    ) {
-                        unreachable!("the cap is far above the benchmark's spend");
-                    }
-                    black_box(store.settle(&settlement).await.is_ok());
                 }
                 started.elapsed()
             })
@@ -364,15 +369,7 @@ fn sqlite_reserve_and_settle_at_once(c: &mut Criterion) {
                             let key = scope(ScopeKind::Key, "alice");
                             let org = scope(ScopeKind::Org, "acme");
                             for n in 0..per_task {
-                                let (request, settlement) =
-                                    call_of(first + task * per_task + n, &key, &org);
-                                if !matches!(
-                                    store.reserve(&request).await,
-                                    Ok(ReserveOutcome::Reserved { .. })
-                                ) {
-                                    unreachable!("the cap is far above the benchmark's spend");
-                                }
-                                black_box(store.settle(&settlement).await.is_ok());
+                                sqlite_call(&store, first + task * per_task + n, &key, &org).await;
                             }
                         })
                     })

@@ -99,9 +99,9 @@ impl<'c> Db<'c> {
     }
 
     fn begin(&self, behavior: TransactionBehavior) -> rusqlite::Result<()> {
+        // The owner writes; a reader beside it only reads.
         let begin = match behavior {
             TransactionBehavior::Immediate => "BEGIN IMMEDIATE",
-            TransactionBehavior::Exclusive => "BEGIN EXCLUSIVE",
             _ => "BEGIN DEFERRED",
         };
         self.conn.prepare_cached(begin)?.execute([])?;
