@@ -212,6 +212,11 @@ pub async fn run_with_grace(
             "settlements still unfinished at exit; their reservations will expire"
         );
     }
+    // The file a stopped gateway leaves holds every call it answered, for
+    // whoever reads it next; what it cannot take stays in the journal.
+    if let Err(error) = gateway.store.flush().await {
+        tracing::warn!(%error, "the store's last changes stay in its journal until it opens again");
+    }
     Ok(())
 }
 

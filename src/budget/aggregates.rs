@@ -98,6 +98,20 @@ impl SpendRow {
         self.cost_usd_micros = self.cost_usd_micros.saturating_add(entry.actual);
     }
 
+    /// Adds another row's sums (of the same day, key, run and model).
+    pub fn merge(&mut self, other: &SpendRow) {
+        self.calls = self.calls.saturating_add(other.calls);
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(other.cached_input_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cost_usd_micros = self.cost_usd_micros.saturating_add(other.cost_usd_micros);
+    }
+
     /// The order rows are reported in.
     pub fn sort_key(&self) -> (&str, &str, &str, &str) {
         (&self.day, &self.key, &self.run, &self.model)

@@ -197,6 +197,16 @@ impl BudgetStore {
         }
     }
 
+    /// Returns once every change answered before it is in the store's
+    /// file: on SQLite, the journal posted (the other stores have nothing
+    /// in between).
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        match self {
+            BudgetStore::Memory(_) | BudgetStore::Redis(_) => Ok(()),
+            BudgetStore::Sqlite(store) => store.flush().await,
+        }
+    }
+
     /// The version of the admin API's keys and orgs: one more on every
     /// change, so a gateway polls it to learn of changes made elsewhere.
     pub async fn records_version(&self) -> Result<u64, StoreError> {
@@ -441,7 +451,10 @@ impl Reconciliation {
 
 /// Whether a scope is a gateway key, an org, or an agent's run inside a
 /// key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum ScopeKind {
     Key,
     Org,
@@ -736,7 +749,8 @@ pub struct OpenHold {
 }
 
 /// How a settled call, or an adjustment, is recorded in the ledger.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LedgerStatus {
     /// Settled at or below its reservation (plus epsilon).
     Ok,

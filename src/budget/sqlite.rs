@@ -2,38 +2,50 @@
 //! SQLite file that survives a restart and a `kill -9` at any instant
 //! (DESIGN.md, "Stores").
 //!
-//! One thread owns the file (`writer`): every call is a job on its queue,
-//! and concurrent calls share one transaction and one commit. A call is
-//! answered only once its change is committed, so an answered reserve or
-//! settle is never lost by a crash. Time is the gateway's clock, read on
-//! that thread: with one process per file, it is the store's clock.
+//! A reserve, a settle, an expiry or an adjustment is decided in memory,
+//! on the `desk`, under one lock: the desk holds every open reservation,
+//! the counters in use and which exec ids the file knows, so a call never
+//! waits for the file. Its changes are appended to the `journal` (one
+//! `pwrite` into the page cache, which a killed process cannot take back)
+//! before it is answered, and the `writer` thread posts them to the file a
+//! few milliseconds later, many calls to a transaction. Opening the file
+//! posts what the journal holds beyond what the file has, before the first
+//! call, so an answered call is never lost by a crash. Time is the
+//! gateway's clock, read under the desk's lock: with one process per file,
+//! it is the store's clock.
 //!
 //! `schema` opens the file (and locks it to one gateway), `books` holds the
-//! protocol's rules as statements, `counters` the counters the writer
-//! keeps in memory and writes once per transaction, `aggregates` the spend
-//! per day, key and model that every ledger entry adds to, `records` the
-//! admin API's keys and orgs, `control` the operator's adjustments and the
-//! list of open holds. `checkpoint` copies the log into the file on a
-//! thread of its own.
+//! protocol's rules, `record` a reservation as they read it, `change` what
+//! they decide as the journal keeps it and as posting writes it, `counters`
+//! the counters the writer keeps in memory and writes once per transaction,
+//! `aggregates` the spend per day, key and model, `records` the admin
+//! API's keys and orgs, `control` the operator's adjustments, `upkeep`
+//! forgetting, folding and reconciling, and `checkpoint` copies the log
+//! into the file on a thread of its own.
 
 mod aggregates;
 mod alerts;
 mod books;
+mod change;
 mod checkpoint;
 mod control;
 mod counters;
+mod desk;
+mod journal;
+mod record;
 mod records;
 mod schema;
 #[cfg(test)]
 pub(crate) mod testing;
 #[cfg(test)]
 mod tests;
+mod upkeep;
 mod writer;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -51,20 +63,29 @@ use super::{
 };
 use crate::money::UsdMicros;
 use books::Rules;
-use writer::Job;
+use desk::{Batch, Desk, Logged};
+use journal::Journal;
+use writer::{Msg, Writer};
 
-/// How many due reservations one `reserve` expires (and closed records it
-/// forgets) before its own work; the periodic sweep takes the rest.
+/// How many due reservations one `reserve` expires before its own work;
+/// the periodic sweep takes the rest.
 const LAZY_SWEEP_LIMIT: usize = 64;
 
-/// A handle to the store; clones share the same file and writer.
+/// How many reservations the periodic sweep expires per hold of the
+/// desk's lock.
+const SWEEP_PAGE: usize = 256;
+
+/// A handle to the store; clones share the same file, desk and writer.
 #[derive(Clone)]
 pub struct SqliteStore {
     shared: Arc<Shared>,
 }
 
 struct Shared {
-    queue: mpsc::Sender<Box<dyn Job>>,
+    queue: mpsc::Sender<Msg>,
+    /// The owner's books in memory; a reader beside it has none.
+    desk: Option<Arc<Mutex<Desk>>>,
+    clock: Clock,
     path: PathBuf,
     rules: Rules,
     ledger_retention: TimeDelta,
@@ -73,6 +94,13 @@ struct Shared {
     aggregate_retention_days: AtomicU32,
     /// How long a run is kept after its last call, in milliseconds.
     run_ttl_ms: AtomicI64,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The desk holds a sender too, so the writer is told to stop.
+        let _ = self.queue.send(Msg::Stop);
+    }
 }
 
 /// What a store is opened with besides its file.
@@ -101,8 +129,9 @@ impl Clock {
 }
 
 impl SqliteStore {
-    /// Opens (creating or upgrading) the file at `path` as its one gateway.
-    /// A second process on the same file is refused, naming the holder.
+    /// Opens (creating or upgrading) the file at `path` as its one gateway,
+    /// posting what its journal holds beyond it. A second process on the
+    /// same file is refused, naming the holder.
     pub fn open(
         path: &Path,
         settle_epsilon: UsdMicros,
@@ -117,17 +146,16 @@ impl SqliteStore {
             closed_ms: millis(closed_record),
             run_ttl_ms: millis(DEFAULT_RUN_TTL),
         };
-        Ok(Self::start(
+        Self::start_owner(
             conn,
+            lock,
             Clock::Wall,
-            TransactionBehavior::Immediate,
             path,
             Settings {
                 rules,
                 ledger_retention,
             },
-            lock,
-        ))
+        )
     }
 
     /// Opens the file at `path` to read it beside the gateway that owns it
@@ -140,51 +168,71 @@ impl SqliteStore {
             closed_ms: millis(DEFAULT_CLOSED_RECORD),
             run_ttl_ms: millis(DEFAULT_RUN_TTL),
         };
-        Ok(Self::start(
+        let (queue, jobs) = mpsc::channel();
+        let writer = Writer {
             conn,
+            clock: Clock::Wall,
+            behavior: TransactionBehavior::Deferred,
+            label: path.display().to_string(),
+            desk: None,
+            checkpoints: None,
+        };
+        spawn_writer(writer, jobs, None);
+        Ok(Self::handle(
+            queue,
+            None,
             Clock::Wall,
-            TransactionBehavior::Deferred,
             path,
             Settings {
                 rules,
                 ledger_retention: DEFAULT_LEDGER_RETENTION,
             },
-            None,
         ))
     }
 
-    fn start(
+    /// Posts the journal's records the file lacks, loads the desk, and
+    /// starts the writer and the checkpoints.
+    fn start_owner(
         conn: Connection,
+        lock: schema::OwnerLock,
         clock: Clock,
-        behavior: TransactionBehavior,
         path: &Path,
         settings: Settings,
-        lock: impl Into<Option<schema::OwnerLock>>,
-    ) -> Self {
-        let (queue, jobs) = mpsc::channel();
+    ) -> Result<Self, SqliteOpenError> {
         let label = path.display().to_string();
-        let lock = lock.into();
-        // The owner checkpoints its file; a reader leaves that to it.
-        let checkpointing = lock.is_some().then(|| {
-            let (checkpoints, requests) = mpsc::sync_channel::<()>(1);
-            checkpoint::spawn(path.to_owned(), requests, checkpoint::EVERY);
-            checkpoints
-        });
-        // The thread owns the lock: it is released only once the last
-        // transaction is done, not when the last handle drops.
-        let spawned = std::thread::Builder::new()
-            .name("tollgate-sqlite".to_owned())
-            .spawn(move || {
-                let _lock = lock;
-                writer::run(conn, clock, behavior, jobs, label, checkpointing);
-            });
-        if let Err(error) = spawned {
-            // Every call then finds the queue closed and fails closed.
-            tracing::error!(%error, "could not start the store's writer thread");
-        }
+        let (journal, posted) = recover(path, &conn)?;
+        let (queue, jobs) = mpsc::channel();
+        let desk = schema::open_desk_reader(path).and_then(|file| {
+            Desk::load(file, journal, posted, queue.clone(), label.clone())
+                .map_err(|e| schema::classify(path, e))
+        })?;
+        let desk = Arc::new(Mutex::new(desk));
+        let (checkpoints, requests) = mpsc::sync_channel::<()>(1);
+        checkpoint::spawn(path.to_owned(), requests, checkpoint::EVERY);
+        let writer = Writer {
+            conn,
+            clock: clock.clone(),
+            behavior: TransactionBehavior::Immediate,
+            label,
+            desk: Some(Arc::clone(&desk)),
+            checkpoints: Some(checkpoints),
+        };
+        spawn_writer(writer, jobs, Some(lock));
+        Ok(Self::handle(queue, Some(desk), clock, path, settings))
+    }
+
+    fn handle(
+        queue: mpsc::Sender<Msg>,
+        desk: Option<Arc<Mutex<Desk>>>,
+        clock: Clock,
+        path: &Path,
+        settings: Settings,
+    ) -> Self {
         SqliteStore {
             shared: Arc::new(Shared {
                 queue,
+                desk,
+                clock,
                 path: path.to_owned(),
                 rules: settings.rules,
                 ledger_retention: to_delta(settings.ledger_retention),
@@ -221,7 +269,8 @@ impl SqliteStore {
         &self.shared.path
     }
 
-    /// Runs `op` on the writer thread, in its next transaction.
+    /// Runs `op` on the writer thread, in its next transaction, once the
+    /// journal records written before it are posted.
     async fn call<T: Send + 'static>(
         &self,
         op: impl FnOnce(&mut writer::Db<'_>, &Clock) -> rusqlite::Result<Result<T, StoreError>>
@@ -234,10 +283,41 @@ impl SqliteStore {
             .map_err(|_| StoreError::Unavailable("the store's writer has stopped".to_owned()))?
     }
 
+    /// Runs `op` on the desk, at the store's time, and appends what it
+    /// changed to the journal before answering; if the journal cannot take
+    /// it, or the file cannot be read, nothing of it happened.
+    fn on_desk<T>(
+        &self,
+        op: impl FnOnce(&mut Desk, DateTime<Utc>) -> rusqlite::Result<Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let Some(desk) = &self.shared.desk else {
+            return Err(StoreError::Refused(format!(
+                "sqlite store {} is open to read only",
+                self.shared.path.display()
+            )));
+        };
+        let mut desk = writer::lock(desk);
+        let now = self.shared.clock.now();
+        match op(&mut desk, now) {
+            Ok(answer) => {
+                desk.commit()?;
+                answer
+            }
+            Err(error) => {
+                desk.rollback();
+                tracing::error!(file = %self.shared.path.display(), %error, "cannot read the store's file; the call was refused and nothing was changed");
+                Err(StoreError::Unavailable(format!(
+                    "sqlite store {}: {error}",
+                    self.shared.path.display()
+                )))
+            }
+        }
+    }
+
     /// Reserves `req.amount` against the key and its org, all or nothing;
     /// a retry with the same `exec_id` gets the first answer.
     pub async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
-        match self.reserve_under(req, None).await? {
+        match self.reserve_under(req, None)? {
             ClaimedReserve::Ran(outcome) => Ok(outcome),
             // Only a claim can make a duplicate.
             ClaimedReserve::Duplicate => Err(StoreError::Refused(
@@ -253,25 +333,23 @@ impl SqliteStore {
         req: &ReserveRequest,
         claim: &str,
     ) -> Result<ClaimedReserve, StoreError> {
-        self.reserve_under(req, Some(claim.to_owned())).await
+        self.reserve_under(req, Some(claim))
     }
 
-    async fn reserve_under(
+    fn reserve_under(
         &self,
         req: &ReserveRequest,
-        claim: Option<String>,
+        claim: Option<&str>,
     ) -> Result<ClaimedReserve, StoreError> {
         let rules = self.rules();
-        let req = req.clone();
-        let (outcome, expired) = self
-            .call(move |db, clock| {
-                let now = clock.now();
-                let expired = books::expire_due(db, rules, now, LAZY_SWEEP_LIMIT)?;
-                books::forget_due(db.conn(), now, LAZY_SWEEP_LIMIT)?;
-                let outcome = books::reserve(db, rules, &req, claim.as_deref(), now)?;
-                Ok(Ok((outcome, expired)))
-            })
-            .await?;
+        let (outcome, expired) = self.on_desk(|desk, now| {
+            if let Some(refusal) = desk.refusal() {
+                return Ok(Err(refusal));
+            }
+            let expired = books::expire_due(desk, rules, now, LAZY_SWEEP_LIMIT)?;
+            let outcome = books::reserve(desk, rules, req, claim, now)?;
+            Ok(Ok((outcome, expired)))
+        })?;
         self.log_expired(expired);
         Ok(outcome)
     }
@@ -279,37 +357,28 @@ impl SqliteStore {
     /// Settles a reservation with its actual cost, exactly once.
     pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
         let rules = self.rules();
-        let settlement = settlement.clone();
-        self.call(move |db, clock| books::settle(db, rules, &settlement, clock.now()))
-            .await
+        self.on_desk(|desk, now| books::settle(desk, rules, settlement, now))
     }
 
     /// Applies an operator's refund or credit, once per exec id.
     pub async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
         let rules = self.rules();
-        let adjustment = adjustment.clone();
-        self.call(move |db, clock| control::adjust(db, rules, &adjustment, clock.now()))
-            .await
+        self.on_desk(|desk, now| control::adjust(desk, rules, adjustment, now))
     }
 
     /// Up to `limit` open reservations, oldest first.
     pub async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
-        self.call(move |db, _| control::open_holds(db.conn(), limit).map(Ok))
-            .await
+        self.on_desk(|desk, _| Ok(Ok(desk.open_holds(limit))))
     }
 
     /// A run's cap and counters, if it is remembered.
     pub async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
-        let id = id.to_owned();
-        self.call(move |db, _| books::run_state(db, &id).map(Ok))
-            .await
+        self.on_desk(|desk, _| books::run_state(desk, id).map(Ok))
     }
 
     /// The scope's counters in the period current on the store's clock.
     pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
-        let scope = scope.clone();
-        self.call(move |db, clock| books::scope_state(db, &scope, clock.now()).map(Ok))
-            .await
+        self.on_desk(|desk, now| books::scope_state(desk, scope, now).map(Ok))
     }
 
     /// Whether the writer answers and the file can be read.
@@ -321,30 +390,43 @@ impl SqliteStore {
         .await
     }
 
-    /// Expires every reservation past its deadline, forgets closed records
-    /// past their retention, folds ledger entries older than the ledger
-    /// retention and deletes aggregate rows older than theirs; returns how
-    /// many expired.
+    /// Returns once every call answered before it is posted to the file
+    /// (or the file refused it, which the writer logs).
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.call(|_, _| Ok(Ok(()))).await
+    }
+
+    /// Expires every reservation past its deadline, forgets idle runs,
+    /// closed records past their retention and adjustments past theirs,
+    /// folds ledger entries older than the ledger retention and deletes
+    /// aggregate rows older than theirs; returns how many expired.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
         let rules = self.rules();
+        let mut expired = 0;
+        loop {
+            let page =
+                self.on_desk(|desk, now| books::expire_due(desk, rules, now, SWEEP_PAGE).map(Ok))?;
+            expired += page;
+            if page < SWEEP_PAGE {
+                break;
+            }
+        }
+        self.log_expired(expired);
+        self.on_desk(|desk, now| books::forget_idle_runs(desk, rules, now).map(Ok))?;
         let retention = self.shared.ledger_retention;
         let aggregate_days = self.shared.aggregate_retention_days.load(Ordering::Relaxed);
-        let expired = self
-            .call(move |db, clock| {
-                let now = clock.now();
-                let expired = books::expire_due(db, rules, now, usize::MAX)?;
-                // The statements below read and change counters
-                // themselves.
-                let conn = db.counters_in_sql()?;
-                books::forget_due(conn, now, usize::MAX)?;
-                control::forget_adjustments(conn, now)?;
-                books::forget_idle_runs(conn, rules, now)?;
-                books::fold_before(conn, books::before(now, retention))?;
-                aggregates::drop_before(conn, &first_kept_day(now, aggregate_days))?;
-                Ok(Ok(expired))
-            })
-            .await?;
-        self.log_expired(expired);
+        self.call(move |db, clock| {
+            let now = clock.now();
+            // The statements below read and change counters themselves.
+            let conn = db.counters_in_sql()?;
+            let forgotten = upkeep::forget_due(conn, now)?;
+            control::forget_adjustments(conn, now)?;
+            upkeep::fold_before(conn, upkeep::before(now, retention))?;
+            aggregates::drop_before(conn, &first_kept_day(now, aggregate_days))?;
+            db.forgot(forgotten);
+            Ok(Ok(()))
+        })
+        .await?;
         Ok(expired)
     }
 
@@ -357,15 +439,26 @@ impl SqliteStore {
 
     /// How many reservations are open and the sum of their amounts.
     pub async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
-        self.call(|db, _| books::open_reservations(db.conn()).map(Ok))
-            .await
+        self.on_desk(|desk, _| Ok(Ok(desk.open_sum())))
     }
 
-    /// Every scope and period in the file with its counter, folded sum,
-    /// ledger sum and open sum, sorted by scope and period.
+    /// Every scope and period of the books with its counter, folded sum,
+    /// ledger sum and open sum, sorted by scope and period. Beside the
+    /// gateway that owns the file, or on a file no gateway runs on, the
+    /// books are the file and what its journal holds beyond it.
     pub async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
-        self.call(|db, _| books::reconcile(db.counters_in_sql()?).map(Ok))
+        if self.shared.desk.is_some() {
+            return self
+                .call(|db, _| upkeep::reconcile(db.counters_in_sql()?).map(Ok))
+                .await;
+        }
+        let path = self.shared.path.clone();
+        tokio::task::spawn_blocking(move || reconcile_with_journal(&path))
             .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?
+            .map_err(|e| {
+                StoreError::Unavailable(format!("sqlite store {}: {e}", self.shared.path.display()))
+            })
     }
 
     fn log_expired(&self, expired: usize) {
@@ -373,6 +466,105 @@ impl SqliteStore {
             super::log_expired(None, expired, self.shared.rules.on_expiry);
         }
     }
+}
+
+/// Starts the writer on a thread of its own. The thread holds the owner's
+/// lock: it is released once the last transaction is done, not when the
+/// last handle drops.
+/// The journal's records after `posted`, read back as a batch to post.
+fn unposted_batch(
+    path: &Path,
+    records: Vec<journal::Record>,
+    posted: u64,
+) -> Result<Batch, String> {
+    let (unposted, left) = journal::unposted(records, posted);
+    if left > 0 {
+        tracing::warn!(file = %path.display(), records = left, "journal records after a gap are not posted: the machine lost the ones between (a crash of the machine, not of the gateway)");
+    }
+    let logged = unposted
+        .into_iter()
+        .map(|record| {
+            serde_json::from_slice(&record.payload)
+                .map(|changes| Logged {
+                    seq: record.seq,
+                    changes,
+                })
+                .map_err(|e| format!("its journal record {} cannot be read: {e}", record.seq))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Batch {
+        logged,
+        empties: None,
+    })
+}
+
+/// The books of the file at `path` with its journal's records posted to
+/// them, in a transaction rolled back once read: the file is left as it
+/// was, and its owner's postings wait for the few milliseconds this takes.
+fn reconcile_with_journal(path: &Path) -> Result<Vec<Reconciliation>, String> {
+    let conn = schema::open_reader(path).map_err(|e| e.to_string())?;
+    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+        // A file this process may not write: its journal cannot be
+        // applied to it, and no gateway can be writing it either.
+        if error.sqlite_error_code() != Some(rusqlite::ErrorCode::ReadOnly) {
+            return Err(error.to_string());
+        }
+        return upkeep::reconcile(&conn).map_err(|e| e.to_string());
+    }
+    let read = (|| {
+        let posted = schema::journal_seq(&conn).map_err(|e| e.to_string())?;
+        let records = Journal::read(path).map_err(|e| format!("cannot read its journal: {e}"))?;
+        let batch = unposted_batch(path, records, posted)?;
+        let mut db = writer::Db::new(&conn);
+        db.apply(&batch).map_err(|e| e.to_string())?;
+        let conn = db.counters_in_sql().map_err(|e| e.to_string())?;
+        upkeep::reconcile(conn).map_err(|e| e.to_string())
+    })();
+    let _ = conn.execute_batch("ROLLBACK");
+    read
+}
+
+fn spawn_writer(writer: Writer, jobs: mpsc::Receiver<Msg>, lock: Option<schema::OwnerLock>) {
+    let spawned = std::thread::Builder::new()
+        .name("tollgate-sqlite".to_owned())
+        .spawn(move || {
+            let _lock = lock;
+            writer.run(&jobs);
+        });
+    if let Err(error) = spawned {
+        // Every job then finds the queue closed and fails closed.
+        tracing::error!(%error, "could not start the store's writer thread");
+    }
+}
+
+/// Posts the journal's records that follow the last one the file has, in
+/// one transaction, then empties the journal; returns it and the sequence
+/// number posted up to. A record whose checksum holds but which this
+/// binary cannot read refuses the start: it may be an answered call.
+fn recover(path: &Path, conn: &Connection) -> Result<(Journal, u64), SqliteOpenError> {
+    let open_error = |reason: String| SqliteOpenError::Open {
+        path: path.to_owned(),
+        reason,
+    };
+    let (mut journal, records) =
+        Journal::open(path).map_err(|e| open_error(format!("cannot open its journal: {e}")))?;
+    let posted = schema::journal_seq(conn).map_err(|e| schema::classify(path, e))?;
+    let batch =
+        unposted_batch(path, records, posted).map_err(|reason| SqliteOpenError::Corrupt {
+            path: path.to_owned(),
+            reason,
+        })?;
+    let reached = batch.last_seq().unwrap_or(posted);
+    if !batch.logged.is_empty() {
+        writer::Db::new(conn)
+            .post(&batch)
+            .map_err(|e| open_error(format!("cannot post its journal: {e}")))?;
+        tracing::info!(file = %path.display(), records = batch.logged.len(), "posted the journal records the last run left");
+    }
+    journal
+        .empty_all()
+        .map_err(|e| open_error(format!("cannot empty its journal: {e}")))?;
+    Ok((journal, reached))
 }
 
 /// The admin API's keys and orgs (see `budget::records`), in the `records`

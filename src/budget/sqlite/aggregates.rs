@@ -1,18 +1,18 @@
 //! The SQLite store's spend aggregates (see `budget::aggregates`): the
-//! `aggregates` table, one row per day, key, run and model, upserted by every
-//! ledger entry in the entry's own transaction, so a row never disagrees
-//! with the ledger it sums. Rows of days older than the aggregate
+//! `aggregates` table, one row per day, key, run and model, upserted with
+//! the ledger entries of each posting in their own transaction, so a row
+//! never disagrees with the ledger it sums. Rows of days older than the aggregate
 //! retention are deleted by the sweep.
 
 use rusqlite::Connection;
 
-use crate::budget::aggregates::{calls_of, day_id, day_of, SpendQuery, SpendRow};
-use crate::budget::LedgerEntry;
+use crate::budget::aggregates::{day_id, SpendQuery, SpendRow};
 
 type Sql<T> = rusqlite::Result<T>;
 
-/// Adds one ledger entry to its row.
-pub(super) fn add(conn: &Connection, entry: &LedgerEntry) -> Sql<()> {
+/// Adds the sums of `row` (the ledger entries of one posting, of its day,
+/// key, run and model) to the file's row.
+pub(super) fn add(conn: &Connection, row: &SpendRow) -> Sql<()> {
     conn.prepare_cached(
         "INSERT INTO aggregates (day, key, org, model, calls, input_tokens, cached_input_tokens,
              cache_write_tokens, output_tokens, cost_usd_micros, run)
@@ -26,17 +26,17 @@ pub(super) fn add(conn: &Connection, entry: &LedgerEntry) -> Sql<()> {
              cost_usd_micros = cost_usd_micros + excluded.cost_usd_micros",
     )?
     .execute(rusqlite::params![
-        day_of(entry.at),
-        entry.key,
-        entry.org,
-        entry.model,
-        calls_of(entry.status),
-        entry.usage.input,
-        entry.usage.cached_input,
-        entry.usage.cache_write,
-        entry.usage.output,
-        entry.actual,
-        entry.run.as_deref().unwrap_or_default(),
+        row.day,
+        row.key,
+        row.org,
+        row.model,
+        row.calls,
+        row.input_tokens,
+        row.cached_input_tokens,
+        row.cache_write_tokens,
+        row.output_tokens,
+        row.cost_usd_micros,
+        row.run,
     ])?;
     Ok(())
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use super::books::{limit_arg, millis};
+use super::record::millis;
+use super::upkeep::limit_arg;
 use super::{Clock, SqliteStore};
 use crate::budget::alerts::{AlertEvent, QueuedAlert, ALERT_ID_RETENTION};
 use crate::budget::StoreError;

@@ -10,15 +10,33 @@
 //! has grown by a few megabytes. A `PASSIVE` checkpoint never waits for
 //! the writer nor holds it up; once it has copied the whole log, the
 //! writer's next commit starts the log again from its beginning.
+//! [`LogLength`] tells the writer how long its log is.
 
+use std::ffi::c_int;
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
 /// How often the log is copied into the database file.
 pub(super) const EVERY: Duration = Duration::from_secs(2);
+
+/// The checkpoint thread copies the log into the database without holding
+/// the writer up, but the log starts again from its beginning only when a
+/// commit finds it all copied, which a writer that never pauses never
+/// does. Past this size the writer itself copies the rest and starts the
+/// log again: one short stall of the postings per this many bytes of
+/// calls, instead of a log that grows as long as the load lasts.
+pub(super) const MAX_LOG_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Each time the log has grown by this much, the checkpoint thread is
+/// asked to copy it into the database now rather than at its next turn:
+/// what the writer must copy itself when it starts the log again is then
+/// only what came after.
+pub(super) const COPY_EVERY_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Starts checkpointing the file at `path` `every` so often, and at once on
 /// each of the writer's `requests`, until the writer drops their sender
@@ -59,5 +77,82 @@ fn run(path: &std::path::Path, requests: &Receiver<()>, every: Duration) {
             }
             Err(_) => {}
         }
+    }
+}
+
+/// How long the write-ahead log is, as SQLite reports it after each commit
+/// (the number of frames it holds, which drops to the commit's own when
+/// the log starts again from its beginning). The log's file keeps its
+/// length when the log starts again, so the file's size says nothing of
+/// what is still to copy.
+pub(super) struct LogLength {
+    frames: Arc<AtomicU64>,
+    frame_bytes: u64,
+    max_bytes: u64,
+    /// The length past which the checkpoint thread is next asked to copy.
+    next_copy: u64,
+}
+
+impl LogLength {
+    /// Watches the log of `conn`, to be started again past `max_bytes`.
+    pub(super) fn watch(conn: &mut Connection, label: &str, max_bytes: u64) -> Option<LogLength> {
+        let page_bytes: u64 = match conn.query_row("PRAGMA page_size", [], |row| row.get(0)) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::warn!(file = label, %error, "cannot read the store's page size; its log is not watched");
+                return None;
+            }
+        };
+        let frames = Arc::new(AtomicU64::new(0));
+        let seen = Arc::clone(&frames);
+        let hooked = conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, frames: c_int| {
+            seen.store(u64::try_from(frames).unwrap_or(0), Ordering::Relaxed);
+            Ok(())
+        }));
+        if let Err(error) = hooked {
+            tracing::warn!(file = label, %error, "cannot watch the store's log");
+            return None;
+        }
+        Some(LogLength {
+            frames,
+            // Each frame is a page behind a 24-byte header.
+            frame_bytes: page_bytes + 24,
+            max_bytes,
+            next_copy: COPY_EVERY_BYTES,
+        })
+    }
+
+    fn bytes(&self) -> u64 {
+        self.frames.load(Ordering::Relaxed) * self.frame_bytes
+    }
+
+    /// Asks the checkpoint thread to copy the log now if it has grown by
+    /// [`COPY_EVERY_BYTES`] since it last asked (or started again).
+    pub(super) fn ask_for_copy(&mut self, checkpoints: &SyncSender<()>) {
+        let bytes = self.bytes();
+        if bytes >= self.next_copy {
+            // One request waiting is enough: a full queue is one the
+            // thread has yet to take.
+            let _ = checkpoints.try_send(());
+            self.next_copy = bytes + COPY_EVERY_BYTES;
+        } else {
+            // The log started again since: count from where it is.
+            self.next_copy = self.next_copy.min(bytes + COPY_EVERY_BYTES);
+        }
+    }
+
+    /// Copies what is left of a log grown past its limit into the
+    /// database and starts it again from its beginning; says whether it
+    /// did.
+    pub(super) fn restart_if_long(&mut self, conn: &Connection, label: &str) -> bool {
+        if self.bytes() <= self.max_bytes {
+            return false;
+        }
+        self.frames.store(0, Ordering::Relaxed);
+        self.next_copy = COPY_EVERY_BYTES;
+        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
+            tracing::warn!(file = label, %error, "could not restart the store's log");
+        }
+        true
     }
 }

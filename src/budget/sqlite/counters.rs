@@ -1,12 +1,11 @@
-//! The counters the store's thread keeps in memory.
+//! The counters the writer keeps in memory.
 //!
-//! One process owns the file and every change to it goes through its one
-//! thread, so what that thread last read or wrote of a counter is what the
-//! file holds. A reserve or a settle reads its counters from memory, and a
-//! counter that the calls of a transaction moved is written once when the
-//! transaction commits, however many of them moved it: under load, one
-//! transaction holds many calls of the same key and org. A failed
-//! transaction forgets every counter, to be read again from the file.
+//! One process owns the file and every change to it goes through its
+//! writer, so what the writer last read or wrote of a counter is what the
+//! file holds. A counter that the changes of a posting moved is written
+//! once when its transaction commits, however many of them moved it: one
+//! posting holds many calls of the same key and org. A failed transaction
+//! forgets every counter, to be read again from the file.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -44,6 +43,7 @@ struct Counter {
 
 impl Counters {
     /// `(spent, reserved)` of one scope and period: zero if it has none.
+    #[cfg(test)]
     pub(super) fn get(
         &mut self,
         conn: &Connection,
@@ -103,6 +103,13 @@ impl Counters {
         }
         self.moved.clear();
         Ok(())
+    }
+
+    /// Forgets one counter whose row is deleted.
+    pub(super) fn drop_one(&mut self, kind: ScopeKind, id: &str, period_id: &str) {
+        let key = key_of(kind, id, period_id);
+        self.known.remove(&key);
+        self.moved.retain(|moved| *moved != key);
     }
 
     /// Forgets every counter, written or not: after a transaction that

@@ -5,9 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rusqlite::TransactionBehavior;
-
-use super::{books, schema, Clock, Rules, Settings, SqliteStore};
+use super::{schema, upkeep, writer, Clock, Rules, Settings, SqliteStore};
 use crate::budget::memory::testing::ManualClock;
 use crate::budget::{
     LedgerEntry, OnExpiry, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
@@ -36,10 +34,10 @@ impl SqliteStore {
                 opened => break opened.unwrap(),
             }
         };
-        Self::start(
+        Self::start_owner(
             conn,
+            lock,
             Clock::Manual(clock),
-            TransactionBehavior::Immediate,
             path,
             Settings {
                 rules: Rules {
@@ -50,15 +48,35 @@ impl SqliteStore {
                 },
                 ledger_retention: DEFAULT_LEDGER_RETENTION,
             },
-            lock,
         )
+        .unwrap()
     }
 
     /// Every ledger entry not yet folded, oldest first.
     pub(crate) async fn ledger(&self) -> Vec<LedgerEntry> {
-        self.call(|db, _| books::ledger(db.conn()).map(Ok))
+        self.call(|db, _| upkeep::ledger(db.conn()).map(Ok))
             .await
             .unwrap()
+    }
+
+    /// Stops the store as a crash would: the writer ends without posting
+    /// what the desk holds, which is left in the journal.
+    pub(crate) fn crash(self) {
+        let _ = self.shared.queue.send(writer::Msg::Crash);
+    }
+
+    /// Stops (or starts again) posting the journal to the file, as if the
+    /// writer were held up.
+    pub(crate) fn set_posting(&self, on: bool) {
+        let _ = self.shared.queue.send(writer::Msg::Posting(on));
+    }
+
+    /// How many journal records the file may refuse before reserves fail
+    /// closed.
+    pub(crate) fn set_max_backlog(&self, records: usize) {
+        if let Some(desk) = &self.shared.desk {
+            writer::lock(desk).set_max_backlog(records);
+        }
     }
 
     /// Caps the file at `pages` pages (`None`: no cap), as a full disk

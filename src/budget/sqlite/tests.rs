@@ -8,13 +8,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{TimeDelta, TimeZone, Utc};
-use rusqlite::{Connection, StatementStatus};
+use chrono::{TimeZone, Utc};
+use rusqlite::Connection;
 
 use super::books::{self, Rules};
+use super::desk::Desk;
+use super::journal::Journal;
 use super::schema::{self, lock_path, SCHEMA_VERSION};
-use super::writer::Db;
-use super::{SqliteOpenError, SqliteStore, LAZY_SWEEP_LIMIT};
+use std::sync::mpsc::Sender;
+
+use super::writer::{self, Db, Msg, Writer};
+use super::{Clock, SqliteOpenError, SqliteStore};
 use crate::budget::memory::testing::ManualClock;
 use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
 use crate::budget::{
@@ -89,31 +93,6 @@ async fn reopen(path: &Path) -> SqliteStore {
     panic!("{} stayed locked", path.display());
 }
 
-#[test]
-fn the_lazy_sweep_of_every_reserve_is_compiled_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let (conn, _lock) = schema::open_owner(&db(&dir)).unwrap();
-    let rules = Rules {
-        epsilon: 100,
-        on_expiry: OnExpiry::Charge,
-        closed_ms: 120_000,
-        run_ttl_ms: 86_400_000,
-    };
-    let now = Utc::now();
-    for n in 0..5 {
-        let at = now + TimeDelta::milliseconds(n);
-        books::expire_due(&mut Db::new(&conn), rules, at, LAZY_SWEEP_LIMIT).unwrap();
-        books::forget_due(&conn, at, LAZY_SWEEP_LIMIT).unwrap();
-    }
-    for sql in [
-        books::expire_due_sql(LAZY_SWEEP_LIMIT),
-        books::forget_due_sql(LAZY_SWEEP_LIMIT),
-    ] {
-        let statement = conn.prepare_cached(&sql).unwrap();
-        assert_eq!(statement.get_status(StatementStatus::RePrepare), 0, "{sql}");
-    }
-}
-
 #[tokio::test]
 async fn the_books_survive_closing_and_reopening_the_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -148,6 +127,115 @@ async fn the_books_survive_closing_and_reopening_the_file() {
     }
     let rows = store.reconcile().await.unwrap();
     assert!(rows.iter().all(|row| row.drift() == 0), "{rows:?}");
+}
+
+/// A crash leaves the calls answered since the last posting in the
+/// journal only: the next open posts them, and the books are whole.
+#[tokio::test]
+async fn calls_answered_before_a_crash_are_posted_from_the_journal_when_the_file_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let store = open(&path).unwrap();
+    store.reserve(&request("a", 4_000)).await.unwrap();
+    store.settle(&settlement("a", 3_000)).await.unwrap();
+    store.flush().await.unwrap();
+    // Answered, then the process dies before the writer posts them.
+    store.set_posting(false);
+    store.reserve(&request("b", 2_000)).await.unwrap();
+    store.settle(&settlement("b", 1_500)).await.unwrap();
+    store.reserve(&request("c", 500)).await.unwrap();
+    store.crash();
+    let journal: u64 = super::journal::paths(&path)
+        .iter()
+        .map(|part| std::fs::metadata(part).map_or(0, |meta| meta.len()))
+        .sum();
+    assert!(journal > 0, "the journal holds nothing");
+    let ledger_rows = |path: &Path| -> i64 {
+        Connection::open(path)
+            .unwrap()
+            .query_row("SELECT COUNT(*) FROM ledger", [], |row| row.get(0))
+            .unwrap()
+    };
+    assert_eq!(ledger_rows(&path), 1, "posted after all");
+
+    // A reader beside no gateway counts the journal in, and changes nothing.
+    let reader = SqliteStore::open_reader(&path).unwrap();
+    let rows = reader.reconcile().await.unwrap();
+    assert_eq!(
+        (rows[0].counter, rows[0].ledger, rows[0].open),
+        (5_000, 4_500, 500)
+    );
+    drop(reader);
+    assert_eq!(ledger_rows(&path), 1);
+
+    let store = reopen(&path).await;
+    assert_eq!(ledger_rows(&path), 2, "not posted at open");
+    let state = store.scope_state(&key(10_000)).await.unwrap();
+    assert_eq!((state.spent, state.reserved), (4_500, 500));
+    assert!(!store.settle(&settlement("b", 1_500)).await.unwrap().applied);
+    assert_eq!(
+        store.settle(&settlement("c", 400)).await.unwrap().status,
+        LedgerStatus::Ok
+    );
+    let rows = store.reconcile().await.unwrap();
+    assert!(rows.iter().all(|row| row.drift() == 0), "{rows:?}");
+    // The journal was emptied once posted.
+    drop(store);
+    let store = reopen(&path).await;
+    let state = store.scope_state(&key(10_000)).await.unwrap();
+    assert_eq!((state.spent, state.reserved), (4_900, 0));
+}
+
+/// A journal record a crash cut short was never answered: it is left
+/// out, and the whole records before it are posted.
+#[tokio::test]
+async fn a_journal_record_cut_short_by_a_crash_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let store = open(&path).unwrap();
+    store.set_posting(false);
+    store.reserve(&request("a", 1_000)).await.unwrap();
+    store.reserve(&request("b", 2_000)).await.unwrap();
+    store.crash();
+    let active = super::journal::paths(&path)
+        .into_iter()
+        .find(|part| std::fs::metadata(part).is_ok_and(|meta| meta.len() > 0))
+        .expect("no journal file holds the calls");
+    let len = std::fs::metadata(&active).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&active)
+        .unwrap()
+        .set_len(len - 5)
+        .unwrap();
+
+    let store = reopen(&path).await;
+    let state = store.scope_state(&key(10_000)).await.unwrap();
+    assert_eq!(state.reserved, 1_000);
+    let rows = store.reconcile().await.unwrap();
+    assert!(rows.iter().all(|row| row.drift() == 0), "{rows:?}");
+}
+
+/// The file follows the calls a moment behind, with nobody asking.
+#[tokio::test]
+async fn the_file_has_each_call_a_moment_after_it_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let store = open(&path).unwrap();
+    store.reserve(&request("a", 1_000)).await.unwrap();
+    store.settle(&settlement("a", 640)).await.unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let mut in_ledger = 0;
+    for _ in 0..100 {
+        in_ledger = conn
+            .query_row("SELECT COUNT(*) FROM ledger", [], |row| row.get(0))
+            .unwrap();
+        if in_ledger == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(in_ledger, 1, "the settle never reached the file");
 }
 
 #[tokio::test]
@@ -370,17 +458,24 @@ async fn a_missing_or_unwritable_directory_is_a_clear_start_up_error() {
     }
 }
 
+/// A file that refuses its postings (full, as a size limit makes it):
+/// calls are answered from the journal while it holds them, then reserves
+/// fail closed, changing nothing; once the file takes its postings again,
+/// the store serves again by itself and the file holds every answered
+/// call.
 #[tokio::test]
-async fn a_full_disk_fails_closed_changes_nothing_and_recovers_by_itself() {
+async fn a_full_file_keeps_calls_in_the_journal_then_fails_closed_and_recovers_by_itself() {
     let dir = tempfile::tempdir().unwrap();
     let path = db(&dir);
     let store = open(&path).unwrap();
     store.reserve(&request("first", 10)).await.unwrap();
+    store.flush().await.unwrap();
     let pages: u32 = Connection::open(&path)
         .unwrap()
         .query_row("PRAGMA page_count", [], |row| row.get(0))
         .unwrap();
     store.limit_pages(Some(pages)).await.unwrap();
+    store.set_max_backlog(20);
 
     let mut reserved = 10;
     let mut failed = None;
@@ -394,26 +489,42 @@ async fn a_full_disk_fails_closed_changes_nothing_and_recovers_by_itself() {
                 break;
             }
         }
+        // The file takes none of them; the writer keeps trying.
+        store.flush().await.unwrap();
     }
     let (refused_id, error) = failed.expect("the page limit was never reached");
     assert!(matches!(error, StoreError::Unavailable(_)), "{error}");
     assert!(error.to_string().contains("full"), "{error}");
+    assert!(reserved > 10, "no call was kept in the journal");
 
-    // Nothing of the refused call was kept.
+    // Nothing of the refused call was kept; a settle is still taken.
     let state = store.scope_state(&key(10_000)).await.unwrap();
     assert_eq!(state.reserved, reserved);
-    let rows = store.reconcile().await.unwrap();
-    assert!(rows.iter().all(|row| row.drift() == 0), "{rows:?}");
+    store.settle(&settlement("first", 4)).await.unwrap();
 
-    // Space returns: the same call goes through, with no restart.
+    // Space returns: the same call goes through, with no restart, and
+    // the file has every call answered.
     store.limit_pages(None).await.unwrap();
+    store.flush().await.unwrap();
     assert!(store
         .reserve(&request(&refused_id, 1))
         .await
         .unwrap()
         .is_reserved());
+    store.flush().await.unwrap();
     let state = store.scope_state(&key(10_000)).await.unwrap();
-    assert_eq!(state.reserved, reserved + 1);
+    assert_eq!((state.spent, state.reserved), (4, reserved - 10 + 1));
+    let in_file: (u64, u64) = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT spent_usd_micros, reserved_usd_micros FROM counters WHERE scope_kind = 'key'",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(in_file, (state.spent, state.reserved));
+    let rows = store.reconcile().await.unwrap();
+    assert!(rows.iter().all(|row| row.drift() == 0), "{rows:?}");
 }
 
 #[tokio::test]
@@ -423,6 +534,8 @@ async fn the_ledger_is_a_table_an_operator_can_query() {
     let store = open(&path).unwrap();
     store.reserve(&request("a", 1_000)).await.unwrap();
     store.settle(&settlement("a", 640)).await.unwrap();
+    // Posted a moment after it was answered.
+    store.flush().await.unwrap();
 
     let conn = Connection::open(&path).unwrap();
     let row: (String, String, i64, i64, i64, String, String) = conn
@@ -547,11 +660,10 @@ fn file_to_fill(dir: &tempfile::TempDir) -> (PathBuf, Connection, schema::OwnerL
 }
 
 /// The writer asks for a copy each time the log has grown by a few
-/// megabytes while its commits hold several calls each, and never while
-/// calls come one at a time.
+/// megabytes.
 #[test]
-fn a_copy_is_asked_for_only_while_calls_come_together() {
-    use super::writer::{LogLength, COPY_EVERY_BYTES};
+fn a_copy_is_asked_for_each_time_the_log_grows_by_a_step() {
+    use super::checkpoint::{LogLength, COPY_EVERY_BYTES};
 
     let dir = tempfile::tempdir().unwrap();
     let (path, mut conn, _lock) = file_to_fill(&dir);
@@ -559,30 +671,22 @@ fn a_copy_is_asked_for_only_while_calls_come_together() {
     let (ask, requests) = std::sync::mpsc::sync_channel(1);
     let mut log_file = path.clone().into_os_string();
     log_file.push("-wal");
-    let log_bytes = || std::fs::metadata(&log_file).map_or(0, |file| file.len());
-    let mut asked = |calls_per_commit: usize| {
-        let mut asked = 0;
-        // Some 5 KiB a commit, 20 MiB or more in all; the log never starts
-        // again, so its file's size is its length.
-        for n in 0..4_000 {
-            conn.execute("INSERT INTO filler VALUES (?1, zeroblob(3500))", [n])
-                .unwrap();
-            log.committed(calls_per_commit);
-            log.ask_for_copy(&ask);
-            if requests.try_recv().is_ok() {
-                asked += 1;
-            }
+    let mut asked = 0;
+    // Some 5 KiB a commit, 20 MiB or more in all; the log never starts
+    // again, so its file's size is its length.
+    for n in 0..4_000 {
+        conn.execute("INSERT INTO filler VALUES (?1, zeroblob(3500))", [n])
+            .unwrap();
+        log.ask_for_copy(&ask);
+        if requests.try_recv().is_ok() {
+            asked += 1;
         }
-        asked
-    };
-    assert_eq!(asked(1), 0, "one call at a time");
-    let before = log_bytes();
-    let together = asked(4);
-    let grown = (log_bytes() - before) / COPY_EVERY_BYTES;
+    }
+    let grown = std::fs::metadata(&log_file).unwrap().len() / COPY_EVERY_BYTES;
     assert!(grown >= 4, "the log grew {grown} times the step");
     assert!(
-        (grown - 1..=grown + 1).contains(&together),
-        "the log grew {grown} times the step with four calls a commit: asked {together} times"
+        (grown - 1..=grown + 1).contains(&asked),
+        "the log grew {grown} times the step: asked {asked} times"
     );
 }
 
@@ -591,15 +695,16 @@ fn a_copy_is_asked_for_only_while_calls_come_together() {
 /// size would call for a restart after every commit from the first one on.
 #[test]
 fn the_log_starts_again_past_its_limit_and_only_then() {
-    use super::writer::LogLength;
+    use super::checkpoint::LogLength;
 
     let dir = tempfile::tempdir().unwrap();
     let (path, mut conn, _lock) = file_to_fill(&dir);
-    let limit = 64 * 1024;
+    let limit = 128 * 1024;
     let mut log = LogLength::watch(&mut conn, "test", limit).unwrap();
     let mut restarts = 0;
     for n in 0..400 {
-        // About 4 KiB a commit: some 16 commits fill the limit.
+        // About 8 KiB a commit (two pages): some 16 commits fill the
+        // limit.
         conn.execute("INSERT INTO filler VALUES (?1, zeroblob(3500))", [n])
             .unwrap();
         if log.restart_if_long(&conn, "test") {
@@ -615,43 +720,45 @@ fn the_log_starts_again_past_its_limit_and_only_then() {
     );
     assert!(
         (10..=40).contains(&restarts),
-        "400 commits of 4 KiB past a 64 KiB limit: {restarts} restarts"
+        "400 commits of 8 KiB past a 128 KiB limit: {restarts} restarts"
     );
+}
+
+/// A writer of its own on `conn`, with no desk, and the queue to it.
+fn writer_on(conn: Connection) -> (Sender<Msg>, std::thread::JoinHandle<()>) {
+    let (queue, jobs) = std::sync::mpsc::channel();
+    let writer = Writer {
+        conn,
+        clock: Clock::Wall,
+        behavior: rusqlite::TransactionBehavior::Immediate,
+        label: "test".to_owned(),
+        desk: None,
+        checkpoints: None,
+    };
+    (queue, std::thread::spawn(move || writer.run(&jobs)))
 }
 
 /// Runs `op` in its own transaction on the writer of `queue` and waits for
 /// its answer.
 fn on_writer<T: Send + 'static>(
-    queue: &std::sync::mpsc::Sender<Box<dyn super::writer::Job>>,
-    op: impl FnOnce(&mut Db<'_>, &super::Clock) -> rusqlite::Result<Result<T, StoreError>>
-        + Send
-        + 'static,
+    queue: &Sender<Msg>,
+    op: impl FnOnce(&mut Db<'_>, &Clock) -> rusqlite::Result<Result<T, StoreError>> + Send + 'static,
 ) -> Result<T, StoreError> {
-    super::writer::call(queue, op)
+    writer::call(queue, op)
         .unwrap()
         .blocking_recv()
         .expect("a call was dropped unanswered")
 }
 
-/// The writer keeps the counters in memory and writes each one its calls
-/// moved when the transaction commits; a transaction that fails forgets
-/// them, so what it moved is neither seen nor written.
+/// The writer keeps the counters in memory and writes each one its
+/// changes moved when the transaction commits; a transaction that fails
+/// forgets them, so what it moved is neither seen nor written.
 #[test]
 fn the_counters_a_failed_transaction_moved_are_forgotten() {
     let dir = tempfile::tempdir().unwrap();
     let path = db(&dir);
     let (conn, _lock) = schema::open_owner(&path).unwrap();
-    let (queue, jobs) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        super::writer::run(
-            conn,
-            super::Clock::Wall,
-            rusqlite::TransactionBehavior::Immediate,
-            jobs,
-            "counters".to_owned(),
-            None,
-        )
-    });
+    let (queue, thread) = writer_on(conn);
     let in_file = || -> (u64, u64) {
         Connection::open(&path)
             .unwrap()
@@ -694,31 +801,19 @@ fn the_counters_a_failed_transaction_moved_are_forgotten() {
     })
     .unwrap();
     assert_eq!(in_file(), (0, 3));
-    drop(queue);
+    queue.send(Msg::Stop).unwrap();
     thread.join().unwrap();
 }
 
-/// Calls queued from many threads at once: each is run exactly once, in
+/// Jobs queued from many threads at once: each is run exactly once, in
 /// one of the writer's transactions, and every one is answered.
 #[test]
-fn calls_queued_from_many_threads_are_each_run_once_and_all_answered() {
-    use super::{writer, Clock};
-
+fn jobs_queued_from_many_threads_are_each_run_once_and_all_answered() {
     let dir = tempfile::tempdir().unwrap();
     let (conn, _lock) = schema::open_owner(&db(&dir)).unwrap();
     conn.execute_batch("CREATE TABLE hits (thread INTEGER, n INTEGER)")
         .unwrap();
-    let (queue, jobs) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        writer::run(
-            conn,
-            Clock::Wall,
-            rusqlite::TransactionBehavior::Immediate,
-            jobs,
-            "racing".to_owned(),
-            None,
-        )
-    });
+    let (queue, thread) = writer_on(conn);
     const THREADS: i64 = 8;
     const CALLS: i64 = 400;
     let callers: Vec<_> = (0..THREADS)
@@ -747,7 +842,7 @@ fn calls_queued_from_many_threads_are_each_run_once_and_all_answered() {
     for caller in callers {
         caller.join().unwrap();
     }
-    let counted = writer::call(&queue, |db, _| {
+    let counted = on_writer(&queue, |db, _| {
         let conn = db.conn();
         let distinct: i64 = conn.query_row(
             "SELECT COUNT(*) FROM (SELECT DISTINCT thread, n FROM hits)",
@@ -757,17 +852,14 @@ fn calls_queued_from_many_threads_are_each_run_once_and_all_answered() {
         let all: i64 = conn.query_row("SELECT COUNT(*) FROM hits", [], |row| row.get(0))?;
         Ok(Ok((distinct, all)))
     })
-    .unwrap()
-    .blocking_recv()
-    .unwrap()
     .unwrap();
     assert_eq!(counted, (THREADS * CALLS, THREADS * CALLS));
-    drop(queue);
+    queue.send(Msg::Stop).unwrap();
     thread.join().unwrap();
 }
 
 #[tokio::test]
-async fn a_new_file_has_small_pages_and_an_older_file_keeps_its_own() {
+async fn a_new_file_has_4_kib_pages_and_an_older_file_keeps_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let page_size = |path: &Path| -> i64 {
         Connection::open(path)
@@ -777,19 +869,40 @@ async fn a_new_file_has_small_pages_and_an_older_file_keeps_its_own() {
     };
     let path = db(&dir);
     drop(open(&path).unwrap());
-    assert_eq!(page_size(&path), 1024);
+    assert_eq!(page_size(&path), 4096);
 
-    // A file made with SQLite's default size is opened as it is.
+    // A file made with 1 KiB pages, as earlier versions did, keeps them.
     let older = dir.path().join("older.db");
     {
         let conn = Connection::open(&older).unwrap();
-        conn.execute_batch("PRAGMA page_size = 4096; VACUUM;")
+        conn.execute_batch("PRAGMA page_size = 1024; VACUUM;")
             .unwrap();
     }
     drop(open(&older).unwrap());
-    assert_eq!(page_size(&older), 4096);
+    assert_eq!(page_size(&older), 1024);
     let store = reopen(&older).await;
     store.reserve(&request("after", 10)).await.unwrap();
+}
+
+/// Decides on a desk over the file at `path`, with today's rules, and
+/// posts what was decided through `conn`: books as a binary of the file's
+/// version wrote them.
+fn write_books(path: &Path, conn: &Connection, decide: impl FnOnce(&mut Desk)) {
+    let journal = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(&journal.path().join("old.db")).unwrap();
+    let (wake, _woken) = std::sync::mpsc::channel();
+    let mut desk = Desk::load(
+        Connection::open(path).unwrap(),
+        journal,
+        0,
+        wake,
+        "old".to_owned(),
+    )
+    .unwrap();
+    decide(&mut desk);
+    desk.commit().unwrap();
+    let batch = desk.take_batch().unwrap();
+    Db::new(conn).post(&batch).unwrap();
 }
 
 fn record_write(id: &str, expect: Option<u64>, body: &str) -> RecordWrite {
@@ -847,13 +960,13 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
                  PRIMARY KEY (day, key, run, model))",
         )
         .unwrap();
-        let mut db = Db::new(&conn);
-        books::reserve(&mut db, rules, &request("a", 4_000), None, start).unwrap();
-        books::settle(&mut db, rules, &settlement("a", 3_000), start)
-            .unwrap()
-            .unwrap();
-        books::reserve(&mut db, rules, &request("b", 2_000), None, start).unwrap();
-        db.counters_in_sql().unwrap();
+        write_books(&path, &conn, |desk| {
+            books::reserve(desk, rules, &request("a", 4_000), None, start).unwrap();
+            books::settle(desk, rules, &settlement("a", 3_000), start)
+                .unwrap()
+                .unwrap();
+            books::reserve(desk, rules, &request("b", 2_000), None, start).unwrap();
+        });
         conn.execute_batch(
             "ALTER TABLE ledger DROP COLUMN note;
              ALTER TABLE reservations DROP COLUMN model;
@@ -969,9 +1082,9 @@ async fn a_version_4_file_is_upgraded_and_its_reservations_name_no_model() {
              ALTER TABLE reservations ADD COLUMN run_id TEXT;",
         )
         .unwrap();
-        let mut db = Db::new(&conn);
-        books::reserve(&mut db, rules, &request("old", 1_000), None, start).unwrap();
-        db.counters_in_sql().unwrap();
+        write_books(&path, &conn, |desk| {
+            books::reserve(desk, rules, &request("old", 1_000), None, start).unwrap();
+        });
         conn.execute_batch(
             "ALTER TABLE reservations DROP COLUMN model;
              ALTER TABLE reservations DROP COLUMN run_id;",

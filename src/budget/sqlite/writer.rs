@@ -1,55 +1,75 @@
-//! The one thread that talks to the file. Calls queue up while a commit is
-//! under way and the next transaction takes them all (group commit), so
-//! concurrent calls share one commit instead of waiting for one each. No
-//! call is answered before the transaction holding its change is committed,
-//! and a failed transaction answers every call in it `Unavailable`, having
-//! changed nothing: the gateway fails closed, and the next transaction
-//! tries again, so the store recovers by itself once the disk does.
+//! The one thread that writes the file. It posts the desk's journal
+//! records a moment after the first of them comes (so one transaction
+//! takes many calls), and runs the store's other operations (the admin
+//! API's records, alerts, the sweep's upkeep, reconcile) as jobs, each
+//! answered once the transaction holding it is committed.
+//!
+//! A posting that fails changes nothing in the file: its records stay in
+//! the journal and are posted again, a little later, until the file takes
+//! them, so the store recovers by itself once the disk does. A failed job
+//! answers `Unavailable`, having changed nothing.
 
-use std::ffi::c_int;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, SyncSender};
-use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
+use super::change;
+use super::checkpoint::{LogLength, MAX_LOG_BYTES};
 use super::counters::Counters;
+use super::desk::{Batch, Desk};
 use super::Clock;
 use crate::budget::{ScopeKind, StoreError};
-use crate::money::{UsdMicros, UsdMicrosDelta};
+#[cfg(test)]
+use crate::money::UsdMicros;
+use crate::money::UsdMicrosDelta;
 
-/// The most calls one transaction takes: enough to absorb a burst, few
-/// enough that one commit never holds a call up for long.
+/// The most jobs one transaction takes: enough to absorb a burst, few
+/// enough that one commit never holds a job up for long.
 const MAX_BATCH: usize = 512;
 
-/// The checkpoint thread copies the log into the database without holding
-/// the writer up, but the log starts again from its beginning only when a
-/// commit finds it all copied, which a writer that never pauses never
-/// does. Past this size the writer itself copies the rest and starts the
-/// log again: one short stall per this many bytes of calls, instead of a
-/// log that grows as long as the load lasts.
-const MAX_LOG_BYTES: u64 = 32 * 1024 * 1024;
+/// The least time between two postings, per call in flight when the last
+/// one took its batch. The writer posts as soon as it is woken unless it
+/// posted less than that long ago: then it waits for the rest, and the
+/// records of every call meanwhile share one transaction. With many calls
+/// in flight, most of them reserve and settle between two postings, and
+/// their row is written once, settled; with one at a time, the file's
+/// readers (`sqlite3`) are at most a couple of milliseconds behind.
+pub(super) const POST_GAP: Duration = Duration::from_millis(2);
 
-/// Each time the log has grown by this much while calls come several at a
-/// time, the checkpoint thread is asked to copy it into the database now
-/// rather than at its next turn: what the writer must copy itself when it
-/// starts the log again is then only what came after, and every call
-/// waiting meanwhile waits for a disk flush or two instead of for a copy
-/// of the whole log (a tenth of a second). Calls that come one at a time
-/// are better served by fewer copies: each one's flushes slow the
-/// writer's own appends while they run, and a stall holds up one call.
-pub(super) const COPY_EVERY_BYTES: u64 = 4 * 1024 * 1024;
+/// The longest wait between two postings, however many calls are in
+/// flight.
+pub(super) const MAX_POST_GAP: Duration = Duration::from_millis(20);
 
-/// What a call does in the writer's transaction: `Err` is SQLite failing
-/// (the whole transaction is rolled back), `Ok` the store's answer.
-type Op<T> = Box<dyn FnOnce(&mut Db<'_>, &Clock) -> rusqlite::Result<Result<T, StoreError>> + Send>;
+/// How long a posting the file refused waits before it is tried again.
+const RETRY_AFTER: Duration = Duration::from_millis(100);
 
-/// What a call works on: the writer's connection, inside its open
-/// transaction, and the counters it keeps in memory (`counters`).
+/// What the writer is sent.
+pub(super) enum Msg {
+    Job(Box<dyn Job>),
+    /// The desk has journal records to post.
+    Wake,
+    /// The store's last handle is gone: post what is left, and stop.
+    Stop,
+    /// Stop at once, leaving the desk's records to the journal, as a
+    /// crash would.
+    #[cfg(test)]
+    Crash,
+    /// Hold postings back (`false`) or let them go again.
+    #[cfg(test)]
+    Posting(bool),
+}
+
+/// What a job works on: the writer's connection, inside its open
+/// transaction, the counters it keeps in memory (`counters`), and what the
+/// desk must learn once the transaction commits.
 pub(super) struct Db<'c> {
     conn: &'c Connection,
     counters: Counters,
+    /// Exec ids the transaction forgot (their retry horizon passed).
+    forgotten: Vec<String>,
 }
 
 impl<'c> Db<'c> {
@@ -57,6 +77,7 @@ impl<'c> Db<'c> {
         Db {
             conn,
             counters: Counters::default(),
+            forgotten: Vec::new(),
         }
     }
 
@@ -66,7 +87,8 @@ impl<'c> Db<'c> {
         self.conn
     }
 
-    /// `(spent, reserved)` of one scope and period.
+    /// `(spent, reserved)` of one scope and period, as posted.
+    #[cfg(test)]
     pub(super) fn counter(
         &mut self,
         kind: ScopeKind,
@@ -89,6 +111,22 @@ impl<'c> Db<'c> {
             .add(self.conn, kind, id, period_id, spent, reserved)
     }
 
+    /// Deletes one counter's row.
+    pub(super) fn forget_counter(
+        &mut self,
+        kind: ScopeKind,
+        id: &str,
+        period_id: &str,
+    ) -> rusqlite::Result<()> {
+        self.counters.drop_one(kind, id, period_id);
+        self.conn
+            .prepare_cached(
+                "DELETE FROM counters WHERE scope_kind = ?1 AND scope_id = ?2 AND period_id = ?3",
+            )?
+            .execute((kind.as_str(), id, period_id))?;
+        Ok(())
+    }
+
     /// The connection with every counter moved so far written and none
     /// kept in memory, for statements that read or change the `counters`
     /// table themselves.
@@ -98,7 +136,12 @@ impl<'c> Db<'c> {
         Ok(self.conn)
     }
 
-    fn begin(&self, behavior: TransactionBehavior) -> rusqlite::Result<()> {
+    /// Tells the desk, once committed, that the file forgot these records.
+    pub(super) fn forgot(&mut self, exec_ids: Vec<String>) {
+        self.forgotten.extend(exec_ids);
+    }
+
+    pub(super) fn begin(&self, behavior: TransactionBehavior) -> rusqlite::Result<()> {
         // The owner writes; a reader beside it only reads.
         let begin = match behavior {
             TransactionBehavior::Immediate => "BEGIN IMMEDIATE",
@@ -109,7 +152,7 @@ impl<'c> Db<'c> {
     }
 
     /// Writes the moved counters and commits; on failure, rolls back.
-    fn commit(&mut self) -> rusqlite::Result<()> {
+    pub(super) fn commit(&mut self) -> rusqlite::Result<()> {
         let committed = self
             .counters
             .write(self.conn)
@@ -125,32 +168,67 @@ impl<'c> Db<'c> {
 
     /// Undoes the open transaction, if SQLite has not already, and
     /// forgets the counters it moved.
-    fn rollback(&mut self) {
+    pub(super) fn rollback(&mut self) {
         self.counters.forget();
+        self.forgotten.clear();
         if !self.conn.is_autocommit() {
             // A rollback that fails leaves nothing to do: SQLite then
             // rolls back on its own.
             let _ = self.conn.execute_batch("ROLLBACK");
         }
     }
+
+    /// Posts `batch` and records how far the journal is posted, in one
+    /// transaction.
+    pub(super) fn post(&mut self, batch: &Batch) -> rusqlite::Result<()> {
+        if batch.logged.is_empty() {
+            return Ok(());
+        }
+        self.begin(TransactionBehavior::Immediate)?;
+        let posted = self.apply(batch).and_then(|()| self.commit());
+        if posted.is_err() {
+            self.rollback();
+        }
+        posted
+    }
+
+    /// Writes `batch` into the open transaction, and how far the journal
+    /// is posted.
+    pub(super) fn apply(&mut self, batch: &Batch) -> rusqlite::Result<()> {
+        let Some(last) = batch.last_seq() else {
+            return Ok(());
+        };
+        change::post(
+            self,
+            batch.logged.iter().flat_map(|logged| logged.changes.iter()),
+        )?;
+        self.conn
+            .prepare_cached("UPDATE meta SET value = ?1 WHERE name = 'journal_seq'")?
+            .execute([last.to_string()])?;
+        Ok(())
+    }
 }
 
-/// A queued call, type-erased so calls of every kind share one queue.
+/// A queued job, type-erased so jobs of every kind share one queue.
 pub(super) trait Job: Send {
-    /// Runs the call in the open transaction and keeps its answer until the
+    /// Runs the job in the open transaction and keeps its answer until the
     /// transaction's fate is known.
     fn run(self: Box<Self>, db: &mut Db<'_>, clock: &Clock) -> Box<dyn Answer>;
     /// Answers without running: the transaction could not begin.
     fn fail(self: Box<Self>, error: &str);
 }
 
-/// A call's answer, held until its transaction commits or fails.
+/// A job's answer, held until its transaction commits or fails.
 pub(super) trait Answer: Send {
     fn send(self: Box<Self>, committed: Result<(), &str>);
-    /// Whether SQLite failed running the call, so the transaction must not
+    /// Whether SQLite failed running the job, so the transaction must not
     /// commit.
     fn failed(&self) -> Option<String>;
 }
+
+/// What a job does in the writer's transaction: `Err` is SQLite failing
+/// (the whole transaction is rolled back), `Ok` the store's answer.
+type Op<T> = Box<dyn FnOnce(&mut Db<'_>, &Clock) -> rusqlite::Result<Result<T, StoreError>> + Send>;
 
 struct Call<T> {
     op: Op<T>,
@@ -196,55 +274,147 @@ impl<T: Send + 'static> Answer for Ran<T> {
 
 /// Queues `op` for the writer and returns the receiver of its answer.
 pub(super) fn call<T: Send + 'static>(
-    queue: &mpsc::Sender<Box<dyn Job>>,
+    queue: &mpsc::Sender<Msg>,
     op: impl FnOnce(&mut Db<'_>, &Clock) -> rusqlite::Result<Result<T, StoreError>> + Send + 'static,
 ) -> Result<oneshot::Receiver<Result<T, StoreError>>, StoreError> {
     let (reply, answer) = oneshot::channel();
     queue
-        .send(Box::new(Call {
+        .send(Msg::Job(Box::new(Call {
             op: Box::new(op),
             reply,
-        }))
+        })))
         .map_err(|_| StoreError::Unavailable("the store's writer has stopped".to_owned()))?;
     Ok(answer)
 }
 
-/// The writer's loop: runs until every handle to the store is gone.
-/// `behavior` is `Immediate` for the owner (it writes) and `Deferred` for a
-/// reader beside it.
-pub(super) fn run(
-    mut conn: Connection,
-    clock: Clock,
-    behavior: TransactionBehavior,
-    queue: mpsc::Receiver<Box<dyn Job>>,
-    label: String,
-    checkpoints: Option<SyncSender<()>>,
-) {
-    let owner = matches!(behavior, TransactionBehavior::Immediate);
-    let mut log = owner
-        .then(|| LogLength::watch(&mut conn, &label, MAX_LOG_BYTES))
-        .flatten();
-    let mut db = Db::new(&conn);
-    while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+/// The desk, whoever panicked holding it: its draft is undone, so it holds
+/// only what the journal holds.
+pub(super) fn lock(desk: &Mutex<Desk>) -> MutexGuard<'_, Desk> {
+    desk.lock().unwrap_or_else(|poisoned| {
+        desk.clear_poison();
+        let mut desk = poisoned.into_inner();
+        desk.rollback();
+        desk
+    })
+}
+
+/// The writer: its connection and what it keeps between transactions.
+pub(super) struct Writer {
+    pub conn: Connection,
+    pub clock: Clock,
+    /// `Immediate` for the owner (it writes), `Deferred` for a reader
+    /// beside it.
+    pub behavior: TransactionBehavior,
+    pub label: String,
+    /// The owner's desk; a reader has none.
+    pub desk: Option<Arc<Mutex<Desk>>>,
+    pub checkpoints: Option<SyncSender<()>>,
+}
+
+impl Writer {
+    /// Serves `queue` until the store's last handle is gone.
+    pub(super) fn run(mut self, queue: &Receiver<Msg>) {
+        let owner = matches!(self.behavior, TransactionBehavior::Immediate);
+        let mut log = owner
+            .then(|| LogLength::watch(&mut self.conn, &self.label, MAX_LOG_BYTES))
+            .flatten();
+        let conn = &self.conn;
+        let mut db = Db::new(conn);
+        let mut unposted: Option<Batch> = None;
+        // When the desk's records are next posted; `None`: it has none.
+        let mut post_at: Option<Instant> = None;
+        #[cfg(test)]
+        let mut posting = true;
+        #[cfg(not(test))]
+        let posting = true;
+        let mut last_post = Instant::now()
+            .checked_sub(MAX_POST_GAP)
+            .unwrap_or_else(Instant::now);
+        let mut gap = POST_GAP;
+        loop {
+            let received = match post_at {
+                None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(at) => queue.recv_timeout(at.saturating_duration_since(Instant::now())),
+            };
+            let mut jobs = Vec::new();
+            let mut stop = false;
+            match received {
+                Ok(Msg::Wake) => {
+                    let at = post_at.get_or_insert(last_post + gap);
+                    if *at > Instant::now() {
+                        continue;
+                    }
+                }
+                Ok(Msg::Job(job)) => jobs.push(job),
+                Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => stop = true,
+                Err(RecvTimeoutError::Timeout) => {}
+                #[cfg(test)]
+                Ok(Msg::Crash) => return,
+                #[cfg(test)]
+                Ok(Msg::Posting(on)) => posting = on,
+            }
+            while !stop && jobs.len() < MAX_BATCH {
+                match queue.try_recv() {
+                    Ok(Msg::Job(job)) => jobs.push(job),
+                    // The posting below takes those records too.
+                    Ok(Msg::Wake) => {}
+                    Ok(Msg::Stop) => stop = true,
+                    #[cfg(test)]
+                    Ok(Msg::Crash) => return,
+                    #[cfg(test)]
+                    Ok(Msg::Posting(on)) => posting = on,
+                    Err(_) => break,
+                }
+            }
+            post_at = None;
+            if let Some(desk) = self.desk.as_ref().filter(|_| posting) {
+                last_post = Instant::now();
+                let (posted, in_flight) = post_all(&mut db, desk, &mut unposted, &self.label);
+                gap = (POST_GAP * u32::try_from(in_flight.max(1)).unwrap_or(u32::MAX))
+                    .min(MAX_POST_GAP);
+                if !posted {
+                    post_at = Some(last_post + RETRY_AFTER);
+                }
+            }
+            if !jobs.is_empty() {
+                self.run_jobs(&mut db, jobs);
+            }
+            if owner {
+                db.counters.trim();
+            } else {
+                // Beside an owner, the file changes under the reader.
+                db.counters.forget();
+            }
+            if let Some(log) = &mut log {
+                if !log.restart_if_long(conn, &self.label) {
+                    if let Some(checkpoints) = &self.checkpoints {
+                        log.ask_for_copy(checkpoints);
+                    }
+                }
+            }
+            if stop {
+                if unposted.is_some() {
+                    tracing::warn!(file = %self.label, "the store stops with journal records its file refused; they are posted when it opens again");
+                }
+                return;
             }
         }
-        if let Err(error) = db.begin(behavior) {
-            let error = failure(&label, &error.to_string());
-            batch.into_iter().for_each(|job| job.fail(&error));
-            continue;
+    }
+
+    /// Runs `jobs` in one transaction and answers them once it commits.
+    fn run_jobs(&self, db: &mut Db<'_>, jobs: Vec<Box<dyn Job>>) {
+        if let Err(error) = db.begin(self.behavior) {
+            let error = failure(&self.label, &error.to_string());
+            jobs.into_iter().for_each(|job| job.fail(&error));
+            return;
         }
-        let mut answers = Vec::with_capacity(batch.len());
-        let mut jobs = batch.into_iter();
+        let mut answers = Vec::with_capacity(jobs.len());
+        let mut jobs = jobs.into_iter();
         let mut failed = None;
         // After a failure SQLite may already have rolled the transaction
-        // back, so no later call may run: it would run outside it.
+        // back, so no later job may run: it would run outside it.
         for job in jobs.by_ref() {
-            let answer = job.run(&mut db, &clock);
+            let answer = job.run(db, &self.clock);
             failed = answer.failed();
             answers.push(answer);
             if failed.is_some() {
@@ -254,127 +424,59 @@ pub(super) fn run(
         let committed = match failed {
             Some(error) => {
                 db.rollback();
-                Err(failure(&label, &error))
+                Err(failure(&self.label, &error))
             }
-            None => db.commit().map_err(|e| failure(&label, &e.to_string())),
+            None => db
+                .commit()
+                .map_err(|e| failure(&self.label, &e.to_string())),
         };
+        if committed.is_ok() && !db.forgotten.is_empty() {
+            if let Some(desk) = &self.desk {
+                lock(desk).forget_known(&db.forgotten);
+            }
+        }
+        db.forgotten.clear();
         let committed = committed.as_ref().map(|_| ()).map_err(String::as_str);
-        let calls = answers.len();
         for answer in answers {
             answer.send(committed);
         }
         if let Err(error) = committed {
             jobs.for_each(|job| job.fail(error));
         }
-        if owner {
-            db.counters.trim();
-        } else {
-            // Beside an owner, the file changes under the reader.
-            db.counters.forget();
-        }
-        if let Some(log) = &mut log {
-            log.committed(calls);
-            if !log.restart_if_long(&conn, &label) {
-                if let Some(checkpoints) = &checkpoints {
-                    log.ask_for_copy(checkpoints);
+    }
+}
+
+/// Posts every record the desk has, a batch refused before first; says
+/// whether the file took them all, and how many calls were in flight.
+fn post_all(
+    db: &mut Db<'_>,
+    desk: &Mutex<Desk>,
+    unposted: &mut Option<Batch>,
+    label: &str,
+) -> (bool, usize) {
+    let mut in_flight = 0;
+    loop {
+        let batch = match unposted.take() {
+            Some(batch) => batch,
+            None => {
+                let mut desk = lock(desk);
+                in_flight = desk.open_count();
+                match desk.take_batch() {
+                    Some(batch) => batch,
+                    None => return (true, in_flight),
                 }
             }
-        }
-    }
-}
-
-/// How long the write-ahead log is, as SQLite reports it after each commit
-/// (the number of frames it holds, which drops to the commit's own when
-/// the log starts again from its beginning). The log's file keeps its
-/// length when the log starts again, so the file's size says nothing of
-/// what is still to copy.
-pub(super) struct LogLength {
-    frames: Arc<AtomicU64>,
-    frame_bytes: u64,
-    max_bytes: u64,
-    /// The length past which the checkpoint thread is next asked to copy.
-    next_copy: u64,
-    /// Calls and commits since it was last asked, or the log restarted.
-    calls: u64,
-    commits: u64,
-}
-
-impl LogLength {
-    /// Watches the log of `conn`, to be started again past `max_bytes`.
-    pub(super) fn watch(conn: &mut Connection, label: &str, max_bytes: u64) -> Option<LogLength> {
-        let page_bytes: u64 = match conn.query_row("PRAGMA page_size", [], |row| row.get(0)) {
-            Ok(bytes) => bytes,
-            Err(error) => {
-                tracing::warn!(file = label, %error, "cannot read the store's page size; its log is not watched");
-                return None;
-            }
         };
-        let frames = Arc::new(AtomicU64::new(0));
-        let seen = Arc::clone(&frames);
-        let hooked = conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, frames: c_int| {
-            seen.store(u64::try_from(frames).unwrap_or(0), Ordering::Relaxed);
-            Ok(())
-        }));
-        if let Err(error) = hooked {
-            tracing::warn!(file = label, %error, "cannot watch the store's log");
-            return None;
-        }
-        Some(LogLength {
-            frames,
-            // Each frame is a page behind a 24-byte header.
-            frame_bytes: page_bytes + 24,
-            max_bytes,
-            next_copy: COPY_EVERY_BYTES,
-            calls: 0,
-            commits: 0,
-        })
-    }
-
-    /// Counts a commit of `calls` calls.
-    pub(super) fn committed(&mut self, calls: usize) {
-        self.calls += calls as u64;
-        self.commits += 1;
-    }
-
-    fn bytes(&self) -> u64 {
-        self.frames.load(Ordering::Relaxed) * self.frame_bytes
-    }
-
-    /// Asks the checkpoint thread to copy the log now if it has grown by
-    /// [`COPY_EVERY_BYTES`] since it last asked (or started again) and the
-    /// commits meanwhile held one and a half calls each or more.
-    pub(super) fn ask_for_copy(&mut self, checkpoints: &SyncSender<()>) {
-        let bytes = self.bytes();
-        if bytes >= self.next_copy {
-            if 2 * self.calls >= 3 * self.commits {
-                // One request waiting is enough: a full queue is one the
-                // thread has yet to take.
-                let _ = checkpoints.try_send(());
+        match db.post(&batch) {
+            Ok(()) => lock(desk).posted(&batch),
+            Err(error) => {
+                let error = format!("cannot write its file: {error}");
+                tracing::warn!(file = label, %error, records = batch.logged.len(), "posting the journal failed; retrying");
+                lock(desk).posting_failed(&error);
+                *unposted = Some(batch);
+                return (false, in_flight);
             }
-            self.next_copy = bytes + COPY_EVERY_BYTES;
-            self.calls = 0;
-            self.commits = 0;
-        } else {
-            // The log started again since: count from where it is.
-            self.next_copy = self.next_copy.min(bytes + COPY_EVERY_BYTES);
         }
-    }
-
-    /// Copies what is left of a log grown past its limit into the
-    /// database and starts it again from its beginning; says whether it
-    /// did.
-    pub(super) fn restart_if_long(&mut self, conn: &Connection, label: &str) -> bool {
-        if self.bytes() <= self.max_bytes {
-            return false;
-        }
-        self.frames.store(0, Ordering::Relaxed);
-        self.next_copy = COPY_EVERY_BYTES;
-        self.calls = 0;
-        self.commits = 0;
-        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
-            tracing::warn!(file = label, %error, "could not restart the store's log");
-        }
-        true
     }
 }
 

@@ -1,0 +1,422 @@
+//! One change to the books, as the journal keeps it and as posting writes
+//! it into the file's tables. A call's decision (`books`, on the `desk`)
+//! is a list of these: nothing here decides, it only records what was
+//! decided, so posting a list twice over the same rows is never needed and
+//! posting it once is all the file needs to agree with the answers given.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::record::{from_millis, millis};
+use super::upkeep::rfc3339;
+use super::writer::Db;
+use crate::budget::aggregates::{calls_of, day_of};
+use crate::budget::{LedgerEntry, LedgerStatus, ScopeKind, SpendRow};
+use crate::hosted::ToolCalls;
+use crate::money::{UsdMicros, UsdMicrosDelta};
+
+type Sql<T> = rusqlite::Result<T>;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Change {
+    /// A call's `reservations` row as it now stands: open, denied,
+    /// settled or expired.
+    Put(Row),
+    /// One counter moved by signed amounts, never below zero.
+    Move {
+        kind: ScopeKind,
+        id: String,
+        period: String,
+        spent: UsdMicrosDelta,
+        reserved: UsdMicrosDelta,
+    },
+    /// A ledger entry, added to its day's spend aggregate.
+    Book(Entry),
+    /// An open reservation took an idempotency claim.
+    Claim { claim: String, exec_id: String },
+    /// A reservation that closed let go of its claim (unless a later one
+    /// holds it now).
+    Release { claim: String, exec_id: String },
+    /// A run's reserve or settle; the first one fixes its cap.
+    Run {
+        id: String,
+        cap: Option<UsdMicros>,
+        at: i64,
+    },
+    /// An idle run forgotten, with its counter.
+    ForgetRun { id: String },
+    /// An operator's adjustment, remembered for its retries.
+    Adjusted(Adjusted),
+}
+
+/// A `reservations` row, column for column (`schema`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Row {
+    pub exec_id: String,
+    /// `open` | `settled` | `expired` | `denied`.
+    pub state: String,
+    pub key_id: String,
+    pub key_period_id: String,
+    pub key_cap: UsdMicros,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org_period_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org_cap: Option<UsdMicros>,
+    pub amount: UsdMicros,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<String>,
+    pub started_at: i64,
+    pub deadline: i64,
+    pub ttl_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forget_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiry_charged: Option<UsdMicros>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled_status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled_actual: Option<UsdMicros>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled_key_remaining: Option<UsdMicros>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_scope_kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_scope_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_period: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_cap: Option<UsdMicros>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_remaining: Option<UsdMicros>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_resets_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+/// The columns of a [`Row`], in its order.
+pub(super) const ROW_COLUMNS: &str = "exec_id, state, key_id, key_period_id, key_cap_usd_micros, \
+     org_id, org_period_id, org_cap_usd_micros, amount_usd_micros, claim, started_at, deadline, \
+     ttl_ms, forget_at, expiry_charged_usd_micros, settled_status, settled_actual_usd_micros, \
+     settled_key_remaining_usd_micros, denied_scope_kind, denied_scope_id, denied_period, \
+     denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at, model, run_id";
+
+impl Row {
+    /// The row read with [`ROW_COLUMNS`].
+    pub(super) fn from_sql(row: &rusqlite::Row<'_>) -> Sql<Row> {
+        Ok(Row {
+            exec_id: row.get(0)?,
+            state: row.get(1)?,
+            key_id: row.get(2)?,
+            key_period_id: row.get(3)?,
+            key_cap: row.get(4)?,
+            org_id: row.get(5)?,
+            org_period_id: row.get(6)?,
+            org_cap: row.get(7)?,
+            amount: row.get(8)?,
+            claim: row.get(9)?,
+            started_at: row.get(10)?,
+            deadline: row.get(11)?,
+            ttl_ms: row.get(12)?,
+            forget_at: row.get(13)?,
+            expiry_charged: row.get(14)?,
+            settled_status: row.get(15)?,
+            settled_actual: row.get(16)?,
+            settled_key_remaining: row.get(17)?,
+            denied_scope_kind: row.get(18)?,
+            denied_scope_id: row.get(19)?,
+            denied_period: row.get(20)?,
+            denied_cap: row.get(21)?,
+            denied_remaining: row.get(22)?,
+            denied_resets_at: row.get(23)?,
+            model: row.get(24)?,
+            run_id: row.get(25)?,
+        })
+    }
+
+    fn put(&self, db: &Db<'_>) -> Sql<()> {
+        db.conn().prepare_cached(PUT)?.execute(rusqlite::params![
+            self.exec_id,
+            self.state,
+            self.key_id,
+            self.key_period_id,
+            self.key_cap,
+            self.org_id,
+            self.org_period_id,
+            self.org_cap,
+            self.amount,
+            self.claim,
+            self.started_at,
+            self.deadline,
+            self.ttl_ms,
+            self.forget_at,
+            self.expiry_charged,
+            self.settled_status,
+            self.settled_actual,
+            self.settled_key_remaining,
+            self.denied_scope_kind,
+            self.denied_scope_id,
+            self.denied_period,
+            self.denied_cap,
+            self.denied_remaining,
+            self.denied_resets_at,
+            self.model,
+            self.run_id,
+        ])?;
+        Ok(())
+    }
+}
+
+/// A row is inserted, or updated in place where one exists: cheaper than
+/// `INSERT OR REPLACE`, which deletes the row and its index entries first.
+/// Only what closing a record changes is updated.
+const PUT: &str = "INSERT INTO reservations (exec_id, state, key_id, key_period_id, \
+     key_cap_usd_micros, org_id, org_period_id, org_cap_usd_micros, amount_usd_micros, claim, \
+     started_at, deadline, ttl_ms, forget_at, expiry_charged_usd_micros, settled_status, \
+     settled_actual_usd_micros, settled_key_remaining_usd_micros, denied_scope_kind, \
+     denied_scope_id, denied_period, denied_cap_usd_micros, denied_remaining_usd_micros, \
+     denied_resets_at, model, run_id)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+     ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)
+     ON CONFLICT (exec_id) DO UPDATE SET state = excluded.state, forget_at = excluded.forget_at, \
+     expiry_charged_usd_micros = excluded.expiry_charged_usd_micros, \
+     settled_status = excluded.settled_status, \
+     settled_actual_usd_micros = excluded.settled_actual_usd_micros, \
+     settled_key_remaining_usd_micros = excluded.settled_key_remaining_usd_micros";
+
+/// A `ledger` row, with the periods it charged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Entry {
+    pub exec_id: String,
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org: Option<String>,
+    /// The run id the client named, without its key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    pub model: String,
+    pub input: u64,
+    pub cached_input: u64,
+    pub cache_write: u64,
+    pub output: u64,
+    /// `{"web_search": 2}`, as the ledger keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<String>,
+    pub reserved: UsdMicros,
+    pub actual: UsdMicrosDelta,
+    pub status: LedgerStatus,
+    /// Unix milliseconds.
+    pub at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    pub key_period: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org_period: Option<String>,
+}
+
+impl Entry {
+    /// The row of `entry`, which charged the key in `key_period` and its
+    /// org in `org_period`.
+    pub(super) fn of(entry: LedgerEntry, key_period: &str, org_period: Option<&str>) -> Entry {
+        Entry {
+            tool_calls: tool_calls_json(&entry.usage.tool_calls),
+            exec_id: entry.exec_id,
+            key: entry.key,
+            org: entry.org,
+            run: entry.run,
+            model: entry.model,
+            input: entry.usage.input,
+            cached_input: entry.usage.cached_input,
+            cache_write: entry.usage.cache_write,
+            output: entry.usage.output,
+            reserved: entry.reserved,
+            actual: entry.actual,
+            status: entry.status,
+            at: millis(entry.at),
+            note: entry.note,
+            key_period: key_period.to_owned(),
+            org_period: org_period.map(str::to_owned),
+        }
+    }
+
+    fn book(&self, db: &Db<'_>) -> Sql<()> {
+        db.conn()
+            .prepare_cached(
+                "INSERT INTO ledger (exec_id, key, org, model, input_tokens, cached_input_tokens,
+                     cache_write_tokens, output_tokens, tool_calls, reserved_usd_micros,
+                     actual_usd_micros, status, at, key_period_id, org_period_id, note, run)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                     ?17)",
+            )?
+            .execute(rusqlite::params![
+                self.exec_id,
+                self.key,
+                self.org,
+                self.model,
+                self.input,
+                self.cached_input,
+                self.cache_write,
+                self.output,
+                self.tool_calls,
+                self.reserved,
+                self.actual,
+                self.status.as_str(),
+                rfc3339(from_millis(self.at)),
+                self.key_period,
+                self.org_period,
+                self.note,
+                self.run,
+            ])?;
+        Ok(())
+    }
+
+    /// What the entry adds to its spend aggregate row.
+    fn spend(&self) -> SpendRow {
+        SpendRow {
+            day: day_of(from_millis(self.at)),
+            key: self.key.clone(),
+            org: self.org.clone(),
+            run: self.run.clone().unwrap_or_default(),
+            model: self.model.clone(),
+            calls: calls_of(self.status),
+            input_tokens: self.input,
+            cached_input_tokens: self.cached_input,
+            cache_write_tokens: self.cache_write,
+            output_tokens: self.output,
+            cost_usd_micros: self.actual,
+        }
+    }
+}
+
+/// `{"web_search": 2}`, or `None` for a call that used no hosted tool.
+fn tool_calls_json(calls: &ToolCalls) -> Option<String> {
+    if calls.is_empty() {
+        return None;
+    }
+    let map: serde_json::Map<String, serde_json::Value> = calls
+        .iter()
+        .filter(|(_, count)| *count > 0)
+        .map(|(tool, count)| (tool.name().to_owned(), count.into()))
+        .collect();
+    Some(serde_json::Value::Object(map).to_string())
+}
+
+/// An `adjustments` row: an operator's adjustment as its retries read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Adjusted {
+    pub exec_id: String,
+    pub key_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org_id: Option<String>,
+    pub key_period_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org_period_id: Option<String>,
+    pub key_spent: UsdMicros,
+    pub forget_at: i64,
+}
+
+/// Writes the changes of one batch into the file, in the open
+/// transaction, in their order. A row put more than once is written as it
+/// last stood (a call reserved and settled between two postings is one
+/// insert), and the batch's ledger entries are added to their spend
+/// aggregates one row at a time.
+pub(super) fn post<'a>(
+    db: &mut Db<'_>,
+    changes: impl Iterator<Item = &'a Change> + Clone,
+) -> Sql<()> {
+    let mut last_put: HashMap<&str, usize> = HashMap::new();
+    for (at, change) in changes.clone().enumerate() {
+        if let Change::Put(row) = change {
+            last_put.insert(&row.exec_id, at);
+        }
+    }
+    let mut spend: HashMap<(String, String, String, String), SpendRow> = HashMap::new();
+    for (at, change) in changes.enumerate() {
+        match change {
+            Change::Put(row) => {
+                if last_put.get(row.exec_id.as_str()) == Some(&at) {
+                    row.put(db)?;
+                }
+            }
+            Change::Move {
+                kind,
+                id,
+                period,
+                spent,
+                reserved,
+            } => db.move_counter(*kind, id, period, *spent, *reserved)?,
+            Change::Book(entry) => {
+                entry.book(db)?;
+                let row = entry.spend();
+                let key = (
+                    row.day.clone(),
+                    row.key.clone(),
+                    row.run.clone(),
+                    row.model.clone(),
+                );
+                match spend.get_mut(&key) {
+                    Some(sum) => sum.merge(&row),
+                    None => {
+                        spend.insert(key, row);
+                    }
+                }
+            }
+            Change::Claim { claim, exec_id } => {
+                db.conn()
+                    .prepare_cached(
+                        "INSERT OR REPLACE INTO claims (claim, exec_id) VALUES (?1, ?2)",
+                    )?
+                    .execute((claim, exec_id))?;
+            }
+            Change::Release { claim, exec_id } => {
+                db.conn()
+                    .prepare_cached("DELETE FROM claims WHERE claim = ?1 AND exec_id = ?2")?
+                    .execute((claim, exec_id))?;
+            }
+            Change::Run { id, cap, at } => {
+                db.conn()
+                    .prepare_cached(
+                        "INSERT INTO runs (id, cap_usd_micros, last_used) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (id) DO UPDATE SET last_used = MAX(last_used, excluded.last_used)",
+                    )?
+                    .execute((id, cap, at))?;
+            }
+            Change::ForgetRun { id } => {
+                db.conn()
+                    .prepare_cached("DELETE FROM runs WHERE id = ?1")?
+                    .execute([id])?;
+                db.forget_counter(ScopeKind::Run, id, "total")?;
+            }
+            Change::Adjusted(adjusted) => {
+                db.conn()
+                    .prepare_cached(
+                        "INSERT INTO adjustments (exec_id, key_id, org_id, key_period_id,
+                             org_period_id, key_spent_usd_micros, forget_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )?
+                    .execute(rusqlite::params![
+                        adjusted.exec_id,
+                        adjusted.key_id,
+                        adjusted.org_id,
+                        adjusted.key_period_id,
+                        adjusted.org_period_id,
+                        adjusted.key_spent,
+                        adjusted.forget_at,
+                    ])?;
+            }
+        }
+    }
+    let mut rows: Vec<SpendRow> = spend.into_values().collect();
+    // The primary key's order: neighbouring rows, neighbouring pages.
+    rows.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+    for row in &rows {
+        super::aggregates::add(db.conn(), row)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,707 @@
+//! What the store keeps in memory to decide a call without reading its
+//! file: the counters it has used, every open reservation (by deadline,
+//! with the claims they hold), the records closed since they were last
+//! posted, the runs and adjustments it has seen, and which exec ids the
+//! file holds.
+//!
+//! Only this process writes the file, and every change to the books is
+//! decided here first, so what the desk holds is the file plus the changes
+//! not yet posted to it. What it does not hold it reads from the file, on a
+//! connection of its own: a counter or a run let go of once posted, and a
+//! closed record that a retry or a late settle asks for. The set of known
+//! exec ids tells a new call from a retry without a read.
+//!
+//! The rules (`books`) read and change the books through the desk. Each
+//! change is made here at once and kept in a draft; [`Desk::commit`]
+//! appends the draft to the journal as one record, and only then is the
+//! call answered. If the append fails, [`Desk::rollback`] undoes the
+//! draft, so a refused call leaves no trace.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::BuildHasher;
+use std::sync::mpsc::Sender;
+
+use rusqlite::{Connection, OptionalExtension};
+
+use super::change::{Adjusted, Change, Entry, Row, ROW_COLUMNS};
+use super::journal::Journal;
+use super::record::Record;
+use super::writer::Msg;
+use crate::budget::{AppliedAdjustment, OpenHold, ScopeKind, StoreError};
+use crate::money::{UsdMicros, UsdMicrosDelta};
+
+type Sql<T> = rusqlite::Result<T>;
+
+/// Past this many counters (or runs), those already posted are let go
+/// after the next posting: they are read again from the file if needed.
+const MAX_KEPT: usize = 65_536;
+
+/// While the file refuses its postings, reserves are still answered from
+/// the journal, up to this many records waiting: past it, they fail closed
+/// until the file takes them again.
+pub(super) const MAX_BACKLOG: usize = 100_000;
+
+/// One record of the journal: the changes of one call's decision.
+#[derive(Debug)]
+pub(super) struct Logged {
+    pub seq: u64,
+    pub changes: Vec<Change>,
+}
+
+/// What one posting takes: the records written since the last, and the
+/// journal file to empty once they are in the database.
+#[derive(Debug)]
+pub(super) struct Batch {
+    pub logged: Vec<Logged>,
+    pub empties: Option<usize>,
+}
+
+impl Batch {
+    pub(super) fn last_seq(&self) -> Option<u64> {
+        self.logged.last().map(|logged| logged.seq)
+    }
+}
+
+pub(super) struct Desk {
+    counters: HashMap<String, Counter>,
+    /// Every open reservation, and every record changed since the last
+    /// posting.
+    records: HashMap<String, Held>,
+    /// The open reservations, by deadline.
+    deadlines: BTreeSet<(i64, String)>,
+    /// Idempotency claim → the open reservation holding it.
+    claims: HashMap<String, String>,
+    runs: HashMap<String, Run>,
+    /// Adjustments applied since the last posting.
+    adjustments: HashMap<String, (AppliedAdjustment, u64)>,
+    /// A hash of every exec id the file or the desk has a record of: a
+    /// retry horizon of calls, so it grows without ever moving them all at
+    /// once (a table that doubles in one insert would hold every call up
+    /// behind the lock while it rehashes).
+    known: griddle::HashSet<u64>,
+    file: Connection,
+    journal: Journal,
+    /// Records appended to the journal and not yet taken by a posting.
+    pending: Vec<Logged>,
+    next_seq: u64,
+    posted: u64,
+    draft: Vec<Change>,
+    undo: Vec<Undo>,
+    /// Why the last posting failed, until one succeeds.
+    refusing: Option<String>,
+    max_backlog: usize,
+    wake: Sender<Msg>,
+    label: String,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Counter {
+    spent: UsdMicros,
+    reserved: UsdMicros,
+    /// The journal record that last moved it; 0 if read from the file.
+    seq: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Held {
+    record: Record,
+    seq: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    cap: Option<UsdMicros>,
+    last_used: i64,
+    seq: u64,
+}
+
+/// How to take back one change of the draft.
+enum Undo {
+    Record(String, Option<Box<Held>>),
+    Counter(String, Option<Counter>),
+    Claim(String, Option<String>),
+    Run(String, Option<Run>),
+    Known(u64),
+    Adjustment(String),
+}
+
+impl Desk {
+    /// The desk of a file whose journal is all posted: its open
+    /// reservations, their claims and every exec id it holds, read now.
+    pub(super) fn load(
+        file: Connection,
+        journal: Journal,
+        posted: u64,
+        wake: Sender<Msg>,
+        label: String,
+    ) -> Sql<Desk> {
+        let mut desk = Desk {
+            counters: HashMap::new(),
+            records: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            claims: HashMap::new(),
+            runs: HashMap::new(),
+            adjustments: HashMap::new(),
+            known: griddle::HashSet::new(),
+            file,
+            journal,
+            pending: Vec::new(),
+            next_seq: posted + 1,
+            posted,
+            draft: Vec::new(),
+            undo: Vec::new(),
+            refusing: None,
+            max_backlog: MAX_BACKLOG,
+            wake,
+            label,
+        };
+        let mut ids = desk.file.prepare("SELECT exec_id FROM reservations")?;
+        let mut rows = ids.query([])?;
+        while let Some(row) = rows.next()? {
+            desk.known.insert(known_hash(row.get_ref(0)?.as_str()?));
+        }
+        drop(rows);
+        drop(ids);
+        let open: Vec<Row> = desk
+            .file
+            .prepare(&format!(
+                "SELECT {ROW_COLUMNS} FROM reservations WHERE state = 'open'"
+            ))?
+            .query_map([], Row::from_sql)?
+            .collect::<Sql<_>>()?;
+        for row in open {
+            let record = Record::from_row(&row)?;
+            desk.set_record(&row.exec_id, Some(Held { record, seq: 0 }));
+        }
+        let claims: Vec<(String, String)> = desk
+            .file
+            .prepare("SELECT claim, exec_id FROM claims")?
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<Sql<_>>()?;
+        desk.claims.extend(claims);
+        Ok(desk)
+    }
+
+    // === reads ===
+
+    /// The record of `exec_id`: from memory, or from the file when it
+    /// knows the id.
+    pub(super) fn record(&mut self, exec_id: &str) -> Sql<Option<Record>> {
+        if let Some(held) = self.records.get(exec_id) {
+            return Ok(Some(held.record.clone()));
+        }
+        if !self.known.contains(&known_hash(exec_id)) {
+            return Ok(None);
+        }
+        Record::load(&self.file, exec_id)
+    }
+
+    /// The open reservation holding `claim`, if any.
+    pub(super) fn claim_holder(&self, claim: &str) -> Option<&Record> {
+        let exec_id = self.claims.get(claim)?;
+        self.records
+            .get(exec_id)
+            .map(|held| &held.record)
+            .filter(|record| record.is_open())
+    }
+
+    /// `(spent, reserved)` of one scope and period.
+    pub(super) fn counter(
+        &mut self,
+        kind: ScopeKind,
+        id: &str,
+        period_id: &str,
+    ) -> Sql<(UsdMicros, UsdMicros)> {
+        let counter = counter_entry(&mut self.counters, &self.file, kind, id, period_id)?;
+        Ok((counter.spent, counter.reserved))
+    }
+
+    /// The cap a run's first call fixed (`Some(None)`: not capped), or
+    /// `None` for a run never seen.
+    pub(super) fn run_cap(&mut self, id: &str) -> Sql<Option<Option<UsdMicros>>> {
+        Ok(run_entry(&mut self.runs, &self.file, id)?.map(|run| run.cap))
+    }
+
+    /// The runs not used since `cutoff` (in memory or in the file).
+    pub(super) fn runs_idle_since(&mut self, cutoff: i64) -> Sql<Vec<String>> {
+        let mut ids: BTreeSet<String> = self
+            .file
+            .prepare_cached("SELECT id FROM runs WHERE last_used <= ?1")?
+            .query_map([cutoff], |row| row.get(0))?
+            .collect::<Sql<_>>()?;
+        ids.extend(
+            self.runs
+                .iter()
+                .filter(|(_, run)| run.last_used <= cutoff)
+                .map(|(id, _)| id.clone()),
+        );
+        let mut idle = Vec::new();
+        for id in ids {
+            // The desk's view, which may be newer than the file's.
+            if run_entry(&mut self.runs, &self.file, &id)?
+                .is_some_and(|run| run.last_used <= cutoff)
+            {
+                idle.push(id);
+            }
+        }
+        Ok(idle)
+    }
+
+    /// Up to `limit` exec ids of open reservations whose deadline has
+    /// come, oldest first.
+    pub(super) fn due(&self, now_ms: i64, limit: usize) -> Vec<String> {
+        self.deadlines
+            .iter()
+            .take_while(|(deadline, _)| *deadline <= now_ms)
+            .take(limit)
+            .map(|(_, exec_id)| exec_id.clone())
+            .collect()
+    }
+
+    /// The first answer of an adjustment already applied, if any.
+    pub(super) fn adjustment(&mut self, exec_id: &str) -> Sql<Option<AppliedAdjustment>> {
+        if let Some((applied, _)) = self.adjustments.get(exec_id) {
+            return Ok(Some(applied.clone()));
+        }
+        self.file
+            .prepare_cached(
+                "SELECT key_id, org_id, key_period_id, org_period_id, key_spent_usd_micros
+                   FROM adjustments WHERE exec_id = ?1",
+            )?
+            .query_row([exec_id], |row| {
+                Ok(AppliedAdjustment {
+                    key: row.get(0)?,
+                    org: row.get(1)?,
+                    key_period_id: row.get(2)?,
+                    org_period_id: row.get(3)?,
+                    key_spent: row.get(4)?,
+                })
+            })
+            .optional()
+    }
+
+    /// Up to `limit` open reservations, oldest first (then by exec id).
+    pub(super) fn open_holds(&self, limit: usize) -> Vec<OpenHold> {
+        let mut open: Vec<(&String, &Record)> = self
+            .records
+            .iter()
+            .map(|(exec_id, held)| (exec_id, &held.record))
+            .filter(|(_, record)| record.is_open())
+            .collect();
+        open.sort_by(|a, b| (a.1.started_at, a.0).cmp(&(b.1.started_at, b.0)));
+        open.into_iter()
+            .take(limit)
+            .map(|(exec_id, record)| OpenHold {
+                exec_id: exec_id.clone(),
+                key: record.key.id.clone(),
+                org: record.org.as_ref().map(|org| org.id.clone()),
+                run: record.run_id(),
+                model: record.model.clone(),
+                amount: record.amount,
+                started_at: super::record::from_millis(record.started_at),
+                deadline: super::record::from_millis(record.deadline),
+            })
+            .collect()
+    }
+
+    /// How many reservations are open.
+    pub(super) fn open_count(&self) -> usize {
+        self.deadlines.len()
+    }
+
+    /// How many reservations are open and the sum of their amounts.
+    pub(super) fn open_sum(&self) -> (usize, UsdMicros) {
+        self.deadlines
+            .iter()
+            .filter_map(|(_, exec_id)| self.records.get(exec_id))
+            .fold((0, 0), |(count, sum), held| {
+                (count + 1, sum.saturating_add(held.record.amount))
+            })
+    }
+
+    /// Why new reservations are refused now, if they are: the file has
+    /// refused its postings for longer than the journal may hold.
+    pub(super) fn refusal(&self) -> Option<StoreError> {
+        let why = self.refusing.as_ref()?;
+        (self.pending.len() >= self.max_backlog).then(|| {
+            StoreError::Unavailable(format!(
+                "sqlite store {}: {why} ({} journal records wait for the file)",
+                self.label,
+                self.pending.len()
+            ))
+        })
+    }
+
+    // === the draft ===
+
+    /// The record of `exec_id` is now `record`.
+    pub(super) fn put(&mut self, exec_id: &str, record: Record) {
+        let row = record.row(exec_id);
+        let old = self.set_record(
+            exec_id,
+            Some(Held {
+                record,
+                seq: self.next_seq,
+            }),
+        );
+        self.undo
+            .push(Undo::Record(exec_id.to_owned(), old.map(Box::new)));
+        let hash = known_hash(exec_id);
+        if self.known.insert(hash) {
+            self.undo.push(Undo::Known(hash));
+        }
+        self.draft.push(Change::Put(row));
+    }
+
+    /// Moves one counter by signed amounts, never below zero.
+    pub(super) fn move_counter(
+        &mut self,
+        kind: ScopeKind,
+        id: &str,
+        period_id: &str,
+        spent: UsdMicrosDelta,
+        reserved: UsdMicrosDelta,
+    ) -> Sql<()> {
+        let seq = self.next_seq;
+        let counter = counter_entry(&mut self.counters, &self.file, kind, id, period_id)?;
+        let before = *counter;
+        counter.spent = moved(counter.spent, spent);
+        counter.reserved = moved(counter.reserved, reserved);
+        counter.seq = seq;
+        self.undo
+            .push(Undo::Counter(key_of(kind, id, period_id), Some(before)));
+        self.draft.push(Change::Move {
+            kind,
+            id: id.to_owned(),
+            period: period_id.to_owned(),
+            spent,
+            reserved,
+        });
+        Ok(())
+    }
+
+    /// A ledger entry.
+    pub(super) fn book(&mut self, entry: Entry) {
+        self.draft.push(Change::Book(entry));
+    }
+
+    /// `exec_id`, just opened, holds `claim`.
+    pub(super) fn take_claim(&mut self, claim: &str, exec_id: &str) {
+        let old = self.claims.insert(claim.to_owned(), exec_id.to_owned());
+        self.undo.push(Undo::Claim(claim.to_owned(), old));
+        self.draft.push(Change::Claim {
+            claim: claim.to_owned(),
+            exec_id: exec_id.to_owned(),
+        });
+    }
+
+    /// `exec_id`, closing, lets go of `claim` unless another holds it now.
+    pub(super) fn release_claim(&mut self, claim: &str, exec_id: &str) {
+        if self
+            .claims
+            .get(claim)
+            .is_some_and(|holder| holder == exec_id)
+        {
+            let old = self.claims.remove(claim);
+            self.undo.push(Undo::Claim(claim.to_owned(), old));
+        }
+        self.draft.push(Change::Release {
+            claim: claim.to_owned(),
+            exec_id: exec_id.to_owned(),
+        });
+    }
+
+    /// A call of run `id` at `at`; the first one fixes its cap.
+    pub(super) fn touch_run(&mut self, id: &str, cap: Option<UsdMicros>, at: i64) -> Sql<()> {
+        let seq = self.next_seq;
+        let known = run_entry(&mut self.runs, &self.file, id)?.copied();
+        let run = match known {
+            Some(run) => Run {
+                last_used: run.last_used.max(at),
+                seq,
+                ..run
+            },
+            None => Run {
+                cap,
+                last_used: at,
+                seq,
+            },
+        };
+        self.runs.insert(id.to_owned(), run);
+        self.undo.push(Undo::Run(id.to_owned(), known));
+        self.draft.push(Change::Run {
+            id: id.to_owned(),
+            cap,
+            at,
+        });
+        Ok(())
+    }
+
+    /// Forgets run `id` and its counter.
+    pub(super) fn forget_run(&mut self, id: &str) {
+        let run = self.runs.remove(id);
+        self.undo.push(Undo::Run(id.to_owned(), run));
+        let key = key_of(ScopeKind::Run, id, "total");
+        let counter = self.counters.remove(&key);
+        self.undo.push(Undo::Counter(key, counter));
+        self.draft.push(Change::ForgetRun { id: id.to_owned() });
+    }
+
+    /// An adjustment applied, remembered for its retries.
+    pub(super) fn adjusted(&mut self, row: Adjusted, applied: AppliedAdjustment) {
+        self.adjustments
+            .insert(row.exec_id.clone(), (applied, self.next_seq));
+        self.undo.push(Undo::Adjustment(row.exec_id.clone()));
+        self.draft.push(Change::Adjusted(row));
+    }
+
+    /// Appends the draft to the journal as one record; it then waits for
+    /// the next posting. If the journal cannot take it, the draft is
+    /// undone and nothing of it happened.
+    pub(super) fn commit(&mut self) -> Result<(), StoreError> {
+        if self.draft.is_empty() {
+            self.undo.clear();
+            return Ok(());
+        }
+        let appended = serde_json::to_vec(&self.draft)
+            .map_err(std::io::Error::other)
+            .and_then(|payload| self.journal.append(self.next_seq, &payload));
+        if let Err(error) = appended {
+            self.rollback();
+            tracing::error!(file = %self.label, %error, "cannot write the store's journal; the call was refused and nothing was changed");
+            return Err(StoreError::Unavailable(format!(
+                "sqlite store {}: cannot write its journal: {error}",
+                self.label
+            )));
+        }
+        let first = self.pending.is_empty();
+        self.pending.push(Logged {
+            seq: self.next_seq,
+            changes: std::mem::take(&mut self.draft),
+        });
+        self.next_seq += 1;
+        self.undo.clear();
+        if first {
+            // The writer waits for it a moment, to post more at once.
+            let _ = self.wake.send(Msg::Wake);
+        }
+        Ok(())
+    }
+
+    /// Undoes the draft.
+    pub(super) fn rollback(&mut self) {
+        self.draft.clear();
+        while let Some(undo) = self.undo.pop() {
+            match undo {
+                Undo::Record(exec_id, old) => {
+                    self.set_record(&exec_id, old.map(|held| *held));
+                }
+                Undo::Counter(key, old) => match old {
+                    Some(counter) => {
+                        self.counters.insert(key, counter);
+                    }
+                    None => {
+                        self.counters.remove(&key);
+                    }
+                },
+                Undo::Claim(claim, old) => match old {
+                    Some(exec_id) => {
+                        self.claims.insert(claim, exec_id);
+                    }
+                    None => {
+                        self.claims.remove(&claim);
+                    }
+                },
+                Undo::Run(id, old) => match old {
+                    Some(run) => {
+                        self.runs.insert(id, run);
+                    }
+                    None => {
+                        self.runs.remove(&id);
+                    }
+                },
+                Undo::Known(hash) => {
+                    self.known.remove(&hash);
+                }
+                Undo::Adjustment(exec_id) => {
+                    self.adjustments.remove(&exec_id);
+                }
+            }
+        }
+    }
+
+    // === posting ===
+
+    /// The records written since the last posting, for the next one; the
+    /// journal turns to its other file, so the one they are in can be
+    /// emptied once they are posted.
+    pub(super) fn take_batch(&mut self) -> Option<Batch> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        if let Err(error) = self.journal.empty_inactive() {
+            tracing::warn!(file = %self.label, %error, "cannot empty a posted journal file; the journal grows until it can");
+        }
+        let empties = self.journal.turn();
+        Some(Batch {
+            logged: std::mem::take(&mut self.pending),
+            empties,
+        })
+    }
+
+    /// The batch is in the file: its journal file is emptied, and what the
+    /// desk kept only because it was not posted may go.
+    pub(super) fn posted(&mut self, batch: &Batch) {
+        if let Some(part) = batch.empties {
+            if let Err(error) = self.journal.empty(part) {
+                tracing::warn!(file = %self.label, %error, "cannot empty a posted journal file; retrying at the next posting");
+            }
+        }
+        if let Some(seq) = batch.last_seq() {
+            self.posted = seq;
+        }
+        if self.refusing.take().is_some() {
+            tracing::info!(file = %self.label, "the store's file takes its postings again");
+        }
+        let posted = self.posted;
+        self.records
+            .retain(|_, held| held.record.is_open() || held.seq > posted);
+        self.adjustments.retain(|_, (_, seq)| *seq > posted);
+        if self.counters.len() > MAX_KEPT {
+            self.counters.retain(|_, counter| counter.seq > posted);
+        }
+        if self.runs.len() > MAX_KEPT {
+            self.runs.retain(|_, run| run.seq > posted);
+        }
+    }
+
+    /// The file refused a posting: the batch stays in the journal, to be
+    /// posted again.
+    pub(super) fn posting_failed(&mut self, error: &str) {
+        if self.refusing.is_none() {
+            tracing::error!(file = %self.label, %error, "the store's file refuses its postings; calls are kept in the journal meanwhile");
+        }
+        self.refusing = Some(error.to_owned());
+    }
+
+    /// The file forgot these records (their retry horizon passed), unless
+    /// a change not yet posted brings one back.
+    pub(super) fn forget_known(&mut self, exec_ids: &[String]) {
+        for exec_id in exec_ids {
+            if !self.records.contains_key(exec_id) {
+                self.known.remove(&known_hash(exec_id));
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn set_max_backlog(&mut self, records: usize) {
+        self.max_backlog = records;
+    }
+
+    /// Keeps `record` in `records` under `exec_id` (or removes it), with
+    /// its deadline listed while it is open; returns what was there.
+    fn set_record(&mut self, exec_id: &str, new: Option<Held>) -> Option<Held> {
+        let old = match new {
+            Some(held) => self.records.insert(exec_id.to_owned(), held),
+            None => self.records.remove(exec_id),
+        };
+        if let Some(old) = old.as_ref().filter(|old| old.record.is_open()) {
+            self.deadlines
+                .remove(&(old.record.deadline, exec_id.to_owned()));
+        }
+        if let Some(new) = self
+            .records
+            .get(exec_id)
+            .filter(|held| held.record.is_open())
+        {
+            self.deadlines
+                .insert((new.record.deadline, exec_id.to_owned()));
+        }
+        old
+    }
+}
+
+/// The counter of one scope and period, read from the file the first time.
+fn counter_entry<'a>(
+    counters: &'a mut HashMap<String, Counter>,
+    file: &Connection,
+    kind: ScopeKind,
+    id: &str,
+    period_id: &str,
+) -> Sql<&'a mut Counter> {
+    use std::collections::hash_map::Entry;
+    Ok(match counters.entry(key_of(kind, id, period_id)) {
+        Entry::Occupied(found) => found.into_mut(),
+        Entry::Vacant(missing) => {
+            let (spent, reserved) = file
+                .prepare_cached(
+                    "SELECT spent_usd_micros, reserved_usd_micros FROM counters
+                      WHERE scope_kind = ?1 AND scope_id = ?2 AND period_id = ?3",
+                )?
+                .query_row((kind.as_str(), id, period_id), |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .optional()?
+                .unwrap_or_default();
+            missing.insert(Counter {
+                spent,
+                reserved,
+                seq: 0,
+            })
+        }
+    })
+}
+
+/// A run as the desk or the file knows it.
+fn run_entry<'a>(
+    runs: &'a mut HashMap<String, Run>,
+    file: &Connection,
+    id: &str,
+) -> Sql<Option<&'a Run>> {
+    if !runs.contains_key(id) {
+        let stored: Option<(Option<UsdMicros>, i64)> = file
+            .prepare_cached("SELECT cap_usd_micros, last_used FROM runs WHERE id = ?1")?
+            .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        let Some((cap, last_used)) = stored else {
+            return Ok(None);
+        };
+        runs.insert(
+            id.to_owned(),
+            Run {
+                cap,
+                last_used,
+                seq: 0,
+            },
+        );
+    }
+    Ok(runs.get(id))
+}
+
+/// One key per scope and period. No period id holds a NUL, so the last
+/// one splits an id from its period and no two counters share a key.
+fn key_of(kind: ScopeKind, id: &str, period_id: &str) -> String {
+    let kind = kind.as_str();
+    let mut key = String::with_capacity(kind.len() + id.len() + period_id.len() + 2);
+    for part in [kind, "\0", id, "\0", period_id] {
+        key.push_str(part);
+    }
+    key
+}
+
+/// `MAX(value + by, 0)`, as the memory store's saturating arithmetic.
+fn moved(value: UsdMicros, by: UsdMicrosDelta) -> UsdMicros {
+    let after = i128::from(value) + i128::from(by);
+    UsdMicros::try_from(after.max(0)).unwrap_or(UsdMicros::MAX)
+}
+
+/// The hash [`Desk`] knows an exec id by. Two ids with one hash only cost
+/// a read of the file.
+fn known_hash(exec_id: &str) -> u64 {
+    KNOWN.hash_one(exec_id)
+}
+
+/// A fixed hasher: the same id always has the same hash in a process.
+static KNOWN: std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher> =
+    std::hash::BuildHasherDefault::new();

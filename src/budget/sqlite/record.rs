@@ -1,0 +1,289 @@
+//! A call's reservation record as the rules read it (`books`), and as the
+//! file keeps it: one `reservations` row ([`Row`]), from reserve until it
+//! is forgotten, a retry horizon after it closed.
+
+use chrono::{DateTime, TimeZone, Utc};
+use rusqlite::{Connection, OptionalExtension};
+
+use super::change::{Row, ROW_COLUMNS};
+use crate::budget::{run_id_of, Denial, LedgerStatus, ScopeKind, SettleOutcome, Settlement};
+use crate::money::{UsdMicros, MAX_USD_MICROS};
+use crate::period::Period;
+
+type Sql<T> = rusqlite::Result<T>;
+
+#[derive(Clone, Debug)]
+pub(super) struct Record {
+    pub state: RecordState,
+    pub amount: UsdMicros,
+    pub key: Charge,
+    pub org: Option<Charge>,
+    pub run: Option<Charge>,
+    /// Unix milliseconds, as are the other times.
+    pub started_at: i64,
+    pub deadline: i64,
+    pub ttl_ms: i64,
+    /// Set once closed: when the record may be forgotten.
+    pub forget_at: Option<i64>,
+    pub claim: Option<String>,
+    /// The model the call was for; empty for a row written before the
+    /// column existed.
+    pub model: String,
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum RecordState {
+    Denied(Denial),
+    Open,
+    /// With what its expiry charged.
+    Expired(UsdMicros),
+    Settled(SettleOutcome),
+}
+
+/// A scope charged by a reservation, in the period current at reserve time.
+#[derive(Clone, Debug)]
+pub(super) struct Charge {
+    pub kind: ScopeKind,
+    pub id: String,
+    pub period_id: String,
+    pub cap: UsdMicros,
+}
+
+impl Record {
+    /// The record of `exec_id` in the file, if it has one.
+    pub(super) fn load(conn: &Connection, exec_id: &str) -> Sql<Option<Record>> {
+        let row = conn
+            .prepare_cached(&format!(
+                "SELECT {ROW_COLUMNS} FROM reservations WHERE exec_id = ?1"
+            ))?
+            .query_row([exec_id], Row::from_sql)
+            .optional()?;
+        row.as_ref().map(Record::from_row).transpose()
+    }
+
+    pub(super) fn is_open(&self) -> bool {
+        matches!(self.state, RecordState::Open)
+    }
+
+    pub(super) fn charges(&self) -> impl Iterator<Item = &Charge> {
+        std::iter::once(&self.key)
+            .chain(self.org.as_ref())
+            .chain(self.run.as_ref())
+    }
+
+    /// The run id the client named, without its key.
+    pub(super) fn run_id(&self) -> Option<String> {
+        self.run.as_ref().map(|run| run_id_of(&run.id).to_owned())
+    }
+
+    pub(super) fn is_owned_by(&self, settlement: &Settlement) -> bool {
+        self.key.id == settlement.key
+            && self.org.as_ref().map(|org| org.id.as_str()) == settlement.org.as_deref()
+    }
+
+    pub(super) fn from_row(row: &Row) -> Sql<Record> {
+        let state = match row.state.as_str() {
+            "open" => RecordState::Open,
+            "expired" => RecordState::Expired(row.expiry_charged.unwrap_or(0)),
+            "settled" => RecordState::Settled(SettleOutcome {
+                status: status_from(row.settled_status.as_deref().unwrap_or_default())?,
+                reserved: row.amount,
+                actual: row.settled_actual.unwrap_or(0),
+                applied: true,
+                key_remaining: row.settled_key_remaining.unwrap_or(0),
+            }),
+            "denied" => RecordState::Denied(Denial {
+                kind: kind_from(row.denied_scope_kind.as_deref().unwrap_or_default())?,
+                id: row.denied_scope_id.clone().unwrap_or_default(),
+                period: row
+                    .denied_period
+                    .as_deref()
+                    .unwrap_or_default()
+                    .parse::<Period>()
+                    .map_err(|e| invalid(e.to_string()))?,
+                cap: row.denied_cap.unwrap_or(0),
+                remaining: row.denied_remaining.unwrap_or(0),
+                resets_at: row.denied_resets_at.map(from_millis),
+            }),
+            other => return Err(invalid(format!("reservation state {other:?}"))),
+        };
+        let org = match (&row.org_id, &row.org_period_id) {
+            (Some(id), Some(period_id)) => Some(Charge {
+                kind: ScopeKind::Org,
+                id: id.clone(),
+                period_id: period_id.clone(),
+                cap: row.org_cap.unwrap_or(0),
+            }),
+            _ => None,
+        };
+        Ok(Record {
+            state,
+            amount: row.amount,
+            key: Charge {
+                kind: ScopeKind::Key,
+                id: row.key_id.clone(),
+                period_id: row.key_period_id.clone(),
+                cap: row.key_cap,
+            },
+            org,
+            run: row.run_id.as_ref().map(|id| Charge {
+                kind: ScopeKind::Run,
+                id: id.clone(),
+                period_id: "total".to_owned(),
+                // A run's cap is read where it is checked, at reserve.
+                cap: MAX_USD_MICROS,
+            }),
+            started_at: row.started_at,
+            deadline: row.deadline,
+            ttl_ms: row.ttl_ms,
+            forget_at: row.forget_at,
+            claim: row.claim.clone(),
+            model: row.model.clone().unwrap_or_default(),
+        })
+    }
+
+    /// The record as the row of `exec_id`.
+    pub(super) fn row(&self, exec_id: &str) -> Row {
+        let mut row = Row {
+            exec_id: exec_id.to_owned(),
+            key_id: self.key.id.clone(),
+            key_period_id: self.key.period_id.clone(),
+            key_cap: self.key.cap,
+            org_id: self.org.as_ref().map(|org| org.id.clone()),
+            org_period_id: self.org.as_ref().map(|org| org.period_id.clone()),
+            org_cap: self.org.as_ref().map(|org| org.cap),
+            amount: self.amount,
+            claim: self.claim.clone(),
+            started_at: self.started_at,
+            deadline: self.deadline,
+            ttl_ms: self.ttl_ms,
+            forget_at: self.forget_at,
+            // A row that predates the column keeps naming no model.
+            model: (!self.model.is_empty()).then(|| self.model.clone()),
+            run_id: self.run.as_ref().map(|run| run.id.clone()),
+            ..Row::default()
+        };
+        row.state = match &self.state {
+            RecordState::Open => "open",
+            RecordState::Expired(charged) => {
+                row.expiry_charged = Some(*charged);
+                "expired"
+            }
+            RecordState::Settled(outcome) => {
+                row.settled_status = Some(outcome.status.as_str().to_owned());
+                row.settled_actual = Some(outcome.actual);
+                row.settled_key_remaining = Some(outcome.key_remaining);
+                "settled"
+            }
+            RecordState::Denied(denial) => {
+                row.denied_scope_kind = Some(denial.kind.as_str().to_owned());
+                row.denied_scope_id = Some(denial.id.clone());
+                row.denied_period = Some(denial.period.as_str().to_owned());
+                row.denied_cap = Some(denial.cap);
+                row.denied_remaining = Some(denial.remaining);
+                row.denied_resets_at = denial.resets_at.map(millis);
+                "denied"
+            }
+        }
+        .to_owned();
+        row
+    }
+}
+
+pub(super) fn status_from(text: &str) -> Sql<LedgerStatus> {
+    Ok(match text {
+        "ok" => LedgerStatus::Ok,
+        "overrun" => LedgerStatus::Overrun,
+        "estimated" => LedgerStatus::Estimated,
+        "late" => LedgerStatus::Late,
+        "expired" => LedgerStatus::Expired,
+        "adjustment" => LedgerStatus::Adjustment,
+        other => return Err(invalid(format!("ledger status {other:?}"))),
+    })
+}
+
+pub(super) fn kind_from(text: &str) -> Sql<ScopeKind> {
+    ScopeKind::parse(text).ok_or_else(|| invalid(format!("scope kind {text:?}")))
+}
+
+/// A value in the file this binary does not understand.
+pub(super) fn invalid(what: String) -> rusqlite::Error {
+    rusqlite::Error::InvalidColumnType(0, what, rusqlite::types::Type::Text)
+}
+
+pub(super) fn millis(at: DateTime<Utc>) -> i64 {
+    at.timestamp_millis()
+}
+
+pub(super) fn from_millis(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn charge(kind: ScopeKind, id: &str) -> Charge {
+        Charge {
+            kind,
+            id: id.to_owned(),
+            period_id: "2026-12-02".to_owned(),
+            cap: 9_000,
+        }
+    }
+
+    fn record(state: RecordState) -> Record {
+        Record {
+            state,
+            amount: 1_200,
+            key: charge(ScopeKind::Key, "alice"),
+            org: Some(charge(ScopeKind::Org, "acme")),
+            run: Some(Charge {
+                kind: ScopeKind::Run,
+                id: "alice/r1".to_owned(),
+                period_id: "total".to_owned(),
+                cap: MAX_USD_MICROS,
+            }),
+            started_at: 1_000,
+            deadline: 61_000,
+            ttl_ms: 60_000,
+            forget_at: Some(181_000),
+            claim: Some("idem".to_owned()),
+            model: "gpt-4o-mini".to_owned(),
+        }
+    }
+
+    /// Every state reads back from its row as it was written.
+    #[test]
+    fn a_record_and_its_row_carry_the_same_facts() {
+        let states = [
+            RecordState::Open,
+            RecordState::Expired(1_200),
+            RecordState::Settled(SettleOutcome {
+                status: LedgerStatus::Overrun,
+                reserved: 1_200,
+                actual: 1_500,
+                applied: true,
+                key_remaining: 7_000,
+            }),
+            RecordState::Denied(Denial {
+                kind: ScopeKind::Org,
+                id: "acme".to_owned(),
+                period: Period::Day,
+                cap: 9_000,
+                remaining: 3,
+                resets_at: Some(from_millis(86_400_000)),
+            }),
+        ];
+        for state in states {
+            let written = record(state);
+            let row = written.row("call-1");
+            let read = Record::from_row(&row).unwrap();
+            assert_eq!(read.row("call-1"), row, "{written:?}");
+        }
+    }
+}
