@@ -63,7 +63,7 @@ use super::{
 };
 use crate::money::UsdMicros;
 use books::Rules;
-use desk::{Batch, Desk, Logged};
+use desk::{Batch, Desk};
 use journal::Journal;
 use writer::{Msg, Writer};
 
@@ -471,31 +471,13 @@ impl SqliteStore {
 /// Starts the writer on a thread of its own. The thread holds the owner's
 /// lock: it is released once the last transaction is done, not when the
 /// last handle drops.
-/// The journal's records after `posted`, read back as a batch to post.
-fn unposted_batch(
-    path: &Path,
-    records: Vec<journal::Record>,
-    posted: u64,
-) -> Result<Batch, String> {
-    let (unposted, left) = journal::unposted(records, posted);
+/// The journal's records after `posted`, as a batch to post.
+fn unposted_batch(path: &Path, records: Vec<journal::Logged>, posted: u64) -> Batch {
+    let (records, left) = journal::unposted(records, posted);
     if left > 0 {
         tracing::warn!(file = %path.display(), records = left, "journal records after a gap are not posted: the machine lost the ones between (a crash of the machine, not of the gateway)");
     }
-    let logged = unposted
-        .into_iter()
-        .map(|record| {
-            serde_json::from_slice(&record.payload)
-                .map(|changes| Logged {
-                    seq: record.seq,
-                    changes,
-                })
-                .map_err(|e| format!("its journal record {} cannot be read: {e}", record.seq))
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(Batch {
-        logged,
-        empties: None,
-    })
+    Batch { records }
 }
 
 /// The books of the file at `path` with its journal's records posted to
@@ -514,7 +496,7 @@ fn reconcile_with_journal(path: &Path) -> Result<Vec<Reconciliation>, String> {
     let read = (|| {
         let posted = schema::journal_seq(&conn).map_err(|e| e.to_string())?;
         let records = Journal::read(path).map_err(|e| format!("cannot read its journal: {e}"))?;
-        let batch = unposted_batch(path, records, posted)?;
+        let batch = unposted_batch(path, records, posted);
         let mut db = writer::Db::new(&conn);
         db.apply(&batch).map_err(|e| e.to_string())?;
         let conn = db.counters_in_sql().map_err(|e| e.to_string())?;
@@ -549,17 +531,22 @@ fn recover(path: &Path, conn: &Connection) -> Result<(Journal, u64), SqliteOpenE
     let (mut journal, records) =
         Journal::open(path).map_err(|e| open_error(format!("cannot open its journal: {e}")))?;
     let posted = schema::journal_seq(conn).map_err(|e| schema::classify(path, e))?;
-    let batch =
-        unposted_batch(path, records, posted).map_err(|reason| SqliteOpenError::Corrupt {
-            path: path.to_owned(),
-            reason,
-        })?;
+    let batch = unposted_batch(path, records, posted);
     let reached = batch.last_seq().unwrap_or(posted);
-    if !batch.logged.is_empty() {
-        writer::Db::new(conn)
-            .post(&batch)
-            .map_err(|e| open_error(format!("cannot post its journal: {e}")))?;
-        tracing::info!(file = %path.display(), records = batch.logged.len(), "posted the journal records the last run left");
+    if !batch.records.is_empty() {
+        writer::Db::new(conn).post(&batch).map_err(|e| {
+            let reason = format!("cannot post its journal: {e}");
+            match e {
+                // A whole record this binary cannot read: it may be an
+                // answered call, so the file is not served without it.
+                rusqlite::Error::InvalidColumnType(..) => SqliteOpenError::Corrupt {
+                    path: path.to_owned(),
+                    reason,
+                },
+                _ => open_error(reason),
+            }
+        })?;
+        tracing::info!(file = %path.display(), records = batch.records.len(), "posted the journal records the last run left");
     }
     journal
         .empty_all()

@@ -24,7 +24,7 @@ use std::sync::mpsc::Sender;
 use rusqlite::{Connection, OptionalExtension};
 
 use super::change::{Adjusted, Change, Entry, Row, ROW_COLUMNS};
-use super::journal::Journal;
+use super::journal::{Journal, Logged};
 use super::record::Record;
 use super::writer::Msg;
 use crate::budget::{AppliedAdjustment, OpenHold, ScopeKind, StoreError};
@@ -41,24 +41,16 @@ const MAX_KEPT: usize = 65_536;
 /// until the file takes them again.
 pub(super) const MAX_BACKLOG: usize = 100_000;
 
-/// One record of the journal: the changes of one call's decision.
-#[derive(Debug)]
-pub(super) struct Logged {
-    pub seq: u64,
-    pub changes: Vec<Change>,
-}
-
-/// What one posting takes: the records written since the last, and the
-/// journal file to empty once they are in the database.
+/// What one posting takes: the journal records written since the last,
+/// each the changes of one call's decision, as the journal holds them.
 #[derive(Debug)]
 pub(super) struct Batch {
-    pub logged: Vec<Logged>,
-    pub empties: Option<usize>,
+    pub records: Vec<Logged>,
 }
 
 impl Batch {
     pub(super) fn last_seq(&self) -> Option<u64> {
-        self.logged.last().map(|logged| logged.seq)
+        self.records.last().map(|record| record.seq)
     }
 }
 
@@ -463,10 +455,17 @@ impl Desk {
             self.undo.clear();
             return Ok(());
         }
-        let appended = serde_json::to_vec(&self.draft)
-            .map_err(std::io::Error::other)
-            .and_then(|payload| self.journal.append(self.next_seq, &payload));
-        if let Err(error) = appended {
+        let payload = match super::change::encode(&self.draft) {
+            Ok(payload) => payload,
+            Err(error) => {
+                self.rollback();
+                return Err(StoreError::Unavailable(format!(
+                    "sqlite store {}: cannot write its journal: {error}",
+                    self.label
+                )));
+            }
+        };
+        if let Err(error) = self.journal.append(self.next_seq, &payload, self.posted) {
             self.rollback();
             tracing::error!(file = %self.label, %error, "cannot write the store's journal; the call was refused and nothing was changed");
             return Err(StoreError::Unavailable(format!(
@@ -475,9 +474,12 @@ impl Desk {
             )));
         }
         let first = self.pending.is_empty();
+        // The writer reads the changes back from the bytes, so what one
+        // thread allocates is not freed by the other.
+        self.draft.clear();
         self.pending.push(Logged {
             seq: self.next_seq,
-            changes: std::mem::take(&mut self.draft),
+            payload,
         });
         self.next_seq += 1;
         self.undo.clear();
@@ -532,31 +534,19 @@ impl Desk {
 
     // === posting ===
 
-    /// The records written since the last posting, for the next one; the
-    /// journal turns to its other file, so the one they are in can be
-    /// emptied once they are posted.
+    /// The records written since the last posting, for the next one.
     pub(super) fn take_batch(&mut self) -> Option<Batch> {
         if self.pending.is_empty() {
             return None;
         }
-        if let Err(error) = self.journal.empty_inactive() {
-            tracing::warn!(file = %self.label, %error, "cannot empty a posted journal file; the journal grows until it can");
-        }
-        let empties = self.journal.turn();
         Some(Batch {
-            logged: std::mem::take(&mut self.pending),
-            empties,
+            records: std::mem::take(&mut self.pending),
         })
     }
 
-    /// The batch is in the file: its journal file is emptied, and what the
-    /// desk kept only because it was not posted may go.
+    /// The batch is in the file: what the desk kept only because it was
+    /// not posted may go, and its journal records may be written over.
     pub(super) fn posted(&mut self, batch: &Batch) {
-        if let Some(part) = batch.empties {
-            if let Err(error) = self.journal.empty(part) {
-                tracing::warn!(file = %self.label, %error, "cannot empty a posted journal file; retrying at the next posting");
-            }
-        }
         if let Some(seq) = batch.last_seq() {
             self.posted = seq;
         }

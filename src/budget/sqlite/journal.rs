@@ -5,25 +5,26 @@
 //! An append is one `pwrite` of a few hundred bytes into the kernel's page
 //! cache, which a killed process cannot take back; a transaction of the
 //! database file costs a dozen system calls and kilobytes of pages, so no
-//! call waits for one. Two files take turns, `<file>.journal-0` and
-//! `<file>.journal-1`: changes go to the active one; posting makes the other
-//! one active, and once the transaction that posted the first has
-//! committed, empties it. The database records the sequence number of the
-//! last record posted (`meta.journal_seq`), in the same transaction.
+//! call waits for one. The database records the sequence number of the
+//! last record posted (`meta.journal_seq`), in the transaction that posts
+//! it.
+//!
+//! Two files take turns, `<file>.journal-0` and `<file>.journal-1`: records
+//! are appended to the active one until it holds [`TURN_BYTES`]; then the
+//! other one, every record of which is posted by then, is written again
+//! from its beginning. While the file refuses its postings the other one
+//! is not, so the active one grows, and only a full disk stops it.
 //!
 //! A record is `length (u32) | crc32 (u32) | seq (u64) | payload`, little
 //! endian, the checksum taken over the sequence number and the payload;
 //! sequence numbers go up by one from record to record across both files.
 //! Reading a file stops at its first record that is not whole: an append a
-//! crash cut short, which was never answered. Only a crash of the machine
-//! (the page cache lost before it reached the disk) can cost whole
-//! records, and then the ones after a gap are not trusted either.
-//!
-//! Emptying a file starts it again from its beginning without shortening
-//! it (shortening a file costs more than the posting it follows): what is
-//! left after its last record is older records, posted already, which
-//! reading finds by their sequence numbers and leaves out. A file grown
-//! past [`KEEP_BYTES`] by a burst is shortened when it is emptied.
+//! crash cut short, which was never answered. A file written again from
+//! its beginning is not shortened (it would cost a metadata change and a
+//! page cache purge at every turn): after its new records come older ones,
+//! posted already, which the sequence numbers tell apart. Only a crash of
+//! the machine (the page cache lost before it reached the disk) can cost
+//! whole records, and then the ones after a gap are not trusted either.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
@@ -36,13 +37,16 @@ const HEADER: usize = 16;
 /// No record is this long: a length field past it is damage, not a record.
 const MAX_PAYLOAD: usize = 64 * 1024 * 1024;
 
-/// A file emptied when it is longer than this is shortened, not only
-/// started again.
-const KEEP_BYTES: u64 = 4 * 1024 * 1024;
+/// How much the active file holds before the other one takes over.
+const TURN_BYTES: u64 = 4 * 1024 * 1024;
 
-/// A record read back: its sequence number and payload.
+/// A file that grew past this (its turn came while the database refused
+/// its postings) is shortened when it is written again from its beginning.
+const KEEP_BYTES: u64 = 4 * TURN_BYTES;
+
+/// A record of the journal: its sequence number and payload.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Record {
+pub(super) struct Logged {
     pub seq: u64,
     pub payload: Vec<u8>,
 }
@@ -57,12 +61,16 @@ struct Part {
     file: File,
     /// Where the next record goes: the end of the last whole record.
     len: u64,
+    /// The sequence number of its last record; 0 when it holds none.
+    last_seq: u64,
+    /// The most it was ever written to.
+    high_water: u64,
 }
 
 impl Journal {
     /// Opens (creating) the journal of the database at `db` and reads
     /// back every whole record of both files, in sequence order.
-    pub(super) fn open(db: &Path) -> io::Result<(Journal, Vec<Record>)> {
+    pub(super) fn open(db: &Path) -> io::Result<(Journal, Vec<Logged>)> {
         let mut records = Vec::new();
         let mut parts = Vec::with_capacity(2);
         for path in paths(db) {
@@ -73,8 +81,14 @@ impl Journal {
                 .truncate(false)
                 .open(&path)?;
             let (found, len) = read_part(&mut file)?;
+            let last_seq = found.iter().map(|record| record.seq).max().unwrap_or(0);
             records.extend(found);
-            parts.push(Part { file, len });
+            parts.push(Part {
+                high_water: file.metadata()?.len(),
+                file,
+                len,
+                last_seq,
+            });
         }
         records.sort_by_key(|record| record.seq);
         let [first, second]: [Part; 2] = parts
@@ -91,7 +105,7 @@ impl Journal {
 
     /// Every whole record of the journal of the database at `db`, in
     /// sequence order, read without creating or changing anything.
-    pub(super) fn read(db: &Path) -> io::Result<Vec<Record>> {
+    pub(super) fn read(db: &Path) -> io::Result<Vec<Logged>> {
         let mut records = Vec::new();
         for path in paths(db) {
             match File::open(&path) {
@@ -104,10 +118,12 @@ impl Journal {
         Ok(records)
     }
 
-    /// Appends one record to the active file. On failure nothing of it
-    /// counts: the next record is written where this one began.
-    pub(super) fn append(&mut self, seq: u64, payload: &[u8]) -> io::Result<()> {
-        let part = &mut self.parts[self.active];
+    /// Appends one record; the database has every record up to `posted`.
+    /// On failure nothing of it counts: the next record is written where
+    /// this one began, and a crash before then leaves what was written of
+    /// it to read as a record cut short.
+    pub(super) fn append(&mut self, seq: u64, payload: &[u8], posted: u64) -> io::Result<()> {
+        self.turn_if_full(posted)?;
         let length = u32::try_from(payload.len())
             .ok()
             .filter(|_| payload.len() <= MAX_PAYLOAD)
@@ -117,53 +133,32 @@ impl Journal {
         bytes.extend_from_slice(&checksum(seq, payload).to_le_bytes());
         bytes.extend_from_slice(&seq.to_le_bytes());
         bytes.extend_from_slice(payload);
-        match part.file.write_all_at(&bytes, part.len) {
-            Ok(()) => {
-                part.len += bytes.len() as u64;
-                Ok(())
-            }
-            Err(error) => {
-                // Cut what was written of it; if even that fails, the next
-                // record overwrites it, and a crash before then leaves a
-                // record that reads as cut short.
-                let _ = part.file.set_len(part.len);
-                Err(error)
-            }
-        }
-    }
-
-    /// Makes the other file the active one, if it is empty, and returns
-    /// the one that was: once what it holds is posted, [`Journal::empty`]
-    /// it. `None` while the other one still holds records (its emptying
-    /// failed): appends stay where they are, and nothing is emptied until
-    /// it is.
-    pub(super) fn turn(&mut self) -> Option<usize> {
-        let other = 1 - self.active;
-        if self.parts[other].len != 0 {
-            return None;
-        }
-        let posted = self.active;
-        self.active = other;
-        Some(posted)
-    }
-
-    /// Empties file `part`, whose every record is posted.
-    pub(super) fn empty(&mut self, part: usize) -> io::Result<()> {
-        let part = &mut self.parts[part];
-        if part.len > KEEP_BYTES {
-            part.file.set_len(0)?;
-        }
-        part.len = 0;
+        let part = &mut self.parts[self.active];
+        part.file.write_all_at(&bytes, part.len)?;
+        part.len += bytes.len() as u64;
+        part.high_water = part.high_water.max(part.len);
+        part.last_seq = seq;
         Ok(())
     }
 
-    /// Empties a file left holding records, if any, before the next turn.
-    pub(super) fn empty_inactive(&mut self) -> io::Result<()> {
-        let other = 1 - self.active;
-        if self.parts[other].len == 0 {
+    /// Hands over to the other file once the active one is full, if every
+    /// record of the other is posted.
+    fn turn_if_full(&mut self, posted: u64) -> io::Result<()> {
+        if self.parts[self.active].len < TURN_BYTES {
             return Ok(());
         }
-        self.empty(other)
+        let other = &mut self.parts[1 - self.active];
+        if other.last_seq > posted {
+            return Ok(());
+        }
+        if other.high_water > KEEP_BYTES {
+            other.file.set_len(0)?;
+            other.high_water = 0;
+        }
+        other.len = 0;
+        other.last_seq = 0;
+        self.active = 1 - self.active;
+        Ok(())
     }
 
     /// Empties both files, every record of which is posted, and shortens
@@ -172,6 +167,8 @@ impl Journal {
         for part in &mut self.parts {
             part.file.set_len(0)?;
             part.len = 0;
+            part.last_seq = 0;
+            part.high_water = 0;
         }
         self.active = 0;
         Ok(())
@@ -189,7 +186,7 @@ pub(super) fn paths(db: &Path) -> [PathBuf; 2] {
 }
 
 /// The whole records of one file, and where the last one ends.
-fn read_part(file: &mut File) -> io::Result<(Vec<Record>, u64)> {
+fn read_part(file: &mut File) -> io::Result<(Vec<Logged>, u64)> {
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
     let mut records = Vec::new();
@@ -202,7 +199,7 @@ fn read_part(file: &mut File) -> io::Result<(Vec<Record>, u64)> {
 }
 
 /// The record at `at`, if it is whole, and where the next one begins.
-fn parse(bytes: &[u8], at: usize) -> Option<(Record, usize)> {
+fn parse(bytes: &[u8], at: usize) -> Option<(Logged, usize)> {
     let header = bytes.get(at..at.checked_add(HEADER)?)?;
     let length = u32::from_le_bytes(header[0..4].try_into().ok()?) as usize;
     if length > MAX_PAYLOAD {
@@ -214,7 +211,7 @@ fn parse(bytes: &[u8], at: usize) -> Option<(Record, usize)> {
     let payload = bytes.get(start..start.checked_add(length)?)?;
     (checksum(seq, payload) == sum).then(|| {
         (
-            Record {
+            Logged {
                 seq,
                 payload: payload.to_vec(),
             },
@@ -233,7 +230,7 @@ fn checksum(seq: u64, payload: &[u8]) -> u32 {
 /// The records that follow `posted`, one sequence number after another:
 /// the journal's part not yet in the database. Stops at the first gap;
 /// says how many records after it were left out.
-pub(super) fn unposted(records: Vec<Record>, posted: u64) -> (Vec<Record>, usize) {
+pub(super) fn unposted(records: Vec<Logged>, posted: u64) -> (Vec<Logged>, usize) {
     let mut next = posted + 1;
     let mut kept = Vec::new();
     let mut left = 0;
@@ -261,29 +258,53 @@ mod tests {
         dir.path().join("books.db")
     }
 
-    fn seqs(records: &[Record]) -> Vec<u64> {
+    fn seqs(records: &[Logged]) -> Vec<u64> {
         records.iter().map(|record| record.seq).collect()
     }
 
+    /// A payload that fills the active file in two records.
+    fn half_a_file() -> Vec<u8> {
+        vec![7; usize::try_from(TURN_BYTES / 2).unwrap()]
+    }
+
     #[test]
-    fn records_appended_read_back_in_order_across_turns() {
+    fn records_appended_read_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let (mut journal, found) = Journal::open(&db(&dir)).unwrap();
         assert!(found.is_empty());
-        journal.append(1, b"one").unwrap();
-        journal.append(2, b"two").unwrap();
-        let posted = journal.turn().unwrap();
-        journal.append(3, b"three").unwrap();
+        journal.append(1, b"one", 0).unwrap();
+        journal.append(2, b"two", 0).unwrap();
         drop(journal);
 
-        let (mut journal, found) = Journal::open(&db(&dir)).unwrap();
-        assert_eq!(seqs(&found), [1, 2, 3]);
-        assert_eq!(found[2].payload, b"three");
-        // What was posted is left behind, and read as posted.
-        journal.empty(posted).unwrap();
+        let (_, found) = Journal::open(&db(&dir)).unwrap();
+        assert_eq!(seqs(&found), [1, 2]);
+        assert_eq!(found[1].payload, b"two");
+    }
+
+    /// Once the active file is full, the other one is written again from
+    /// its beginning if all it holds is posted; its older records read
+    /// back, and `unposted` leaves them out.
+    #[test]
+    fn a_full_file_hands_over_to_the_other_once_that_one_is_posted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = db(&dir);
+        let (mut journal, _) = Journal::open(&path).unwrap();
+        let big = half_a_file();
+        journal.append(1, &big, 0).unwrap();
+        journal.append(2, &big, 0).unwrap();
+        // The first file is full; the second holds nothing: it takes over.
+        journal.append(3, b"three", 0).unwrap();
+        journal.append(4, &big, 0).unwrap();
+        journal.append(5, &big, 0).unwrap();
+        // The second is full, but the first holds records not yet posted.
+        journal.append(6, b"six", 1).unwrap();
+        assert_eq!(journal.active, 1);
+        // Once they are, the first is written again from its beginning.
+        journal.append(7, b"seven", 2).unwrap();
+        assert_eq!(journal.active, 0);
         drop(journal);
-        let (kept, _) = unposted(Journal::read(&db(&dir)).unwrap(), 2);
-        assert_eq!(seqs(&kept), [3]);
+        let (kept, left) = unposted(Journal::read(&path).unwrap(), 2);
+        assert_eq!((seqs(&kept), left), (vec![3, 4, 5, 6, 7], 0));
     }
 
     #[test]
@@ -291,8 +312,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = db(&dir);
         let (mut journal, _) = Journal::open(&path).unwrap();
-        journal.append(1, b"whole").unwrap();
-        journal.append(2, b"cut short").unwrap();
+        journal.append(1, b"whole", 0).unwrap();
+        journal.append(2, b"cut short", 0).unwrap();
         drop(journal);
         let part = &paths(&path)[0];
         let len = std::fs::metadata(part).unwrap().len();
@@ -302,7 +323,7 @@ mod tests {
 
         let (mut journal, found) = Journal::open(&path).unwrap();
         assert_eq!(seqs(&found), [1]);
-        journal.append(2, b"again").unwrap();
+        journal.append(2, b"again", 0).unwrap();
         drop(journal);
         let found = Journal::read(&path).unwrap();
         assert_eq!(seqs(&found), [1, 2]);
@@ -315,7 +336,7 @@ mod tests {
         let path = db(&dir);
         let (mut journal, _) = Journal::open(&path).unwrap();
         for seq in 1..=3 {
-            journal.append(seq, b"payload").unwrap();
+            journal.append(seq, b"payload", 0).unwrap();
         }
         drop(journal);
         let part = &paths(&path)[0];
@@ -328,9 +349,9 @@ mod tests {
 
     #[test]
     fn only_the_records_after_the_posted_one_and_before_a_gap_are_unposted() {
-        let records = |seqs: &[u64]| -> Vec<Record> {
+        let records = |seqs: &[u64]| -> Vec<Logged> {
             seqs.iter()
-                .map(|&seq| Record {
+                .map(|&seq| Logged {
                     seq,
                     payload: Vec::new(),
                 })
@@ -342,44 +363,5 @@ mod tests {
         assert_eq!((seqs(&kept), left), (vec![5, 6], 2));
         let (kept, left) = unposted(records(&[1, 2]), 2);
         assert_eq!((seqs(&kept), left), (vec![], 0));
-    }
-
-    /// An emptied file starts again from its beginning; the older records
-    /// left after the new ones read back, and `unposted` leaves them out.
-    #[test]
-    fn an_emptied_file_is_written_again_from_its_beginning() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = db(&dir);
-        let (mut journal, _) = Journal::open(&path).unwrap();
-        for seq in 1..=4 {
-            journal.append(seq, b"an older, longer record").unwrap();
-        }
-        let posted = journal.turn().unwrap();
-        journal.empty(posted).unwrap();
-        journal.append(5, b"other").unwrap();
-        let posted = journal.turn().unwrap();
-        journal.append(6, b"new").unwrap();
-        drop(journal);
-        let read = Journal::read(&path).unwrap();
-        let (kept, left) = unposted(read, 4);
-        assert_eq!((seqs(&kept), left), (vec![5, 6], 0));
-        assert_eq!(posted, 1);
-    }
-
-    #[test]
-    fn a_file_not_yet_emptied_keeps_the_other_active() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut journal, _) = Journal::open(&db(&dir)).unwrap();
-        journal.append(1, b"a").unwrap();
-        let posted = journal.turn().unwrap();
-        journal.append(2, b"b").unwrap();
-        // The first was not emptied: no second turn.
-        assert_eq!(journal.turn(), None);
-        journal.append(3, b"c").unwrap();
-        journal.empty(posted).unwrap();
-        assert!(journal.turn().is_some());
-        drop(journal);
-        let (kept, _) = unposted(Journal::read(&db(&dir)).unwrap(), 1);
-        assert_eq!(seqs(&kept), [2, 3]);
     }
 }

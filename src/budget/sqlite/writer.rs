@@ -20,6 +20,7 @@ use super::change;
 use super::checkpoint::{LogLength, MAX_LOG_BYTES};
 use super::counters::Counters;
 use super::desk::{Batch, Desk};
+use super::record::invalid;
 use super::Clock;
 use crate::budget::{ScopeKind, StoreError};
 #[cfg(test)]
@@ -181,7 +182,7 @@ impl<'c> Db<'c> {
     /// Posts `batch` and records how far the journal is posted, in one
     /// transaction.
     pub(super) fn post(&mut self, batch: &Batch) -> rusqlite::Result<()> {
-        if batch.logged.is_empty() {
+        if batch.records.is_empty() {
             return Ok(());
         }
         self.begin(TransactionBehavior::Immediate)?;
@@ -198,10 +199,14 @@ impl<'c> Db<'c> {
         let Some(last) = batch.last_seq() else {
             return Ok(());
         };
-        change::post(
-            self,
-            batch.logged.iter().flat_map(|logged| logged.changes.iter()),
-        )?;
+        let mut changes = Vec::new();
+        for record in &batch.records {
+            let decided = change::decode(&record.payload).map_err(|e| {
+                invalid(format!("journal record {} cannot be read: {e}", record.seq))
+            })?;
+            changes.extend(decided);
+        }
+        change::post(self, changes.iter())?;
         self.conn
             .prepare_cached("UPDATE meta SET value = ?1 WHERE name = 'journal_seq'")?
             .execute([last.to_string()])?;
@@ -446,8 +451,9 @@ impl Writer {
     }
 }
 
-/// Posts every record the desk has, a batch refused before first; says
-/// whether the file took them all, and how many calls were in flight.
+/// Posts the records the desk has (after a batch the file refused before,
+/// if any); says whether the file took them, and how many calls were in
+/// flight. What comes in meanwhile waits for the next posting.
 fn post_all(
     db: &mut Db<'_>,
     desk: &Mutex<Desk>,
@@ -455,6 +461,7 @@ fn post_all(
     label: &str,
 ) -> (bool, usize) {
     let mut in_flight = 0;
+    let mut retried = unposted.is_some();
     loop {
         let batch = match unposted.take() {
             Some(batch) => batch,
@@ -471,11 +478,14 @@ fn post_all(
             Ok(()) => lock(desk).posted(&batch),
             Err(error) => {
                 let error = format!("cannot write its file: {error}");
-                tracing::warn!(file = label, %error, records = batch.logged.len(), "posting the journal failed; retrying");
+                tracing::warn!(file = label, %error, records = batch.records.len(), "posting the journal failed; retrying");
                 lock(desk).posting_failed(&error);
                 *unposted = Some(batch);
                 return (false, in_flight);
             }
+        }
+        if !std::mem::take(&mut retried) {
+            return (true, in_flight);
         }
     }
 }
