@@ -11,8 +11,9 @@
 //! bytes. A change to these types is a new format, which a binary must
 //! still read when it opens a journal an earlier one left.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
+use rusqlite::{CachedStatement, Connection, Statement};
 use serde::{Deserialize, Serialize};
 
 use super::record::{from_millis, millis};
@@ -28,9 +29,13 @@ type Sql<T> = rusqlite::Result<T>;
 /// The journal format of [`encode`]: the first byte of every record.
 const FORMAT: u8 = 1;
 
-/// A decision as the journal keeps it.
-pub(super) fn encode(changes: &[Change]) -> Result<Vec<u8>, String> {
-    postcard::to_extend(changes, vec![FORMAT]).map_err(|e| e.to_string())
+/// A decision as the journal keeps it, written into `record` (whose room
+/// is kept from call to call).
+pub(super) fn encode(changes: &[Change], record: &mut Vec<u8>) -> Result<(), String> {
+    record.clear();
+    record.push(FORMAT);
+    *record = postcard::to_extend(changes, std::mem::take(record)).map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 /// A decision read back from the journal.
@@ -148,8 +153,9 @@ impl Row {
         })
     }
 
-    fn put(&self, db: &Db<'_>) -> Sql<()> {
-        db.conn().prepare_cached(PUT)?.execute(rusqlite::params![
+    /// Writes the row with `put`, a statement of [`PUT`].
+    fn put(&self, put: &mut Statement<'_>) -> Sql<()> {
+        put.execute(rusqlite::params![
             self.exec_id,
             self.state,
             self.key_id,
@@ -197,6 +203,12 @@ const PUT: &str = "INSERT INTO reservations (exec_id, state, key_id, key_period_
      settled_status = excluded.settled_status, \
      settled_actual_usd_micros = excluded.settled_actual_usd_micros, \
      settled_key_remaining_usd_micros = excluded.settled_key_remaining_usd_micros";
+
+/// Adds an [`Entry`] to the ledger.
+const BOOK: &str = "INSERT INTO ledger (exec_id, key, org, model, input_tokens, \
+     cached_input_tokens, cache_write_tokens, output_tokens, tool_calls, reserved_usd_micros, \
+     actual_usd_micros, status, at, key_period_id, org_period_id, note, run)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
 
 /// A `ledger` row, with the periods it charged.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -248,34 +260,27 @@ impl Entry {
         }
     }
 
-    fn book(&self, db: &Db<'_>) -> Sql<()> {
-        db.conn()
-            .prepare_cached(
-                "INSERT INTO ledger (exec_id, key, org, model, input_tokens, cached_input_tokens,
-                     cache_write_tokens, output_tokens, tool_calls, reserved_usd_micros,
-                     actual_usd_micros, status, at, key_period_id, org_period_id, note, run)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                     ?17)",
-            )?
-            .execute(rusqlite::params![
-                self.exec_id,
-                self.key,
-                self.org,
-                self.model,
-                self.input,
-                self.cached_input,
-                self.cache_write,
-                self.output,
-                self.tool_calls,
-                self.reserved,
-                self.actual,
-                self.status.as_str(),
-                rfc3339(from_millis(self.at)),
-                self.key_period,
-                self.org_period,
-                self.note,
-                self.run,
-            ])?;
+    /// Adds the entry to the ledger with `book`, a statement of [`BOOK`].
+    fn book(&self, book: &mut Statement<'_>) -> Sql<()> {
+        book.execute(rusqlite::params![
+            self.exec_id,
+            self.key,
+            self.org,
+            self.model,
+            self.input,
+            self.cached_input,
+            self.cache_write,
+            self.output,
+            self.tool_calls,
+            self.reserved,
+            self.actual,
+            self.status.as_str(),
+            rfc3339(from_millis(self.at)),
+            self.key_period,
+            self.org_period,
+            self.note,
+            self.run,
+        ])?;
         Ok(())
     }
 
@@ -338,11 +343,15 @@ pub(super) fn post<'a>(
         }
     }
     let mut spend: HashMap<(String, String, String, String), SpendRow> = HashMap::new();
+    // Each prepared once for the whole batch: finding a cached statement
+    // hashes its text.
+    let conn = db.conn();
+    let (mut put, mut book) = (None, None);
     for (at, change) in changes.enumerate() {
         match change {
             Change::Put(row) => {
                 if last_put.get(row.exec_id.as_str()) == Some(&at) {
-                    row.put(db)?;
+                    row.put(prepared(&mut put, conn, PUT)?)?;
                 }
             }
             Change::Move {
@@ -353,7 +362,7 @@ pub(super) fn post<'a>(
                 reserved,
             } => db.move_counter(*kind, id, period, *spent, *reserved)?,
             Change::Book(entry) => {
-                entry.book(db)?;
+                entry.book(prepared(&mut book, conn, BOOK)?)?;
                 let row = entry.spend();
                 let key = (
                     row.day.clone(),
@@ -420,6 +429,18 @@ pub(super) fn post<'a>(
         super::aggregates::add(db.conn(), row)?;
     }
     Ok(())
+}
+
+/// The statement of `sql` in `slot`, prepared on first use.
+fn prepared<'s, 'c>(
+    slot: &'s mut Option<CachedStatement<'c>>,
+    conn: &'c Connection,
+    sql: &str,
+) -> Sql<&'s mut CachedStatement<'c>> {
+    match slot {
+        Some(statement) => Ok(statement),
+        None => Ok(slot.insert(conn.prepare_cached(sql)?)),
+    }
 }
 
 #[cfg(test)]
@@ -499,7 +520,8 @@ mod tests {
                 forget_at: 4_000,
             }),
         ];
-        let bytes = encode(&changes).unwrap();
+        let mut bytes = Vec::new();
+        encode(&changes, &mut bytes).unwrap();
         assert_eq!(decode(&bytes).unwrap(), changes);
         let mut other = bytes.clone();
         other[0] = FORMAT + 1;

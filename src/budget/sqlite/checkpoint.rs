@@ -51,6 +51,7 @@ pub(super) fn spawn(path: PathBuf, requests: Receiver<()>, every: Duration) {
 }
 
 fn run(path: &std::path::Path, requests: &Receiver<()>, every: Duration) {
+    super::background(super::CHECKPOINT_NICENESS);
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = match Connection::open_with_flags(path, flags).and_then(|conn| {
         conn.pragma_update(None, "synchronous", "NORMAL")?;

@@ -7,8 +7,8 @@
 //! posting holds many calls of the same key and org. A failed transaction
 //! forgets every counter, to be read again from the file.
 
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use hashbrown::hash_map::Entry;
+use hashbrown::HashMap;
 
 use rusqlite::{Connection, OptionalExtension};
 

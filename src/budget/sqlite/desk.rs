@@ -17,10 +17,11 @@
 //! call answered. If the append fails, [`Desk::rollback`] undoes the
 //! draft, so a refused call leaves no trace.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::hash::BuildHasher;
 use std::sync::mpsc::Sender;
 
+use hashbrown::HashMap;
 use rusqlite::{Connection, OptionalExtension};
 
 use super::change::{Adjusted, Change, Entry, Row, ROW_COLUMNS};
@@ -78,6 +79,8 @@ pub(super) struct Desk {
     next_seq: u64,
     posted: u64,
     draft: Vec<Change>,
+    /// The draft's journal record, in room kept from call to call.
+    encoded: Vec<u8>,
     undo: Vec<Undo>,
     /// Why the last posting failed, until one succeeds.
     refusing: Option<String>,
@@ -141,6 +144,7 @@ impl Desk {
             next_seq: posted + 1,
             posted,
             draft: Vec::new(),
+            encoded: Vec::new(),
             undo: Vec::new(),
             refusing: None,
             max_backlog: MAX_BACKLOG,
@@ -455,17 +459,17 @@ impl Desk {
             self.undo.clear();
             return Ok(());
         }
-        let payload = match super::change::encode(&self.draft) {
-            Ok(payload) => payload,
-            Err(error) => {
-                self.rollback();
-                return Err(StoreError::Unavailable(format!(
-                    "sqlite store {}: cannot write its journal: {error}",
-                    self.label
-                )));
-            }
-        };
-        if let Err(error) = self.journal.append(self.next_seq, &payload, self.posted) {
+        if let Err(error) = super::change::encode(&self.draft, &mut self.encoded) {
+            self.rollback();
+            return Err(StoreError::Unavailable(format!(
+                "sqlite store {}: cannot write its journal: {error}",
+                self.label
+            )));
+        }
+        if let Err(error) = self
+            .journal
+            .append(self.next_seq, &self.encoded, self.posted)
+        {
             self.rollback();
             tracing::error!(file = %self.label, %error, "cannot write the store's journal; the call was refused and nothing was changed");
             return Err(StoreError::Unavailable(format!(
@@ -479,7 +483,7 @@ impl Desk {
         self.draft.clear();
         self.pending.push(Logged {
             seq: self.next_seq,
-            payload,
+            payload: self.encoded.clone(),
         });
         self.next_seq += 1;
         self.undo.clear();
@@ -620,7 +624,7 @@ fn counter_entry<'a>(
     id: &str,
     period_id: &str,
 ) -> Sql<&'a mut Counter> {
-    use std::collections::hash_map::Entry;
+    use hashbrown::hash_map::Entry;
     Ok(match counters.entry(key_of(kind, id, period_id)) {
         Entry::Occupied(found) => found.into_mut(),
         Entry::Vacant(missing) => {
