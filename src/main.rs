@@ -16,12 +16,6 @@ use tollgate::gateway::Gateway;
 use tollgate::{admin_cli, drain, reconcile, server, sweep};
 use tollgate_mock::{MockOptions, MockStats};
 
-/// Memory freed on another thread than the one that allocated it (the
-/// SQLite store's writer frees what the runtime's threads decided) goes
-/// back without the lock contention of glibc's arenas.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// `tollgate reconcile` could not tell whether the books balance.
 const EXIT_UNKNOWN: u8 = 2;
 
