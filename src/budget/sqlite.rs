@@ -477,7 +477,7 @@ fn unposted_batch(path: &Path, records: Vec<journal::Logged>, posted: u64) -> Ba
     if left > 0 {
         tracing::warn!(file = %path.display(), records = left, "journal records after a gap are not posted: the machine lost the ones between (a crash of the machine, not of the gateway)");
     }
-    Batch { records }
+    Batch::of(records)
 }
 
 /// The books of the file at `path` with its journal's records posted to
@@ -551,7 +551,7 @@ fn recover(path: &Path, conn: &Connection) -> Result<(Journal, u64), SqliteOpenE
     let posted = schema::journal_seq(conn).map_err(|e| schema::classify(path, e))?;
     let batch = unposted_batch(path, records, posted);
     let reached = batch.last_seq().unwrap_or(posted);
-    if !batch.records.is_empty() {
+    if !batch.is_empty() {
         writer::Db::new(conn).post(&batch).map_err(|e| {
             let reason = format!("cannot post its journal: {e}");
             match e {
@@ -564,7 +564,7 @@ fn recover(path: &Path, conn: &Connection) -> Result<(Journal, u64), SqliteOpenE
                 _ => open_error(reason),
             }
         })?;
-        tracing::info!(file = %path.display(), records = batch.records.len(), "posted the journal records the last run left");
+        tracing::info!(file = %path.display(), records = batch.len(), "posted the journal records the last run left");
     }
     journal
         .empty_all()

@@ -44,14 +44,52 @@ pub(super) const MAX_BACKLOG: usize = 100_000;
 
 /// What one posting takes: the journal records written since the last,
 /// each the changes of one call's decision, as the journal holds them.
-#[derive(Debug)]
+/// Their payloads share one buffer, grown by the threads that decide and
+/// freed by the writer once per posting: a buffer per record would be
+/// allocated on one thread and freed on another, which glibc's arenas
+/// make costly.
+#[derive(Debug, Default)]
 pub(super) struct Batch {
-    pub records: Vec<Logged>,
+    bytes: Vec<u8>,
+    /// Each record's sequence number and where its payload ends.
+    records: Vec<(u64, usize)>,
 }
 
 impl Batch {
+    /// The batch of `records`, in their order.
+    pub(super) fn of(records: Vec<Logged>) -> Batch {
+        let mut batch = Batch::default();
+        for record in records {
+            batch.push(record.seq, &record.payload);
+        }
+        batch
+    }
+
+    fn push(&mut self, seq: u64, payload: &[u8]) {
+        self.bytes.extend_from_slice(payload);
+        self.records.push((seq, self.bytes.len()));
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
     pub(super) fn last_seq(&self) -> Option<u64> {
-        self.records.last().map(|record| record.seq)
+        self.records.last().map(|&(seq, _)| seq)
+    }
+
+    /// Each record's sequence number and payload, in order.
+    pub(super) fn records(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        let mut start = 0;
+        self.records.iter().map(move |&(seq, end)| {
+            let payload = &self.bytes[start..end];
+            start = end;
+            (seq, payload)
+        })
     }
 }
 
@@ -75,7 +113,10 @@ pub(super) struct Desk {
     file: Connection,
     journal: Journal,
     /// Records appended to the journal and not yet taken by a posting.
-    pending: Vec<Logged>,
+    pending: Batch,
+    /// A posting let go of what the desk held only until it was posted,
+    /// which the next call's thread then frees.
+    let_go: bool,
     next_seq: u64,
     posted: u64,
     draft: Vec<Change>,
@@ -140,7 +181,8 @@ impl Desk {
             known: griddle::HashSet::new(),
             file,
             journal,
-            pending: Vec::new(),
+            pending: Batch::default(),
+            let_go: false,
             next_seq: posted + 1,
             posted,
             draft: Vec::new(),
@@ -457,6 +499,7 @@ impl Desk {
     pub(super) fn commit(&mut self) -> Result<(), StoreError> {
         if self.draft.is_empty() {
             self.undo.clear();
+            self.let_go_of_posted();
             return Ok(());
         }
         if let Err(error) = super::change::encode(&self.draft, &mut self.encoded) {
@@ -481,12 +524,10 @@ impl Desk {
         // The writer reads the changes back from the bytes, so what one
         // thread allocates is not freed by the other.
         self.draft.clear();
-        self.pending.push(Logged {
-            seq: self.next_seq,
-            payload: self.encoded.clone(),
-        });
+        self.pending.push(self.next_seq, &self.encoded);
         self.next_seq += 1;
         self.undo.clear();
+        self.let_go_of_posted();
         if first {
             // The writer waits for it a moment, to post more at once.
             let _ = self.wake.send(Msg::Wake);
@@ -543,9 +584,7 @@ impl Desk {
         if self.pending.is_empty() {
             return None;
         }
-        Some(Batch {
-            records: std::mem::take(&mut self.pending),
-        })
+        Some(std::mem::take(&mut self.pending))
     }
 
     /// The batch is in the file: what the desk kept only because it was
@@ -556,6 +595,15 @@ impl Desk {
         }
         if self.refusing.take().is_some() {
             tracing::info!(file = %self.label, "the store's file takes its postings again");
+        }
+        self.let_go = true;
+    }
+
+    /// Frees what the desk kept only because it was not posted, once per
+    /// posting, on the thread of a call: it was allocated on one.
+    fn let_go_of_posted(&mut self) {
+        if !std::mem::take(&mut self.let_go) {
+            return;
         }
         let posted = self.posted;
         self.records

@@ -182,7 +182,7 @@ impl<'c> Db<'c> {
     /// Posts `batch` and records how far the journal is posted, in one
     /// transaction.
     pub(super) fn post(&mut self, batch: &Batch) -> rusqlite::Result<()> {
-        if batch.records.is_empty() {
+        if batch.is_empty() {
             return Ok(());
         }
         self.begin(TransactionBehavior::Immediate)?;
@@ -200,10 +200,9 @@ impl<'c> Db<'c> {
             return Ok(());
         };
         let mut changes = Vec::new();
-        for record in &batch.records {
-            let decided = change::decode(&record.payload).map_err(|e| {
-                invalid(format!("journal record {} cannot be read: {e}", record.seq))
-            })?;
+        for (seq, payload) in batch.records() {
+            let decided = change::decode(payload)
+                .map_err(|e| invalid(format!("journal record {seq} cannot be read: {e}")))?;
             changes.extend(decided);
         }
         change::post(self, changes.iter())?;
@@ -478,7 +477,7 @@ fn post_all(
             Ok(()) => lock(desk).posted(&batch),
             Err(error) => {
                 let error = format!("cannot write its file: {error}");
-                tracing::warn!(file = label, %error, records = batch.records.len(), "posting the journal failed; retrying");
+                tracing::warn!(file = label, %error, records = batch.len(), "posting the journal failed; retrying");
                 lock(desk).posting_failed(&error);
                 *unposted = Some(batch);
                 return (false, in_flight);
