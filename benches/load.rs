@@ -23,6 +23,9 @@
 //! `--api-keys N` makes N keys through the admin API on each gateway of
 //! the instant phase and spreads its calls over them (`load/api_keys.rs`;
 //! the keys' documents stay in the store, on Redis too).
+//! `--store-core` keeps the run on CPU 0 and gives GS's store threads
+//! CPU 1 (`load/cores.rs`): GS's latency when its postings have a core of
+//! their own.
 //! `--soak` runs instead one gateway under the open loop for a long time
 //! and prints a line per interval and verdicts on its memory
 //! (`load/soak.rs`, `load/soak_report.rs`).
@@ -45,6 +48,8 @@ mod calls;
 mod child;
 #[path = "load/client.rs"]
 mod client;
+#[path = "load/cores.rs"]
+mod cores;
 #[path = "load/drive.rs"]
 mod drive;
 #[path = "load/error.rs"]
@@ -197,7 +202,7 @@ struct Cli {
     /// Soak instead of running the modes: one gateway under a steady open
     /// loop for this long (90s, 20m, 1h), a line a minute (every 10 s
     /// under 3 minutes): does its memory stay flat?
-    #[arg(long, value_parser = soak::parse_duration, conflicts_with_all = ["smoke", "modes", "upstream"])]
+    #[arg(long, value_parser = soak::parse_duration, conflicts_with_all = ["smoke", "modes", "upstream", "store_core"])]
     soak: Option<Duration>,
     /// Calls per second of the soak.
     #[arg(long, default_value_t = 2000)]
@@ -209,6 +214,12 @@ struct Cli {
     /// runtime, the cheapest client).
     #[arg(long, default_value_t = 1)]
     client_threads: usize,
+    /// Pins the run to CPU 0 and GS's store threads (its writer and
+    /// checkpoint thread) to CPU 1, so GS's postings have a core of their
+    /// own, as on a machine with cores to spare (`load/cores.rs`). Meant
+    /// for `--modes single`: the other loops then measure one core.
+    #[arg(long)]
+    store_core: bool,
     /// Passed by `cargo bench`; without it (under `cargo test`) the
     /// benchmark only says how to run it.
     #[arg(long, hide = true)]
@@ -233,6 +244,11 @@ pub struct Settings {
     pub redis_url: String,
     pub api_keys: usize,
     pub upstream: Upstream,
+    /// `--store-core`.
+    pub store_core: bool,
+    /// The cores this process could use when it started, before any
+    /// pinning.
+    pub cores: usize,
 }
 
 impl Settings {
@@ -278,6 +294,8 @@ impl Settings {
                 redis_url: cli.redis_url.clone(),
                 api_keys: cli.api_keys,
                 upstream: cli.upstream,
+                store_core: cli.store_core,
+                cores: cores(),
             });
         }
         Ok(Settings {
@@ -296,8 +314,14 @@ impl Settings {
             redis_url: cli.redis_url.clone(),
             api_keys: cli.api_keys,
             upstream: cli.upstream,
+            store_core: cli.store_core,
+            cores: cores(),
         })
     }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(0, |n| n.get())
 }
 
 fn main() -> ExitCode {
@@ -349,6 +373,9 @@ fn main() -> ExitCode {
 /// own checks failed.
 fn bench(cli: &Cli) -> Result<bool, BenchError> {
     let settings = Settings::from_cli(cli)?;
+    if settings.store_core {
+        cores::pin_run(settings.cores)?;
+    }
     let mut builder = if cli.client_threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {

@@ -36,10 +36,14 @@ pub fn render(settings: &Settings, outcome: &Outcome) -> Report {
     let _ = writeln!(
         out,
         "machine: {} cores; load average {} before, {} after (other work shares these cores)",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        outcome.load_before,
-        outcome.load_after
+        settings.cores, outcome.load_before, outcome.load_after
     );
+    if settings.store_core {
+        let _ = writeln!(
+            out,
+            "cores: the run on CPU 0, GS's store threads on CPU 1 (--store-core)"
+        );
+    }
     if settings.modes.iter().any(|mode| *mode != Mode::Streams) {
         let _ = writeln!(
             out,

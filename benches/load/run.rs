@@ -420,6 +420,13 @@ impl Bench<'_> {
             self.redis_down.as_deref(),
             admin,
         )?;
+        if self.settings.store_core {
+            for gs in subjects.iter().filter(|subject| subject.label == "GS") {
+                if let Some(pid) = gs.proxy_pid() {
+                    crate::cores::pin_store_threads(pid)?;
+                }
+            }
+        }
         for (label, reason) in skipped {
             result_of(&mut self.measured, label).skipped = Some(reason);
         }
