@@ -4,21 +4,21 @@
 #
 #   docker build -t tollgate .
 #   docker run --rm -p 8080:8080 \
-#     -v ./config/tollgate.toml:/etc/tollgate/tollgate.toml:ro \
 #     -v tollgate-books:/var/lib/tollgate \
 #     -e OPENAI_API_KEY -e ANTHROPIC_API_KEY \
 #     tollgate
 #
-# The mounted config must listen on all interfaces inside the container:
+# The image's /etc/tollgate/tollgate.toml is the shipped config/tollgate.toml
+# listening on all interfaces and keeping the SQLite store's books in
+# /var/lib/tollgate/tollgate.db, on the volume, which outlives the
+# container. A config mounted over it should do the same:
 #   [server]
 #   listen = "0.0.0.0:8080"
-# point at the price table shipped in the image (or mount your own):
-#   [prices]
-#   file = "config/prices.toml"        # /etc/tollgate/config/prices.toml
-# and keep the SQLite store's books on the volume, which outlives the
-# container:
 #   [store]
 #   sqlite_path = "/var/lib/tollgate/tollgate.db"
+# and may use the price table shipped in the image:
+#   [prices]
+#   file = "config/prices.toml"        # /etc/tollgate/config/prices.toml
 
 # === build ===
 FROM rust:1-slim-bookworm AS build
@@ -45,6 +45,13 @@ RUN apt-get update \
 COPY --from=build /usr/local/bin/tollgate /usr/local/bin/tollgate
 WORKDIR /etc/tollgate
 COPY config/prices.toml /etc/tollgate/config/prices.toml
+COPY config/tollgate.toml /etc/tollgate/tollgate.toml
+RUN sed -i \
+        -e 's|^listen = .*|listen = "0.0.0.0:8080"|' \
+        -e 's|^sqlite_path = .*|sqlite_path = "/var/lib/tollgate/tollgate.db"|' \
+        /etc/tollgate/tollgate.toml \
+    && grep -q '^listen = "0.0.0.0:8080"$' /etc/tollgate/tollgate.toml \
+    && grep -q '^sqlite_path = "/var/lib/tollgate/tollgate.db"$' /etc/tollgate/tollgate.toml
 # The SQLite store's file (and its -wal, -shm and .lock files beside it).
 VOLUME /var/lib/tollgate
 
