@@ -23,8 +23,8 @@
 //! `--api-keys N` makes N keys through the admin API on each gateway of
 //! the instant phase and spreads its calls over them (`load/api_keys.rs`;
 //! the keys' documents stay in the store, on Redis too).
-//! `--store-core` keeps the run on CPU 0 and gives GS's store threads
-//! CPU 1 (`load/cores.rs`): GS's latency when its postings have a core of
+//! `--store-core` keeps the run on one core and gives GS's store threads
+//! another (`load/cores.rs`): GS's latency when its postings have a core of
 //! their own.
 //! `--soak` runs instead one gateway under the open loop for a long time
 //! and prints a line per interval and verdicts on its memory
@@ -214,8 +214,8 @@ struct Cli {
     /// runtime, the cheapest client).
     #[arg(long, default_value_t = 1)]
     client_threads: usize,
-    /// Pins the run to CPU 0 and GS's store threads (its writer and
-    /// checkpoint thread) to CPU 1, so GS's postings have a core of their
+    /// Pins the run to one core (the first this process may use) and GS's
+    /// store threads (its writer and checkpoint thread) to the next, so GS's postings have a core of their
     /// own, as on a machine with cores to spare (`load/cores.rs`). Meant
     /// for `--modes single`: the other loops then measure one core.
     #[arg(long)]
@@ -244,8 +244,9 @@ pub struct Settings {
     pub redis_url: String,
     pub api_keys: usize,
     pub upstream: Upstream,
-    /// `--store-core`.
-    pub store_core: bool,
+    /// `--store-core`: the cores the run and GS's store threads were
+    /// pinned to.
+    pub store_core: Option<cores::Cores>,
     /// The cores this process could use when it started, before any
     /// pinning.
     pub cores: usize,
@@ -294,8 +295,8 @@ impl Settings {
                 redis_url: cli.redis_url.clone(),
                 api_keys: cli.api_keys,
                 upstream: cli.upstream,
-                store_core: cli.store_core,
-                cores: cores(),
+                store_core: None,
+                cores: usable_cores(),
             });
         }
         Ok(Settings {
@@ -314,13 +315,13 @@ impl Settings {
             redis_url: cli.redis_url.clone(),
             api_keys: cli.api_keys,
             upstream: cli.upstream,
-            store_core: cli.store_core,
-            cores: cores(),
+            store_core: None,
+            cores: usable_cores(),
         })
     }
 }
 
-fn cores() -> usize {
+fn usable_cores() -> usize {
     std::thread::available_parallelism().map_or(0, |n| n.get())
 }
 
@@ -372,9 +373,9 @@ fn main() -> ExitCode {
 /// Runs the benchmark and prints the report; `Ok(false)` when the run's
 /// own checks failed.
 fn bench(cli: &Cli) -> Result<bool, BenchError> {
-    let settings = Settings::from_cli(cli)?;
-    if settings.store_core {
-        cores::pin_run(settings.cores)?;
+    let mut settings = Settings::from_cli(cli)?;
+    if cli.store_core {
+        settings.store_core = Some(cores::pin_run()?);
     }
     let mut builder = if cli.client_threads <= 1 {
         tokio::runtime::Builder::new_current_thread()

@@ -38,10 +38,11 @@ pub fn render(settings: &Settings, outcome: &Outcome) -> Report {
         "machine: {} cores; load average {} before, {} after (other work shares these cores)",
         settings.cores, outcome.load_before, outcome.load_after
     );
-    if settings.store_core {
+    if let Some(cores) = settings.store_core {
         let _ = writeln!(
             out,
-            "cores: the run on CPU 0, GS's store threads on CPU 1 (--store-core)"
+            "cores: the run on CPU {}, GS's store threads on CPU {} (--store-core)",
+            cores.run, cores.store
         );
     }
     if settings.modes.iter().any(|mode| *mode != Mode::Streams) {

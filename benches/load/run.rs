@@ -420,10 +420,10 @@ impl Bench<'_> {
             self.redis_down.as_deref(),
             admin,
         )?;
-        if self.settings.store_core {
+        if let Some(cores) = self.settings.store_core {
             for gs in subjects.iter().filter(|subject| subject.label == "GS") {
                 if let Some(pid) = gs.proxy_pid() {
-                    crate::cores::pin_store_threads(pid)?;
+                    cores.pin_store_threads(pid)?;
                 }
             }
         }
