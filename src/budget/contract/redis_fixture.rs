@@ -1,11 +1,12 @@
 //! The Redis fixtures of the contract suite: a fresh [`RedisStore`] per
-//! case, on the shared server or on the test cluster.
+//! case, on the server or on the cluster this test process starts for
+//! every case (`redis::testing`).
 //!
 //! Each case uses fresh ids, hence fresh hash tags, so its data is its own
-//! even on a shared server; the fixture reads back only the tags its store
+//! on the shared server; the fixture reads back only the tags its store
 //! reserved under. The admin API's documents live under one tag, which
-//! cases running at once (and earlier runs on the shared server) would
-//! share: each fixture's store keeps them under a tag of its own.
+//! cases running at once would share: each fixture's store keeps them
+//! under a tag of its own.
 //!
 //! The store's clock is Redis's, shifted so a case starts around noon UTC
 //! (no case then straddles a day boundary by accident); short advances
