@@ -43,12 +43,14 @@
 
 pub mod aggregates;
 pub mod alerts;
+mod books;
 #[cfg(test)]
 mod contract;
 pub mod memory;
 mod open;
 pub mod records;
 pub mod redis;
+mod rules;
 pub mod sqlite;
 
 use std::fmt;
@@ -63,26 +65,13 @@ pub use crate::period::Period;
 pub use aggregates::{SpendQuery, SpendRow, DEFAULT_AGGREGATE_RETENTION_DAYS};
 pub use memory::MemoryStore;
 pub use open::{open, tags, OpenError};
+pub use rules::{Rules, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION, DEFAULT_RUN_TTL};
 pub use sqlite::{SqliteOpenError, SqliteStore};
 
 use crate::money::{UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
 use alerts::{AlertEvent, QueuedAlert};
 use records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
-
-/// How long a settled or denied call's record is kept once closed: as long
-/// as a retry of that call can still arrive (the gateway retries a store
-/// call for seconds), and no longer, so per-call state does not pile up.
-/// An expired record is kept a whole reservation TTL instead, as long as a
-/// late settle can still arrive.
-pub const DEFAULT_CLOSED_RECORD: Duration = Duration::from_secs(120);
-
-/// How long a ledger entry is kept before it is folded into its counters'
-/// folded sums (the Redis store takes its ledger buffer instead).
-pub const DEFAULT_LEDGER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
-
-/// How long a run is remembered after its last call (`store.run_ttl_hours`).
-pub const DEFAULT_RUN_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Which backend holds the counters.
 #[derive(Clone)]

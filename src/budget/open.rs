@@ -2,7 +2,8 @@
 //! data lives under.
 
 use super::{
-    tag_for, BudgetStore, MemoryStore, RedisStore, RedisUrlError, SqliteOpenError, SqliteStore,
+    tag_for, BudgetStore, MemoryStore, RedisStore, RedisUrlError, Rules, SqliteOpenError,
+    SqliteStore,
 };
 use crate::config::{Config, StoreBackend};
 
@@ -20,6 +21,7 @@ pub enum OpenError {
 /// answers 503 until Redis does.
 pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
     let store = &config.store;
+    let rules = Rules::of(store);
     Ok(match &store.backend {
         StoreBackend::Memory => {
             tracing::warn!(
@@ -30,39 +32,22 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
             // would only grow the process by every call served: entries are
             // folded once a retry of their call can no longer arrive, and
             // the folded sums keep `counter == folded + ledger + open`.
-            BudgetStore::Memory(
-                MemoryStore::new(store.settle_epsilon, store.on_expiry)
-                    .with_ledger_retention(store.ledger_retention.min(store.closed_record))
-                    .with_closed_record(store.closed_record)
-                    .with_run_ttl(store.run_ttl)
-                    .with_aggregate_retention_days(store.aggregate_retention_days),
-            )
+            BudgetStore::Memory(MemoryStore::new(Rules {
+                ledger_retention: store.ledger_retention.min(store.closed_record),
+                ..rules
+            }))
         }
         StoreBackend::Sqlite { path } => {
-            let sqlite = SqliteStore::open(
-                path,
-                store.settle_epsilon,
-                store.ledger_retention,
-                store.closed_record,
-                store.on_expiry,
-            )?
-            .with_run_ttl(store.run_ttl)
-            .with_aggregate_retention_days(store.aggregate_retention_days);
+            let sqlite = SqliteStore::open(path, rules)?;
             tracing::info!(file = %path.display(), "budget store: sqlite");
             BudgetStore::Sqlite(sqlite)
         }
         StoreBackend::Redis { url, tls } => {
-            let redis = RedisStore::connect_tls(
-                url.expose(),
-                tls,
-                store.settle_epsilon,
-                store.ledger_buffer,
-                store.on_expiry,
-            )
-            .await?
-            .with_closed_record(store.closed_record)
-            .with_run_ttl(store.run_ttl)
-            .with_aggregate_retention_days(store.aggregate_retention_days);
+            let rules = Rules {
+                ledger_retention: store.ledger_buffer,
+                ..rules
+            };
+            let redis = RedisStore::connect_tls(url.expose(), tls, rules).await?;
             for key in &config.keys {
                 redis.track_key(&key.id, key.org.as_deref());
             }

@@ -74,9 +74,7 @@ mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
@@ -85,9 +83,9 @@ pub use drain::StreamEntry;
 pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
 
 use super::{
-    run_key_of, tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome,
-    ReserveRequest, RunState, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, SpendQuery,
-    SpendRow, StoreError, DEFAULT_AGGREGATE_RETENTION_DAYS, DEFAULT_CLOSED_RECORD, DEFAULT_RUN_TTL,
+    run_key_of, tag_for, ClaimedReserve, LedgerEntry, Reconciliation, ReserveOutcome,
+    ReserveRequest, Rules, RunState, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement,
+    SpendQuery, SpendRow, StoreError,
 };
 use crate::config::RedisTls;
 use crate::money::{UsdMicros, MAX_USD_MICROS};
@@ -115,19 +113,10 @@ struct Inner {
     endpoint: String,
     scripts: Scripts,
     policy: CallPolicy,
-    settle_epsilon: UsdMicros,
-    /// How long a ledger entry waits in the stream for a sink to take it
-    /// (`drain`) before the sweep folds it without one.
-    ledger_buffer: Duration,
-    /// How many days back the sweep keeps spend aggregate rows.
-    aggregate_retention_days: AtomicU32,
-    /// What a reservation never settled by its deadline is charged; every
-    /// script that can expire one is told.
-    on_expiry: OnExpiry,
-    /// How long a settled or denied record is kept for retries, in ms.
-    closed_record_ms: AtomicU64,
-    /// How long a run is kept after its last call, in ms.
-    run_ttl_ms: AtomicU64,
+    /// Every script is told what it needs of them. The ledger retention is
+    /// the ledger buffer here: how long an entry waits in the stream for a
+    /// sink to take it (`drain`) before the sweep folds it without one.
+    rules: Rules,
     /// The store epoch this store serves under, or why it fails closed.
     epoch: meta::EpochWatch,
     /// Added to Redis's clock by every script that reads it; see
@@ -161,22 +150,10 @@ impl RedisStore {
     /// It does not connect here: the first call does, and every later call
     /// reconnects if needed, so this never fails on an unreachable server,
     /// only on a malformed URL (or `#insecure`, which is refused).
-    /// A reservation never settled by its deadline is charged as
-    /// `on_expiry` says. Must be called from within a Tokio runtime.
-    pub async fn connect(
-        url: &str,
-        settle_epsilon: UsdMicros,
-        ledger_buffer: Duration,
-        on_expiry: OnExpiry,
-    ) -> Result<RedisStore, RedisUrlError> {
-        RedisStore::connect_tls(
-            url,
-            &RedisTls::default(),
-            settle_epsilon,
-            ledger_buffer,
-            on_expiry,
-        )
-        .await
+    /// The store keeps its books by `rules`. Must be called from within a
+    /// Tokio runtime.
+    pub async fn connect(url: &str, rules: Rules) -> Result<RedisStore, RedisUrlError> {
+        RedisStore::connect_tls(url, &RedisTls::default(), rules).await
     }
 
     /// [`RedisStore::connect`] with `tls`'s CA and client certificate for a
@@ -184,38 +161,24 @@ impl RedisStore {
     pub async fn connect_tls(
         url: &str,
         tls: &RedisTls,
-        settle_epsilon: UsdMicros,
-        ledger_buffer: Duration,
-        on_expiry: OnExpiry,
+        rules: Rules,
     ) -> Result<RedisStore, RedisUrlError> {
-        RedisStore::open(
-            url,
-            tls,
-            settle_epsilon,
-            ledger_buffer,
-            on_expiry,
-            CallPolicy::default(),
-        )
+        RedisStore::open(url, tls, rules, CallPolicy::default())
     }
 
     #[cfg(test)]
     fn with_policy(
         url: &str,
-        settle_epsilon: UsdMicros,
-        ledger_buffer: Duration,
-        on_expiry: OnExpiry,
+        rules: Rules,
         policy: CallPolicy,
     ) -> Result<RedisStore, RedisUrlError> {
-        let tls = RedisTls::default();
-        RedisStore::open(url, &tls, settle_epsilon, ledger_buffer, on_expiry, policy)
+        RedisStore::open(url, &RedisTls::default(), rules, policy)
     }
 
     fn open(
         url: &str,
         tls: &RedisTls,
-        settle_epsilon: UsdMicros,
-        ledger_buffer: Duration,
-        on_expiry: OnExpiry,
+        rules: Rules,
         policy: CallPolicy,
     ) -> Result<RedisStore, RedisUrlError> {
         Ok(RedisStore {
@@ -224,12 +187,7 @@ impl RedisStore {
                 endpoint: redacted(url),
                 scripts: Scripts::new(),
                 policy,
-                settle_epsilon,
-                ledger_buffer,
-                aggregate_retention_days: AtomicU32::new(DEFAULT_AGGREGATE_RETENTION_DAYS),
-                on_expiry,
-                closed_record_ms: AtomicU64::new(scripts::millis(DEFAULT_CLOSED_RECORD)),
-                run_ttl_ms: AtomicU64::new(scripts::millis(DEFAULT_RUN_TTL)),
+                rules,
                 epoch: meta::EpochWatch::default(),
                 #[cfg(test)]
                 clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
@@ -239,32 +197,8 @@ impl RedisStore {
         })
     }
 
-    /// How long a settled or denied call's record is kept for retries.
-    pub fn with_closed_record(self, keep: Duration) -> Self {
-        self.inner
-            .closed_record_ms
-            .store(scripts::millis(keep), Ordering::Relaxed);
-        self
-    }
-
-    /// How long a run is kept after its last call.
-    pub fn with_run_ttl(self, ttl: Duration) -> Self {
-        self.inner
-            .run_ttl_ms
-            .store(scripts::millis(ttl), Ordering::Relaxed);
-        self
-    }
-
-    /// How many days back the sweep keeps spend aggregate rows.
-    pub fn with_aggregate_retention_days(self, days: u32) -> Self {
-        self.inner
-            .aggregate_retention_days
-            .store(days, Ordering::Relaxed);
-        self
-    }
-
     fn closed_record_ms(&self) -> u64 {
-        self.inner.closed_record_ms.load(Ordering::Relaxed)
+        scripts::millis(self.inner.rules.closed_record)
     }
 
     /// The URL without its credentials.
@@ -329,10 +263,10 @@ impl RedisStore {
                 req,
                 claim,
                 LAZY_SWEEP_LIMIT,
-                self.inner.on_expiry,
+                self.inner.rules.on_expiry,
                 &epoch,
                 self.closed_record_ms(),
-                self.inner.run_ttl_ms.load(Ordering::Relaxed),
+                scripts::millis(self.inner.rules.run_ttl),
             );
             let reply = self
                 .run(&self.inner.scripts.reserve, "reserve", &keys, &args)
@@ -410,9 +344,9 @@ impl RedisStore {
         let call_id = uuid::Uuid::now_v7().simple().to_string();
         let args = scripts::settle_args(
             settlement,
-            self.inner.settle_epsilon,
+            self.inner.rules.settle_epsilon,
             &call_id,
-            self.inner.on_expiry,
+            self.inner.rules.on_expiry,
             self.closed_record_ms(),
         );
         let reply = self
@@ -601,9 +535,9 @@ impl RedisStore {
             for _ in 0..SWEEP_CALLS_PER_TAG {
                 let args = scripts::sweep_args(
                     SWEEP_BATCH,
-                    self.inner.ledger_buffer,
-                    self.inner.on_expiry,
-                    self.inner.aggregate_retention_days.load(Ordering::Relaxed),
+                    self.inner.rules.ledger_retention,
+                    self.inner.rules.on_expiry,
+                    self.inner.rules.aggregate_retention_days,
                 );
                 let reply = self
                     .run(&self.inner.scripts.sweep, "sweep", &keys, &args)
@@ -710,7 +644,7 @@ impl RedisStore {
 
     fn log_expired(&self, tag: &str, expired: usize) {
         if expired > 0 {
-            super::log_expired(Some(tag), expired, self.inner.on_expiry);
+            super::log_expired(Some(tag), expired, self.inner.rules.on_expiry);
         }
     }
 
@@ -737,7 +671,7 @@ impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("endpoint", &self.inner.endpoint)
-            .field("settle_epsilon", &self.inner.settle_epsilon)
+            .field("rules", &self.inner.rules)
             .finish_non_exhaustive()
     }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use tollgate::budget::{OnExpiry, Reconciliation, RedisStore, DEFAULT_LEDGER_RETENTION};
+use tollgate::budget::{Reconciliation, RedisStore, Rules};
 // Ledger amounts are signed; tests compare them with unsigned costs.
 #[allow(unused_imports)]
 pub use tollgate::money::delta;
@@ -361,15 +361,13 @@ impl UnsweptGateway {
         let tollgate::config::StoreBackend::Redis { url, tls } = &config.store.backend else {
             panic!("a Redis config");
         };
-        let store = RedisStore::connect_tls(
-            url.expose(),
-            tls,
-            config.store.settle_epsilon,
-            config.store.ledger_buffer,
-            config.store.on_expiry,
-        )
-        .await
-        .unwrap();
+        let rules = Rules {
+            ledger_retention: config.store.ledger_buffer,
+            ..Rules::of(&config.store)
+        };
+        let store = RedisStore::connect_tls(url.expose(), tls, rules)
+            .await
+            .unwrap();
         for key in &config.keys {
             store.track_key(&key.id, key.org.as_deref());
         }
@@ -535,9 +533,11 @@ where
 
 /// A store handle on `url`, to read the books the gateways wrote.
 pub async fn store(url: &str) -> RedisStore {
-    RedisStore::connect(url, 100, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
-        .await
-        .unwrap()
+    let rules = Rules {
+        settle_epsilon: 100,
+        ..Rules::default()
+    };
+    RedisStore::connect(url, rules).await.unwrap()
 }
 
 /// Reconciles `tags`: every row must have zero drift and no open

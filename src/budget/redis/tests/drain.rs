@@ -12,9 +12,15 @@ async fn connect(ledger_buffer: Duration) -> RedisStore {
 }
 
 async fn connect_to(url: &str, ledger_buffer: Duration) -> RedisStore {
-    RedisStore::connect(url, 0, ledger_buffer, OnExpiry::Charge)
-        .await
-        .unwrap()
+    RedisStore::connect(
+        url,
+        Rules {
+            ledger_retention: ledger_buffer,
+            ..Rules::default()
+        },
+    )
+    .await
+    .unwrap()
 }
 
 fn org_scope() -> Scope {

@@ -7,9 +7,7 @@
 use super::*;
 
 async fn connect(url: &str) -> RedisStore {
-    RedisStore::connect(url, 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
-        .await
-        .unwrap()
+    RedisStore::connect(url, Rules::default()).await.unwrap()
 }
 
 /// A tg:meta field, '' when absent.
