@@ -27,6 +27,8 @@ pub(crate) use record::{Charge, Record, RecordState};
 pub(crate) use reserve::{forget_idle_runs, reserve, reserve_claimed, run_state, scope_state};
 pub(crate) use settle::{expire_due, settle};
 
+use std::collections::BTreeSet;
+
 use super::{AppliedAdjustment, LedgerEntry, ScopeKind};
 use crate::money::{UsdMicros, UsdMicrosDelta};
 
@@ -43,6 +45,43 @@ impl Counter {
     /// `spent + reserved`: what the cap is checked against.
     pub(crate) fn committed(&self) -> UsdMicros {
         self.spent.saturating_add(self.reserved)
+    }
+}
+
+/// The open reservations by deadline (Unix ms), so expiry touches only
+/// the due ones, never the closed records around them.
+#[derive(Debug, Default)]
+pub(crate) struct Deadlines(BTreeSet<(i64, String)>);
+
+impl Deadlines {
+    /// `exec_id` is open until `deadline`.
+    pub(crate) fn insert(&mut self, deadline: i64, exec_id: &str) {
+        self.0.insert((deadline, exec_id.to_owned()));
+    }
+
+    /// `exec_id`, open until `deadline`, is not open any more.
+    pub(crate) fn remove(&mut self, deadline: i64, exec_id: &str) {
+        self.0.remove(&(deadline, exec_id.to_owned()));
+    }
+
+    /// Up to `limit` exec ids whose deadline is at or before `now`, oldest
+    /// first.
+    pub(crate) fn due(&self, now: i64, limit: usize) -> Vec<String> {
+        self.0
+            .iter()
+            .take_while(|(deadline, _)| *deadline <= now)
+            .take(limit)
+            .map(|(_, exec_id)| exec_id.clone())
+            .collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The exec ids, by deadline.
+    pub(crate) fn exec_ids(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(_, exec_id)| exec_id.as_str())
     }
 }
 
@@ -85,9 +124,8 @@ pub(crate) trait Books {
     /// The runs whose last call came at or before `cutoff`.
     fn runs_idle_since(&mut self, cutoff: i64) -> Result<Vec<String>, Self::Error>;
 
-    /// Up to `limit` exec ids of open reservations whose deadline is at or
-    /// before `now`, oldest first.
-    fn due(&self, now: i64, limit: usize) -> Vec<String>;
+    /// The open reservations, by deadline.
+    fn deadlines(&self) -> &Deadlines;
 
     /// The first answer of an adjustment already applied, if any.
     fn adjustment(&mut self, exec_id: &str) -> Result<Option<AppliedAdjustment>, Self::Error>;

@@ -137,7 +137,7 @@ pub(crate) fn expire_due<B: Books>(
     limit: usize,
 ) -> Result<usize, B::Error> {
     let mut expired = 0;
-    for exec_id in books.due(millis(now), limit) {
+    for exec_id in books.deadlines().due(millis(now), limit) {
         if let Some(record) = books.record(&exec_id)?.filter(Record::is_open) {
             expire(books, &exec_id, &record, rules.on_expiry, now)?;
             expired += 1;

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::convert::Infallible;
 
 use super::aggregates::Aggregates;
-use crate::budget::books::{moved, Books, Charge, Counter, Record, RecordState};
+use crate::budget::books::{moved, Books, Charge, Counter, Deadlines, Record, RecordState};
 use crate::budget::{AppliedAdjustment, LedgerEntry, OpenHold, ScopeKind, SettleOutcome};
 use crate::money::{UsdMicros, UsdMicrosDelta};
 
@@ -20,9 +20,7 @@ pub(super) struct State {
     /// them all at once: a table that doubles in one insert would stall
     /// every call behind the lock while it rehashes.
     pub(super) records: griddle::HashMap<String, Kept>,
-    /// Open reservations by deadline (Unix ms), so expiry touches only the
-    /// due ones.
-    pub(super) deadlines: BTreeSet<(i64, String)>,
+    pub(super) deadlines: Deadlines,
     /// Closed records by the time they may be forgotten: kept that long so
     /// retries still get the first answer, then dropped to bound memory.
     pub(super) retention: BTreeSet<(i64, String)>,
@@ -215,9 +213,9 @@ impl State {
     /// The open reservations with their exec ids, by deadline: the ones in
     /// `deadlines`, rather than a walk over every closed record.
     pub(super) fn open(&self) -> impl Iterator<Item = (&str, &Record)> {
-        self.deadlines.iter().filter_map(|(_, exec_id)| {
+        self.deadlines.exec_ids().filter_map(|exec_id| {
             let record = self.records.get(exec_id)?.open()?;
-            Some((exec_id.as_str(), record))
+            Some((exec_id, record))
         })
     }
 
@@ -271,13 +269,8 @@ impl Books for State {
             .collect())
     }
 
-    fn due(&self, now: i64, limit: usize) -> Vec<String> {
-        self.deadlines
-            .iter()
-            .take_while(|(deadline, _)| *deadline <= now)
-            .take(limit)
-            .map(|(_, exec_id)| exec_id.clone())
-            .collect()
+    fn deadlines(&self) -> &Deadlines {
+        &self.deadlines
     }
 
     fn adjustment(&mut self, exec_id: &str) -> Result<Option<AppliedAdjustment>, Infallible> {
@@ -289,14 +282,14 @@ impl Books for State {
         let forget_at = record.forget_at;
         if let Some(old) = self.records.insert(exec_id.to_owned(), Kept::of(record)) {
             if let Some(open) = old.open() {
-                self.deadlines.remove(&(open.deadline, exec_id.to_owned()));
+                self.deadlines.remove(open.deadline, exec_id);
             }
             if let Some(old_forget_at) = old.forget_at() {
                 self.retention.remove(&(old_forget_at, exec_id.to_owned()));
             }
         }
         if let Some(deadline) = deadline {
-            self.deadlines.insert((deadline, exec_id.to_owned()));
+            self.deadlines.insert(deadline, exec_id);
         }
         if let Some(forget_at) = forget_at {
             self.retention.insert((forget_at, exec_id.to_owned()));

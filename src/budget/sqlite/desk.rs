@@ -27,7 +27,7 @@ use rusqlite::{Connection, OptionalExtension};
 use super::change::{Adjusted, Change, Entry, Row, ROW_COLUMNS};
 use super::journal::{Journal, Logged};
 use super::writer::Msg;
-use crate::budget::books::{moved, Books, Counter, Record};
+use crate::budget::books::{moved, Books, Counter, Deadlines, Record};
 use crate::budget::{AppliedAdjustment, LedgerEntry, OpenHold, ScopeKind, StoreError};
 use crate::money::{UsdMicros, UsdMicrosDelta};
 
@@ -99,7 +99,7 @@ pub(super) struct Desk {
     /// posting.
     records: HashMap<String, Held>,
     /// The open reservations, by deadline.
-    deadlines: BTreeSet<(i64, String)>,
+    deadlines: Deadlines,
     /// Idempotency claim → the open reservation holding it.
     claims: HashMap<String, String>,
     runs: HashMap<String, Run>,
@@ -175,7 +175,7 @@ impl Desk {
         let mut desk = Desk {
             counters: HashMap::new(),
             records: HashMap::new(),
-            deadlines: BTreeSet::new(),
+            deadlines: Deadlines::default(),
             claims: HashMap::new(),
             runs: HashMap::new(),
             adjustments: HashMap::new(),
@@ -253,8 +253,8 @@ impl Desk {
     /// How many reservations are open and the sum of their amounts.
     pub(super) fn open_sum(&self) -> (usize, UsdMicros) {
         self.deadlines
-            .iter()
-            .filter_map(|(_, exec_id)| self.records.get(exec_id))
+            .exec_ids()
+            .filter_map(|exec_id| self.records.get(exec_id))
             .fold((0, 0), |(count, sum), held| {
                 (count + 1, sum.saturating_add(held.record.amount))
             })
@@ -431,16 +431,14 @@ impl Desk {
             None => self.records.remove(exec_id),
         };
         if let Some(old) = old.as_ref().filter(|old| old.record.is_open()) {
-            self.deadlines
-                .remove(&(old.record.deadline, exec_id.to_owned()));
+            self.deadlines.remove(old.record.deadline, exec_id);
         }
         if let Some(new) = self
             .records
             .get(exec_id)
             .filter(|held| held.record.is_open())
         {
-            self.deadlines
-                .insert((new.record.deadline, exec_id.to_owned()));
+            self.deadlines.insert(new.record.deadline, exec_id);
         }
         old
     }
@@ -515,15 +513,8 @@ impl Books for Desk {
         Ok(idle)
     }
 
-    /// Up to `limit` exec ids of open reservations whose deadline has
-    /// come, oldest first.
-    fn due(&self, now_ms: i64, limit: usize) -> Vec<String> {
-        self.deadlines
-            .iter()
-            .take_while(|(deadline, _)| *deadline <= now_ms)
-            .take(limit)
-            .map(|(_, exec_id)| exec_id.clone())
-            .collect()
+    fn deadlines(&self) -> &Deadlines {
+        &self.deadlines
     }
 
     /// The first answer of an adjustment already applied, if any.
