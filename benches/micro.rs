@@ -18,8 +18,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 
 use tollgate::api::{Api, Call};
 use tollgate::budget::{
-    MemoryStore, Period, ReserveOutcome, ReserveRequest, Rules, Scope, ScopeKind, Settlement,
-    SqliteStore,
+    Books, MemoryStore, Period, ReserveOutcome, ReserveRequest, Rules, Scope, ScopeKind,
+    Settlement, SqliteStore,
 };
 use tollgate::estimate::{estimate, TokenCounter};
 use tollgate::prices::{ModelPrice, PriceTable};

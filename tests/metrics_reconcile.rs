@@ -23,7 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use tollgate::budget::{BudgetStore, RedisStore, Rules};
+use tollgate::budget::{BudgetStore, RedisStore, Rules, Upkeep};
 use tollgate::config::Config;
 use tollgate::gateway::Gateway;
 use tollgate::server;

@@ -1,6 +1,6 @@
 //! The booking rules, written once: reserve over a range, settle (with
 //! overruns and late settles), expiry, adjustments, idempotency claims and
-//! runs, as synchronous functions over [`Books`], the little a store must
+//! runs, as synchronous functions over [`BookState`], the little a store must
 //! offer them. The memory store is these rules over its maps; the SQLite
 //! store is these rules over its desk, which journals what they change
 //! and posts it to the file. (The Redis store keeps the same rules in its
@@ -96,7 +96,7 @@ pub(crate) fn moved(value: UsdMicros, by: UsdMicrosDelta) -> UsdMicros {
 /// how. A read may fail (the SQLite store reads what it let go of from its
 /// file); a change is made at once and is the store's to make durable or
 /// take back when the operation ends.
-pub(crate) trait Books {
+pub(crate) trait BookState {
     /// Why the books could not be read.
     type Error;
 

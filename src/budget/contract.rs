@@ -40,6 +40,9 @@ use super::{
     Reconciliation, ReserveOutcome, ReserveRequest, Rules, Scope, ScopeKind, ScopeState,
     SettleOutcome, Settlement, SqliteStore, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_RUN_TTL,
 };
+use crate::budget::Books;
+use crate::budget::Reports;
+use crate::budget::Upkeep;
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
 use aggregates::*;

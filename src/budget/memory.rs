@@ -26,12 +26,13 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::aggregates::first_kept_day;
+use super::alerts::{AlertEvent, QueuedAlert};
 use super::books::{self, record::millis};
 use super::records::{AuditEntry, RecordBook, RecordSet, RecordWrite, WriteOutcome};
 use super::{
-    AdjustOutcome, Adjustment, ClaimedReserve, LedgerEntry, OpenHold, Reconciliation,
-    ReserveOutcome, ReserveRequest, Rules, RunState, Scope, ScopeKind, ScopeState, SettleOutcome,
-    Settlement, SpendQuery, SpendRow, StoreError,
+    AdjustOutcome, Adjustment, AlertQueue, Books, ClaimedReserve, LedgerEntry, OpenHold,
+    Reconciliation, Records, Reports, ReserveOutcome, ReserveRequest, Rules, RunState, Scope,
+    ScopeKind, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow, StoreError, Upkeep,
 };
 use crate::money::UsdMicros;
 use state::{sure, CounterKey, State};
@@ -64,7 +65,7 @@ struct Shared {
     /// them never waits for a call's reserve, nor a reserve for them.
     records: Mutex<RecordBook>,
     /// Spending alerts waiting for delivery, apart from the books too.
-    alerts: Mutex<alerts::AlertQueue>,
+    alerts: Mutex<alerts::Queue>,
     rules: Rules,
     /// A clock the test moves by hand, so expiry and period rollover run
     /// without waiting; `None` reads the wall clock, as production does.
@@ -261,25 +262,6 @@ impl MemoryStore {
     }
 }
 
-/// The admin API's keys and orgs.
-impl MemoryStore {
-    pub fn records_version(&self) -> u64 {
-        self.shared.records().version()
-    }
-
-    pub fn records(&self) -> RecordSet {
-        self.shared.records().all()
-    }
-
-    pub fn write_record(&self, write: &RecordWrite) -> WriteOutcome {
-        self.shared.records().write(write)
-    }
-
-    pub fn audit(&self, before: Option<u64>, limit: usize) -> Vec<AuditEntry> {
-        self.shared.records().audit(before, limit)
-    }
-}
-
 fn row<'a>(
     rows: &'a mut HashMap<CounterKey, Reconciliation>,
     key: &CounterKey,
@@ -308,7 +290,7 @@ impl Shared {
         Shared {
             state: Mutex::new(State::default()),
             records: Mutex::new(RecordBook::default()),
-            alerts: Mutex::new(alerts::AlertQueue::default()),
+            alerts: Mutex::new(alerts::Queue::default()),
             rules,
             #[cfg(test)]
             clock: None,
@@ -337,7 +319,7 @@ impl Shared {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn alerts(&self) -> MutexGuard<'_, alerts::AlertQueue> {
+    fn alerts(&self) -> MutexGuard<'_, alerts::Queue> {
         self.alerts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -353,3 +335,111 @@ fn later(now: DateTime<Utc>, by: TimeDelta) -> DateTime<Utc> {
 
 #[cfg(test)]
 mod tests;
+
+// === the interface ===
+
+/// The store's answers come at once; each is the sync method of the same
+/// name.
+impl Books for MemoryStore {
+    async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
+        Ok(MemoryStore::reserve(self, request))
+    }
+
+    async fn reserve_claimed(
+        &self,
+        request: &ReserveRequest,
+        claim: &str,
+    ) -> Result<ClaimedReserve, StoreError> {
+        Ok(MemoryStore::reserve_claimed(self, request, claim))
+    }
+
+    async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
+        MemoryStore::settle(self, settlement)
+    }
+
+    async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
+        MemoryStore::adjust(self, adjustment)
+    }
+
+    async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
+        Ok(MemoryStore::scope_state(self, scope))
+    }
+
+    async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        Ok(MemoryStore::run_state(self, id))
+    }
+
+    async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
+        Ok(MemoryStore::open_holds(self, limit))
+    }
+}
+
+impl Records for MemoryStore {
+    async fn records_version(&self) -> Result<u64, StoreError> {
+        Ok(self.shared.records().version())
+    }
+
+    async fn records(&self) -> Result<RecordSet, StoreError> {
+        Ok(self.shared.records().all())
+    }
+
+    async fn write_record(&self, write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
+        Ok(self.shared.records().write(write))
+    }
+
+    async fn audit(
+        &self,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(self.shared.records().audit(before, limit))
+    }
+}
+
+impl AlertQueue for MemoryStore {
+    async fn queue_alert(&self, event: &AlertEvent) -> Result<bool, StoreError> {
+        Ok(MemoryStore::queue_alert(self, event))
+    }
+
+    async fn due_alerts(
+        &self,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<QueuedAlert>, StoreError> {
+        Ok(MemoryStore::due_alerts(self, limit, lease))
+    }
+
+    async fn alert_delivered(&self, id: &str) -> Result<(), StoreError> {
+        MemoryStore::alert_delivered(self, id);
+        Ok(())
+    }
+
+    async fn alert_failed(&self, id: &str, retry_after: Duration) -> Result<(), StoreError> {
+        MemoryStore::alert_failed(self, id, retry_after);
+        Ok(())
+    }
+}
+
+impl Reports for MemoryStore {
+    async fn spend(&self, query: &SpendQuery) -> Result<Vec<SpendRow>, StoreError> {
+        Ok(MemoryStore::spend(self, query))
+    }
+
+    async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
+        Ok(MemoryStore::open_reservations(self))
+    }
+
+    async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
+        Ok(MemoryStore::reconcile(self))
+    }
+}
+
+impl Upkeep for MemoryStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn sweep(&self) -> Result<usize, StoreError> {
+        Ok(self.sweep_expired())
+    }
+}

@@ -1,10 +1,9 @@
-//! The store a config names, opened, and the hash tags its scopes' budget
-//! data lives under.
+//! The store a config names, opened.
 
 use super::{
-    tag_for, BudgetStore, MemoryStore, RedisStore, RedisUrlError, Rules, SqliteOpenError,
-    SqliteStore,
+    BudgetStore, MemoryStore, RedisStore, RedisUrlError, Rules, SqliteOpenError, SqliteStore,
 };
+use crate::budget::Upkeep;
 use crate::config::{Config, StoreBackend};
 
 #[derive(Debug, thiserror::Error)]
@@ -56,25 +55,13 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
     })
 }
 
-/// Every hash tag the configured scopes' budget data can live under: each
-/// org, and each key without one (see [`tag_for`]).
-pub fn tags(config: &Config) -> Vec<String> {
-    let orgs = config.orgs.iter().map(|org| org.id.clone());
-    let keys_alone = config
-        .keys
-        .iter()
-        .filter(|key| key.org.is_none())
-        .map(|key| tag_for(None, &key.id));
-    orgs.chain(keys_alone).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
     use std::time::Duration;
 
     use super::*;
-    use crate::budget::{Period, ReserveRequest, Scope, ScopeKind, Settlement};
+    use crate::budget::{Books, Period, Reports, ReserveRequest, Scope, ScopeKind, Settlement};
     use crate::usage::Usage;
 
     #[tokio::test]
@@ -138,9 +125,9 @@ period = "day"
             .unwrap();
         assert_eq!(memory.ledger().len(), 1);
         tokio::time::sleep(Duration::from_millis(1100)).await;
-        store.sweep(&tags(&config)).await.unwrap();
+        store.sweep().await.unwrap();
         assert!(memory.ledger().is_empty(), "the entry was not folded");
-        let books = store.reconcile(&tags(&config)).await.unwrap();
+        let books = store.reconcile().await.unwrap();
         assert_eq!(books.len(), 1);
         assert_eq!(books[0].counter, 300);
         assert_eq!(books[0].folded, 300);

@@ -83,9 +83,9 @@ pub use drain::StreamEntry;
 pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
 
 use super::{
-    run_key_of, tag_for, ClaimedReserve, LedgerEntry, Reconciliation, ReserveOutcome,
-    ReserveRequest, Rules, RunState, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement,
-    SpendQuery, SpendRow, StoreError,
+    run_key_of, tag_for, AdjustOutcome, Adjustment, Books, ClaimedReserve, LedgerEntry, OpenHold,
+    Reconciliation, Reports, ReserveOutcome, ReserveRequest, Rules, RunState, Scope, ScopeKind,
+    ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow, StoreError, Upkeep,
 };
 use crate::config::RedisTls;
 use crate::money::{UsdMicros, MAX_USD_MICROS};
@@ -100,6 +100,12 @@ const LAZY_SWEEP_LIMIT: usize = 64;
 const SWEEP_BATCH: usize = 1_000;
 /// Sweep calls per tag per sweep before the rest waits for the next tick.
 const SWEEP_CALLS_PER_TAG: usize = 100;
+/// Tags one [`Upkeep::sweep`] visits. Each costs Redis a script call, so
+/// with more tags than this they are swept in turn, this many per call: a
+/// reserve expires what is due in its own tag before it checks the caps,
+/// so only idle tags wait longer, and the sweep's load on Redis stays
+/// bounded however many keys there are.
+const SWEEP_TAGS_PER_CALL: usize = 256;
 
 /// A handle to the Redis store; clones share one connection.
 #[derive(Clone)]
@@ -124,6 +130,8 @@ struct Inner {
     #[cfg(test)]
     clock_offset_ms: std::sync::atomic::AtomicI64,
     tags: Mutex<Tags>,
+    /// Where the next [`Upkeep::sweep`] starts in the sorted tags.
+    next_sweep: Mutex<usize>,
     /// Where the admin API's keys and orgs live (`records`).
     records: records::RecordKeys,
 }
@@ -192,6 +200,7 @@ impl RedisStore {
                 #[cfg(test)]
                 clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
                 tags: Mutex::new(Tags::default()),
+                next_sweep: Mutex::new(0),
                 records: records::RecordKeys::new(records::RECORDS_TAG),
             }),
         })
@@ -206,45 +215,9 @@ impl RedisStore {
         &self.inner.endpoint
     }
 
-    /// Records which tag a configured key's data lives under, so
-    /// [`RedisStore::scope_state`] finds it before the key's first reserve,
-    /// and [`RedisStore::sweep_expired`] sweeps it.
-    pub fn track_key(&self, key: &str, org: Option<&str>) {
-        let mut tags = self.inner.tags();
-        let tag = tag_for(org, key);
-        tags.all.insert(tag.clone());
-        tags.of_key.insert(key.to_owned(), tag);
-    }
-
     /// Every tag this store knows, sorted.
     pub fn tags(&self) -> Vec<String> {
         self.inner.tags().all.iter().cloned().collect()
-    }
-
-    /// Reserves `req.amount` against the key and its org, all or nothing,
-    /// in one `reserve.lua` call; a retry with the same `exec_id` gets the
-    /// first answer.
-    pub async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
-        match self.reserve_under(req, None).await? {
-            ClaimedReserve::Ran(outcome) => Ok(outcome),
-            // Only a claim makes a duplicate: the script broke its contract.
-            ClaimedReserve::Duplicate => Err(StoreError::Unavailable(
-                "reserve.lua answered `duplicate` to a reserve without a claim".to_owned(),
-            )),
-        }
-    }
-
-    /// Reserves like [`RedisStore::reserve`], unless an open reservation
-    /// under another exec id holds `claim`: then the request is a duplicate
-    /// of one still in flight, and nothing is charged. Every attempt of
-    /// this call (retried on a timeout) carries the same exec id, so an
-    /// attempt after one that reserved gets `Reserved`, not `Duplicate`.
-    pub async fn reserve_claimed(
-        &self,
-        req: &ReserveRequest,
-        claim: &str,
-    ) -> Result<ClaimedReserve, StoreError> {
-        self.reserve_under(req, Some(claim)).await
     }
 
     async fn reserve_under(
@@ -301,23 +274,6 @@ impl RedisStore {
             "the epoch mark of {} kept changing",
             keys.spend()
         )))
-    }
-
-    /// Settles a reservation with its actual cost, exactly once, in one
-    /// `settle.lua` call.
-    pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
-        self.settle_under_tag(settlement, true).await
-    }
-
-    /// Settles like [`RedisStore::settle`] a reserve whose outcome was never
-    /// known (it failed, or its caller went away): an exec id absent under
-    /// its tag never landed, and is `UnknownReservation` at once, without
-    /// the look under every other tag that tells a forged owner apart.
-    pub async fn settle_if_reserved(
-        &self,
-        settlement: &Settlement,
-    ) -> Result<SettleOutcome, StoreError> {
-        self.settle_under_tag(settlement, false).await
     }
 
     async fn settle_under_tag(
@@ -408,96 +364,6 @@ impl RedisStore {
         Ok(StoreError::UnknownReservation(exec_id.to_owned()))
     }
 
-    /// The scope's counters in the period current on the store's clock.
-    pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
-        // Counters that vanished would read as nothing spent.
-        self.epoch().await?;
-        let key = match scope.kind {
-            ScopeKind::Run => run_key_of(&scope.id),
-            _ => &scope.id,
-        };
-        let tag = match scope.kind {
-            ScopeKind::Org => scope.id.clone(),
-            ScopeKind::Key | ScopeKind::Run => self
-                .inner
-                .tags()
-                .of_key
-                .get(key)
-                .cloned()
-                .unwrap_or_else(|| tag_for(None, key)),
-        };
-        let args = scripts::state_args(scope);
-        let reply = self
-            .run(
-                &self.inner.scripts.state,
-                "read a scope",
-                &TagKeys::new(&tag),
-                &args,
-            )
-            .await?;
-        let (now, period_id, committed, reserved) = scripts::state_reply(&reply)?;
-        Ok(ScopeState {
-            period_id,
-            spent: committed.saturating_sub(reserved),
-            reserved,
-            resets_at: scope.period.resets_at(now),
-        })
-    }
-
-    /// A run's cap and counters (`id` is `<key>/<run>`), if it is
-    /// remembered: read under its key's tag.
-    pub async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
-        self.epoch().await?;
-        let key = run_key_of(id);
-        let tag = self
-            .inner
-            .tags()
-            .of_key
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| tag_for(None, key));
-        let field = format!("run:{id}:total");
-        let mut hmget = ::redis::cmd("HMGET");
-        hmget
-            .arg(TagKeys::new(&tag).spend())
-            .arg(&field)
-            .arg(format!("{field}:r"))
-            .arg(format!("{field}:cap"));
-        let values: Vec<Option<String>> = self
-            .inner
-            .connection
-            .call(self.inner.policy, "read a run", Request::Command(&hmget))
-            .await?;
-        let number = |value: &Option<String>| -> UsdMicros {
-            value.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
-        };
-        let Some(cap) = values.get(2).cloned().flatten() else {
-            return Ok(None);
-        };
-        let committed = values.first().map_or(0, number);
-        let reserved = values.get(1).map_or(0, number);
-        Ok(Some(RunState {
-            cap: cap.parse().ok(),
-            spent: committed.saturating_sub(reserved),
-            reserved,
-        }))
-    }
-
-    /// Whether Redis answers (every primary, on a cluster) and serves
-    /// under a store epoch (`tg:meta` read again), each within one call
-    /// timeout and without retries.
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        let once = CallPolicy {
-            attempts: 1,
-            ..self.inner.policy
-        };
-        self.inner
-            .connection
-            .call::<()>(once, "ping", Request::Command(&::redis::cmd("PING")))
-            .await?;
-        self.refresh_epoch(once).await.map(|_| ())
-    }
-
     /// The store's clock: Redis's `TIME`.
     pub async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
         let (secs, micros): (i64, i64) = self
@@ -575,7 +441,7 @@ impl RedisStore {
 
     /// How many reservations are open under `tags` and the sum of their
     /// amounts.
-    pub async fn open_reservations(
+    pub async fn open_reservations_in(
         &self,
         tags: &[String],
     ) -> Result<(usize, UsdMicros), StoreError> {
@@ -594,7 +460,7 @@ impl RedisStore {
 
     /// The spend aggregate rows under `tags` that `query` wants, by day,
     /// key and model.
-    pub async fn spend(
+    pub async fn spend_in(
         &self,
         tags: &[String],
         query: &SpendQuery,
@@ -604,7 +470,7 @@ impl RedisStore {
 
     /// Every scope and period under `tags` with its counter, folded sum,
     /// ledger sum and open sum, each tag read at one consistent instant.
-    pub async fn reconcile(&self, tags: &[String]) -> Result<Vec<Reconciliation>, StoreError> {
+    pub async fn reconcile_in(&self, tags: &[String]) -> Result<Vec<Reconciliation>, StoreError> {
         let mut rows = Vec::new();
         for tag in tags {
             let keys = TagKeys::new(tag);
@@ -659,6 +525,205 @@ impl RedisStore {
     }
 }
 
+// === the interface ===
+
+impl Books for RedisStore {
+    /// Reserves `req.amount` against the key and its org, all or nothing,
+    /// in one `reserve.lua` call; a retry with the same `exec_id` gets the
+    /// first answer.
+    async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
+        match self.reserve_under(req, None).await? {
+            ClaimedReserve::Ran(outcome) => Ok(outcome),
+            // Only a claim makes a duplicate: the script broke its contract.
+            ClaimedReserve::Duplicate => Err(StoreError::Unavailable(
+                "reserve.lua answered `duplicate` to a reserve without a claim".to_owned(),
+            )),
+        }
+    }
+
+    /// Reserves like [`RedisStore::reserve`], unless an open reservation
+    /// under another exec id holds `claim`: then the request is a duplicate
+    /// of one still in flight, and nothing is charged. Every attempt of
+    /// this call (retried on a timeout) carries the same exec id, so an
+    /// attempt after one that reserved gets `Reserved`, not `Duplicate`.
+    async fn reserve_claimed(
+        &self,
+        req: &ReserveRequest,
+        claim: &str,
+    ) -> Result<ClaimedReserve, StoreError> {
+        self.reserve_under(req, Some(claim)).await
+    }
+
+    /// Settles a reservation with its actual cost, exactly once, in one
+    /// `settle.lua` call.
+    async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
+        self.settle_under_tag(settlement, true).await
+    }
+
+    /// Settles like [`RedisStore::settle`] a reserve whose outcome was never
+    /// known (it failed, or its caller went away): an exec id absent under
+    /// its tag never landed, and is `UnknownReservation` at once, without
+    /// the look under every other tag that tells a forged owner apart.
+    async fn settle_if_reserved(
+        &self,
+        settlement: &Settlement,
+    ) -> Result<SettleOutcome, StoreError> {
+        self.settle_under_tag(settlement, false).await
+    }
+
+    /// The scope's counters in the period current on the store's clock.
+    async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
+        // Counters that vanished would read as nothing spent.
+        self.epoch().await?;
+        let key = match scope.kind {
+            ScopeKind::Run => run_key_of(&scope.id),
+            _ => &scope.id,
+        };
+        let tag = match scope.kind {
+            ScopeKind::Org => scope.id.clone(),
+            ScopeKind::Key | ScopeKind::Run => self
+                .inner
+                .tags()
+                .of_key
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| tag_for(None, key)),
+        };
+        let args = scripts::state_args(scope);
+        let reply = self
+            .run(
+                &self.inner.scripts.state,
+                "read a scope",
+                &TagKeys::new(&tag),
+                &args,
+            )
+            .await?;
+        let (now, period_id, committed, reserved) = scripts::state_reply(&reply)?;
+        Ok(ScopeState {
+            period_id,
+            spent: committed.saturating_sub(reserved),
+            reserved,
+            resets_at: scope.period.resets_at(now),
+        })
+    }
+
+    /// A run's cap and counters (`id` is `<key>/<run>`), if it is
+    /// remembered: read under its key's tag.
+    async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        self.epoch().await?;
+        let key = run_key_of(id);
+        let tag = self
+            .inner
+            .tags()
+            .of_key
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| tag_for(None, key));
+        let field = format!("run:{id}:total");
+        let mut hmget = ::redis::cmd("HMGET");
+        hmget
+            .arg(TagKeys::new(&tag).spend())
+            .arg(&field)
+            .arg(format!("{field}:r"))
+            .arg(format!("{field}:cap"));
+        let values: Vec<Option<String>> = self
+            .inner
+            .connection
+            .call(self.inner.policy, "read a run", Request::Command(&hmget))
+            .await?;
+        let number = |value: &Option<String>| -> UsdMicros {
+            value.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
+        };
+        let Some(cap) = values.get(2).cloned().flatten() else {
+            return Ok(None);
+        };
+        let committed = values.first().map_or(0, number);
+        let reserved = values.get(1).map_or(0, number);
+        Ok(Some(RunState {
+            cap: cap.parse().ok(),
+            spent: committed.saturating_sub(reserved),
+            reserved,
+        }))
+    }
+
+    async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
+        self.apply_adjustment(adjustment).await
+    }
+
+    async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
+        self.open_holds_in(&self.tags(), limit).await
+    }
+}
+
+/// Every report reads under every tag the store knows.
+impl Reports for RedisStore {
+    async fn spend(&self, query: &SpendQuery) -> Result<Vec<SpendRow>, StoreError> {
+        self.spend_in(&self.tags(), query).await
+    }
+
+    async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
+        self.open_reservations_in(&self.tags()).await
+    }
+
+    async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
+        self.reconcile_in(&self.tags()).await
+    }
+}
+
+impl Upkeep for RedisStore {
+    /// Whether Redis answers (every primary, on a cluster) and serves
+    /// under a store epoch (`tg:meta` read again), each within one call
+    /// timeout and without retries.
+    async fn ping(&self) -> Result<(), StoreError> {
+        let once = CallPolicy {
+            attempts: 1,
+            ..self.inner.policy
+        };
+        self.inner
+            .connection
+            .call::<()>(once, "ping", Request::Command(&::redis::cmd("PING")))
+            .await?;
+        self.refresh_epoch(once).await.map(|_| ())
+    }
+
+    /// Sweeps the next [`SWEEP_TAGS_PER_CALL`] tags the store knows, in
+    /// turn (see [`RedisStore::sweep_tags`]).
+    async fn sweep(&self) -> Result<usize, StoreError> {
+        let batch = {
+            let tags = self.tags();
+            let mut next = self
+                .inner
+                .next_sweep
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            next_sweep_tags(&tags, &mut next).to_vec()
+        };
+        self.sweep_tags(&batch).await
+    }
+
+    /// Records which tag a configured key's data lives under, so
+    /// [`RedisStore::scope_state`] finds it before the key's first reserve,
+    /// and [`RedisStore::sweep_expired`] sweeps it.
+    fn track_key(&self, key: &str, org: Option<&str>) {
+        let mut tags = self.inner.tags();
+        let tag = tag_for(org, key);
+        tags.all.insert(tag.clone());
+        tags.of_key.insert(key.to_owned(), tag);
+    }
+}
+
+/// The tags the next sweep visits: up to [`SWEEP_TAGS_PER_CALL`] from
+/// `*next`, which moves on past them and starts over at the end.
+fn next_sweep_tags<'a>(tags: &'a [String], next: &mut usize) -> &'a [String] {
+    if *next >= tags.len() {
+        *next = 0;
+    }
+    let end = tags.len().min(*next + SWEEP_TAGS_PER_CALL);
+    let batch = &tags[*next..end];
+    *next = end;
+    batch
+}
+
 impl Inner {
     fn tags(&self) -> MutexGuard<'_, Tags> {
         // Nothing panics while the lock is held; a poisoned lock still
@@ -673,5 +738,42 @@ impl fmt::Debug for RedisStore {
             .field("endpoint", &self.inner.endpoint)
             .field("rules", &self.inner.rules)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod sweep_turns {
+    use super::*;
+
+    fn tags(count: usize) -> Vec<String> {
+        (0..count).map(|i| format!("tag-{i}")).collect()
+    }
+
+    #[test]
+    fn many_tags_are_swept_in_turn() {
+        let tags = tags(SWEEP_TAGS_PER_CALL * 2 + 1);
+        let mut next = 0;
+        let mut swept = Vec::new();
+        for size in [SWEEP_TAGS_PER_CALL, SWEEP_TAGS_PER_CALL, 1] {
+            let batch = next_sweep_tags(&tags, &mut next);
+            assert_eq!(batch.len(), size);
+            swept.extend_from_slice(batch);
+        }
+        assert_eq!(swept, tags);
+        // Then the turn starts over.
+        assert_eq!(
+            next_sweep_tags(&tags, &mut next),
+            &tags[..SWEEP_TAGS_PER_CALL]
+        );
+    }
+
+    #[test]
+    fn a_few_tags_are_all_swept_every_tick() {
+        let tags = tags(3);
+        let mut next = 0;
+        for _ in 0..3 {
+            assert_eq!(next_sweep_tags(&tags, &mut next), &tags[..]);
+        }
+        assert!(next_sweep_tags(&[], &mut next).is_empty());
     }
 }

@@ -53,6 +53,7 @@ pub use schema::SqliteOpenError;
 use super::aggregates::first_kept_day;
 use super::books;
 use super::records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
+use super::store::{Books, Records, Reports, Upkeep};
 use super::{
     AdjustOutcome, Adjustment, ClaimedReserve, OpenHold, Reconciliation, ReserveOutcome,
     ReserveRequest, Rules, RunState, Scope, ScopeState, SettleOutcome, Settlement, SpendQuery,
@@ -244,24 +245,6 @@ impl SqliteStore {
         }
     }
 
-    /// Reserves `req.amount` against the key and its org, all or nothing;
-    /// a retry with the same `exec_id` gets the first answer.
-    pub async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
-        self.after_lazy_sweep(|desk, rules, now| books::reserve(desk, rules, req, now))
-    }
-
-    /// Reserves like [`SqliteStore::reserve`], unless an open reservation
-    /// under another exec id holds `claim`.
-    pub async fn reserve_claimed(
-        &self,
-        req: &ReserveRequest,
-        claim: &str,
-    ) -> Result<ClaimedReserve, StoreError> {
-        self.after_lazy_sweep(|desk, rules, now| {
-            books::reserve_claimed(desk, rules, req, claim, now)
-        })
-    }
-
     /// Runs a reserve on the desk after the bounded lazy sweep, unless the
     /// file has refused its postings for longer than the journal may hold.
     fn after_lazy_sweep<T>(
@@ -281,33 +264,102 @@ impl SqliteStore {
         Ok(outcome)
     }
 
+    fn log_expired(&self, expired: usize) {
+        if expired > 0 {
+            super::log_expired(None, expired, self.shared.rules.on_expiry);
+        }
+    }
+}
+
+// === impl Books for SqliteStore ===
+
+/// Each call is decided on the desk, under its lock, and journaled before
+/// it is answered.
+impl Books for SqliteStore {
+    /// Reserves `req.amount` against the key and its org, all or nothing;
+    /// a retry with the same `exec_id` gets the first answer.
+    async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
+        self.after_lazy_sweep(|desk, rules, now| books::reserve(desk, rules, req, now))
+    }
+
+    /// Reserves like [`SqliteStore::reserve`], unless an open reservation
+    /// under another exec id holds `claim`.
+    async fn reserve_claimed(
+        &self,
+        req: &ReserveRequest,
+        claim: &str,
+    ) -> Result<ClaimedReserve, StoreError> {
+        self.after_lazy_sweep(|desk, rules, now| {
+            books::reserve_claimed(desk, rules, req, claim, now)
+        })
+    }
+
     /// Settles a reservation with its actual cost, exactly once.
-    pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
+    async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
         self.on_desk(|desk, now| books::settle(desk, &self.shared.rules, settlement, now))
     }
 
     /// Applies an operator's refund or credit, once per exec id.
-    pub async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
+    async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
         self.on_desk(|desk, now| books::adjust(desk, &self.shared.rules, adjustment, now))
     }
 
-    /// Up to `limit` open reservations, oldest first.
-    pub async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
-        self.on_desk(|desk, _| Ok(Ok(desk.open_holds(limit))))
-    }
-
-    /// A run's cap and counters, if it is remembered.
-    pub async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
-        self.on_desk(|desk, _| books::run_state(desk, id).map(Ok))
-    }
-
     /// The scope's counters in the period current on the store's clock.
-    pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
+    async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
         self.on_desk(|desk, now| books::scope_state(desk, scope, now).map(Ok))
     }
 
+    /// A run's cap and counters, if it is remembered.
+    async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        self.on_desk(|desk, _| books::run_state(desk, id).map(Ok))
+    }
+
+    /// Up to `limit` open reservations, oldest first.
+    async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
+        self.on_desk(|desk, _| Ok(Ok(desk.open_holds(limit))))
+    }
+}
+
+// === impl Reports for SqliteStore ===
+
+impl Reports for SqliteStore {
+    /// The spend aggregate rows `query` wants, by day, key and model.
+    async fn spend(&self, query: &SpendQuery) -> Result<Vec<SpendRow>, StoreError> {
+        let query = query.clone();
+        self.call(move |db, _| aggregates::spend(db.conn(), &query).map(Ok))
+            .await
+    }
+
+    /// How many reservations are open and the sum of their amounts.
+    async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
+        self.on_desk(|desk, _| Ok(Ok(desk.open_sum())))
+    }
+
+    /// Every scope and period of the books with its counter, folded sum,
+    /// ledger sum and open sum, sorted by scope and period. Beside the
+    /// gateway that owns the file, or on a file no gateway runs on, the
+    /// books are the file and what its journal holds beyond it.
+    async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
+        if self.shared.desk.is_some() {
+            return self
+                .call(|db, _| upkeep::reconcile(db.counters_in_sql()?).map(Ok))
+                .await;
+        }
+        let path = self.shared.path.clone();
+        tokio::task::spawn_blocking(move || reconcile_with_journal(&path))
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?
+            .map_err(|e| {
+                StoreError::Unavailable(format!("sqlite store {}: {e}", self.shared.path.display()))
+            })
+    }
+}
+
+// === impl Upkeep for SqliteStore ===
+
+impl Upkeep for SqliteStore {
     /// Whether the writer answers and the file can be read.
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    async fn ping(&self) -> Result<(), StoreError> {
         self.call(|db, _| {
             db.conn().query_row("SELECT 1", [], |_| Ok(()))?;
             Ok(Ok(()))
@@ -317,7 +369,7 @@ impl SqliteStore {
 
     /// Returns once every call answered before it is posted to the file
     /// (or the file refused it, which the writer logs).
-    pub async fn flush(&self) -> Result<(), StoreError> {
+    async fn flush(&self) -> Result<(), StoreError> {
         self.call(|_, _| Ok(Ok(()))).await
     }
 
@@ -325,7 +377,7 @@ impl SqliteStore {
     /// closed records past their retention and adjustments past theirs,
     /// folds ledger entries older than the ledger retention and deletes
     /// aggregate rows older than theirs; returns how many expired.
-    pub async fn sweep(&self) -> Result<usize, StoreError> {
+    async fn sweep(&self) -> Result<usize, StoreError> {
         let rules = &self.shared.rules;
         let mut expired = 0;
         loop {
@@ -354,42 +406,41 @@ impl SqliteStore {
         .await?;
         Ok(expired)
     }
+}
 
-    /// The spend aggregate rows `query` wants, by day, key and model.
-    pub async fn spend(&self, query: &SpendQuery) -> Result<Vec<SpendRow>, StoreError> {
-        let query = query.clone();
-        self.call(move |db, _| aggregates::spend(db.conn(), &query).map(Ok))
+// === impl Records for SqliteStore ===
+
+/// The admin API's keys and orgs (see `budget::records`), in the `records`
+/// and `audit` tables. Each call is one job on the writer like the books',
+/// so a write is answered only once committed.
+impl Records for SqliteStore {
+    /// The version the documents are at: one row read.
+    async fn records_version(&self) -> Result<u64, StoreError> {
+        self.call(|db, _| records::version(db.conn()).map(Ok)).await
+    }
+
+    /// Every document and the version, read in one transaction.
+    async fn records(&self) -> Result<RecordSet, StoreError> {
+        self.call(|db, _| records::all(db.conn()).map(Ok)).await
+    }
+
+    /// Writes one document if it is at the revision the writer expects,
+    /// moving the version on and appending the audit entry, in one
+    /// transaction.
+    async fn write_record(&self, write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
+        let write = write.clone();
+        self.call(move |db, clock| records::write(db.conn(), &write, clock.now()).map(Ok))
             .await
     }
 
-    /// How many reservations are open and the sum of their amounts.
-    pub async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
-        self.on_desk(|desk, _| Ok(Ok(desk.open_sum())))
-    }
-
-    /// Every scope and period of the books with its counter, folded sum,
-    /// ledger sum and open sum, sorted by scope and period. Beside the
-    /// gateway that owns the file, or on a file no gateway runs on, the
-    /// books are the file and what its journal holds beyond it.
-    pub async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
-        if self.shared.desk.is_some() {
-            return self
-                .call(|db, _| upkeep::reconcile(db.counters_in_sql()?).map(Ok))
-                .await;
-        }
-        let path = self.shared.path.clone();
-        tokio::task::spawn_blocking(move || reconcile_with_journal(&path))
+    /// Up to `limit` audit entries, newest first, older than `before`.
+    async fn audit(
+        &self,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        self.call(move |db, _| records::audit(db.conn(), before, limit).map(Ok))
             .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?
-            .map_err(|e| {
-                StoreError::Unavailable(format!("sqlite store {}: {e}", self.shared.path.display()))
-            })
-    }
-
-    fn log_expired(&self, expired: usize) {
-        if expired > 0 {
-            super::log_expired(None, expired, self.shared.rules.on_expiry);
-        }
     }
 }
 
@@ -495,40 +546,6 @@ fn recover(path: &Path, conn: &Connection) -> Result<(Journal, u64), SqliteOpenE
         .empty_all()
         .map_err(|e| open_error(format!("cannot empty its journal: {e}")))?;
     Ok((journal, reached))
-}
-
-/// The admin API's keys and orgs (see `budget::records`), in the `records`
-/// and `audit` tables. Each call is one job on the writer like the books',
-/// so a write is answered only once committed.
-impl SqliteStore {
-    /// The version the documents are at: one row read.
-    pub async fn records_version(&self) -> Result<u64, StoreError> {
-        self.call(|db, _| records::version(db.conn()).map(Ok)).await
-    }
-
-    /// Every document and the version, read in one transaction.
-    pub async fn records(&self) -> Result<RecordSet, StoreError> {
-        self.call(|db, _| records::all(db.conn()).map(Ok)).await
-    }
-
-    /// Writes one document if it is at the revision the writer expects,
-    /// moving the version on and appending the audit entry, in one
-    /// transaction.
-    pub async fn write_record(&self, write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
-        let write = write.clone();
-        self.call(move |db, clock| records::write(db.conn(), &write, clock.now()).map(Ok))
-            .await
-    }
-
-    /// Up to `limit` audit entries, newest first, older than `before`.
-    pub async fn audit(
-        &self,
-        before: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<AuditEntry>, StoreError> {
-        self.call(move |db, _| records::audit(db.conn(), before, limit).map(Ok))
-            .await
-    }
 }
 
 impl fmt::Debug for SqliteStore {

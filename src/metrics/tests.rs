@@ -213,10 +213,7 @@ fn requests_are_counted_by_route_and_status() {
 async fn a_scrape_reads_the_open_reservations_from_the_store() {
     let store = MemoryStore::new(Rules::default());
     let metrics = Metrics::new();
-    let text = metrics
-        .scrape(&BudgetStore::Memory(store), &[])
-        .await
-        .unwrap();
+    let text = metrics.scrape(&BudgetStore::Memory(store)).await.unwrap();
     assert_eq!(
         sample(&text, "tollgate_open_reservations").as_deref(),
         Some("0")

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use tollgate::budget::{Reconciliation, RedisStore, Rules};
+use tollgate::budget::{Reconciliation, RedisStore, Rules, Upkeep};
 // Ledger amounts are signed; tests compare them with unsigned costs.
 #[allow(unused_imports)]
 pub use tollgate::money::delta;
@@ -543,13 +543,13 @@ pub async fn store(url: &str) -> RedisStore {
 /// Reconciles `tags`: every row must have zero drift and no open
 /// reservation. Returns the rows.
 pub async fn assert_books_balance(store: &RedisStore, tags: &[String]) -> Vec<Reconciliation> {
-    let rows = store.reconcile(tags).await.unwrap();
+    let rows = store.reconcile_in(tags).await.unwrap();
     assert!(!rows.is_empty(), "no books under {tags:?}");
     for row in &rows {
         assert_eq!(row.drift(), 0, "drift in {row:?}");
         assert_eq!(row.open, 0, "open reservation in {row:?}");
     }
-    assert_eq!(store.open_reservations(tags).await.unwrap(), (0, 0));
+    assert_eq!(store.open_reservations_in(tags).await.unwrap(), (0, 0));
     rows
 }
 

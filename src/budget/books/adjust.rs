@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use super::record::millis;
-use super::Books;
+use super::BookState;
 use crate::budget::{
     AdjustOutcome, Adjustment, AppliedAdjustment, LedgerEntry, LedgerStatus, Rules, StoreError,
 };
@@ -14,7 +14,7 @@ use crate::usage::Usage;
 
 /// Applies `adjustment`, checking everything that may refuse it before
 /// anything moves; a known exec id gets its first outcome.
-pub(crate) fn adjust<B: Books>(
+pub(crate) fn adjust<B: BookState>(
     books: &mut B,
     rules: &Rules,
     adjustment: &Adjustment,

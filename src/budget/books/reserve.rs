@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use super::record::{millis, Charge, Record, RecordState};
-use super::{Books, Counter};
+use super::{BookState, Counter};
 use crate::budget::{
     ClaimedReserve, Denial, Level, ReserveOutcome, ReserveRequest, Rules, RunScope, RunState,
     Scope, ScopeKind, ScopeState,
@@ -17,7 +17,7 @@ use crate::period::Period;
 /// flight: the claim is held by another exec id whose reservation is open
 /// and not past its deadline. The gateway's own retry (a known exec id) is
 /// never a duplicate.
-fn is_duplicate<B: Books>(
+fn is_duplicate<B: BookState>(
     books: &mut B,
     exec_id: &str,
     claim: &str,
@@ -34,7 +34,7 @@ fn is_duplicate<B: Books>(
 /// Reserves the most of `[req.min_amount, req.amount]` that the key, its
 /// org and its run all allow, all or nothing; a retry (a known exec id)
 /// gets the first answer.
-pub(crate) fn reserve<B: Books>(
+pub(crate) fn reserve<B: BookState>(
     books: &mut B,
     rules: &Rules,
     req: &ReserveRequest,
@@ -46,7 +46,7 @@ pub(crate) fn reserve<B: Books>(
 /// Reserves like [`reserve`], unless an open reservation under another
 /// exec id holds `claim` (the same request still in flight): then nothing
 /// is charged or remembered. A new reservation takes the claim.
-pub(crate) fn reserve_claimed<B: Books>(
+pub(crate) fn reserve_claimed<B: BookState>(
     books: &mut B,
     rules: &Rules,
     req: &ReserveRequest,
@@ -66,7 +66,7 @@ pub(crate) fn reserve_claimed<B: Books>(
 }
 
 /// [`reserve`], the new reservation taking `claim`.
-fn reserve_taking<B: Books>(
+fn reserve_taking<B: BookState>(
     books: &mut B,
     rules: &Rules,
     req: &ReserveRequest,
@@ -175,7 +175,7 @@ fn charge(scope: &Scope, now: DateTime<Utc>) -> Charge {
 
 /// The run as a scope with the cap its first call fixed, or, when this
 /// call names another cap, `Err` with the fixed one.
-fn run_scope<B: Books>(
+fn run_scope<B: BookState>(
     books: &mut B,
     run: &RunScope,
 ) -> Result<Result<Scope, Option<UsdMicros>>, B::Error> {
@@ -214,7 +214,7 @@ fn check(
 }
 
 /// `spent + reserved` of one scope and period.
-pub(super) fn committed<B: Books>(
+pub(super) fn committed<B: BookState>(
     books: &mut B,
     kind: ScopeKind,
     id: &str,
@@ -226,7 +226,7 @@ pub(super) fn committed<B: Books>(
 /// Forgets the runs without a call for the run TTL and with nothing
 /// reserved: their counters and what is remembered of them. Returns how
 /// many.
-pub(crate) fn forget_idle_runs<B: Books>(
+pub(crate) fn forget_idle_runs<B: BookState>(
     books: &mut B,
     rules: &Rules,
     now: DateTime<Utc>,
@@ -243,7 +243,10 @@ pub(crate) fn forget_idle_runs<B: Books>(
 }
 
 /// A run's cap and counters, if it is remembered.
-pub(crate) fn run_state<B: Books>(books: &mut B, id: &str) -> Result<Option<RunState>, B::Error> {
+pub(crate) fn run_state<B: BookState>(
+    books: &mut B,
+    id: &str,
+) -> Result<Option<RunState>, B::Error> {
     let Some(cap) = books.run_cap(id)? else {
         return Ok(None);
     };
@@ -256,7 +259,7 @@ pub(crate) fn run_state<B: Books>(books: &mut B, id: &str) -> Result<Option<RunS
 }
 
 /// The scope's counters in the period current at `now`.
-pub(crate) fn scope_state<B: Books>(
+pub(crate) fn scope_state<B: BookState>(
     books: &mut B,
     scope: &Scope,
     now: DateTime<Utc>,

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::record::{millis, Record, RecordState};
 use super::reserve::committed;
-use super::Books;
+use super::BookState;
 use crate::budget::{
     LedgerEntry, LedgerStatus, OnExpiry, Rules, ScopeKind, SettleOutcome, Settlement, StoreError,
 };
@@ -16,7 +16,7 @@ use crate::usage::Usage;
 
 /// Settles a reservation with its actual cost, exactly once: a retry
 /// changes nothing and gets the first answer.
-pub(crate) fn settle<B: Books>(
+pub(crate) fn settle<B: BookState>(
     books: &mut B,
     rules: &Rules,
     settlement: &Settlement,
@@ -130,7 +130,7 @@ pub(crate) fn settle<B: Books>(
 
 /// Expires up to `limit` open reservations whose deadline has come, oldest
 /// first; returns how many.
-pub(crate) fn expire_due<B: Books>(
+pub(crate) fn expire_due<B: BookState>(
     books: &mut B,
     rules: &Rules,
     now: DateTime<Utc>,
@@ -153,7 +153,7 @@ pub(crate) fn expire_due<B: Books>(
 /// The record is kept one more TTL: the gateway retries a settle for two
 /// TTLs from before its reserve, so every settle that can still come finds
 /// the record and corrects the charge (`late`).
-fn expire<B: Books>(
+fn expire<B: BookState>(
     books: &mut B,
     exec_id: &str,
     record: &Record,
@@ -215,7 +215,7 @@ fn ledger_entry(
 }
 
 /// Books one ledger entry, charged in the periods of `record`.
-fn book<B: Books>(books: &mut B, record: &Record, entry: LedgerEntry) {
+fn book<B: BookState>(books: &mut B, record: &Record, entry: LedgerEntry) {
     books.book(
         entry,
         &record.key.period_id,

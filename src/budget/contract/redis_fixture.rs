@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use super::Fixture;
 use crate::budget::redis::testing::{cluster, SHARED_URL};
+use crate::budget::Reports;
 use crate::budget::{BudgetStore, LedgerEntry, OnExpiry, Reconciliation, RedisStore};
 use crate::money::UsdMicros;
 
@@ -88,13 +89,10 @@ impl Fixture for RedisFixture {
     }
 
     async fn open_reservations(&self) -> (usize, UsdMicros) {
-        self.store
-            .open_reservations(&self.store.tags())
-            .await
-            .unwrap()
+        self.store.open_reservations().await.unwrap()
     }
 
     async fn reconcile(&self) -> Vec<Reconciliation> {
-        self.store.reconcile(&self.store.tags()).await.unwrap()
+        self.store.reconcile().await.unwrap()
     }
 }

@@ -1,13 +1,13 @@
 //! The memory store's books: counters, reservation records, idempotency
 //! claims, runs, adjustments and the ledger, in maps, with the rules
-//! (`budget::books`) deciding over them through [`Books`]. Every method
+//! (`budget::books`) deciding over them through [`BookState`]. Every method
 //! here runs under the store's lock, with the store's time passed in.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::convert::Infallible;
 
 use super::aggregates::Aggregates;
-use crate::budget::books::{moved, Books, Charge, Counter, Deadlines, Record, RecordState};
+use crate::budget::books::{moved, BookState, Charge, Counter, Deadlines, Record, RecordState};
 use crate::budget::{AppliedAdjustment, LedgerEntry, OpenHold, ScopeKind, SettleOutcome};
 use crate::money::{UsdMicros, UsdMicrosDelta};
 
@@ -103,7 +103,7 @@ impl Kept {
     }
 
     /// The record as the rules read it; a settled one with only what its
-    /// retries read (see [`Books::record`]).
+    /// retries read (see [`BookState::record`]).
     fn record(&self) -> Record {
         match self {
             Kept::Whole(record) => (**record).clone(),
@@ -228,9 +228,9 @@ impl State {
     }
 }
 
-// === impl Books for State ===
+// === impl BookState for State ===
 
-impl Books for State {
+impl BookState for State {
     /// The maps are all there is: reading them cannot fail.
     type Error = Infallible;
 

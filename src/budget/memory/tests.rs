@@ -262,12 +262,12 @@ async fn the_gateway_sweep_expires_without_a_reserve() {
     store.reserve(&request("crashed", 100, 1));
     clock.advance(Duration::from_secs(2));
     let budget = BudgetStore::Memory(store.clone());
-    assert_eq!(budget.sweep(&[]).await.unwrap(), 1);
+    assert_eq!(budget.sweep().await.unwrap(), 1);
     assert_eq!(store.open_reservations(), (0, 0));
     let state = store.scope_state(&key(1_000_000));
     assert_eq!((state.spent, state.reserved), (100, 0));
     let ledger = store.ledger();
     assert_eq!(ledger.len(), 1);
     assert_eq!(ledger[0].status, LedgerStatus::Expired);
-    assert_eq!(budget.sweep(&[]).await.unwrap(), 0);
+    assert_eq!(budget.sweep().await.unwrap(), 0);
 }

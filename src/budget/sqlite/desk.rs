@@ -27,7 +27,7 @@ use rusqlite::{Connection, OptionalExtension};
 use super::change::{Adjusted, Change, Entry, Row, ROW_COLUMNS};
 use super::journal::{Journal, Logged};
 use super::writer::Msg;
-use crate::budget::books::{moved, Books, Counter, Deadlines, Record};
+use crate::budget::books::{moved, BookState, Counter, Deadlines, Record};
 use crate::budget::{AppliedAdjustment, LedgerEntry, OpenHold, ScopeKind, StoreError};
 use crate::money::{UsdMicros, UsdMicrosDelta};
 
@@ -444,11 +444,11 @@ impl Desk {
     }
 }
 
-// === impl Books for Desk ===
+// === impl BookState for Desk ===
 
 /// The rules (`budget::books`) decide on the desk: what it does not hold
 /// it reads from the file, and every change goes into the draft.
-impl Books for Desk {
+impl BookState for Desk {
     type Error = rusqlite::Error;
 
     /// The record of `exec_id`: from memory, or from the file when it

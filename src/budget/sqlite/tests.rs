@@ -21,6 +21,10 @@ use super::writer::{self, Db, Msg, Writer};
 use super::{Clock, SqliteOpenError, SqliteStore};
 use crate::budget::memory::testing::ManualClock;
 use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
+use crate::budget::Books;
+use crate::budget::Records;
+use crate::budget::Reports;
+use crate::budget::Upkeep;
 use crate::budget::{
     LedgerStatus, Period, ReserveOutcome, ReserveRequest, Rules, Scope, ScopeKind, Settlement,
     SpendQuery, SpendRow, StoreError,

@@ -5,6 +5,7 @@
 //! creation of `tg:meta` do not.
 
 use super::*;
+use crate::budget::Records;
 
 async fn connect(url: &str) -> RedisStore {
     RedisStore::connect(url, Rules::default()).await.unwrap()
