@@ -18,8 +18,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 
 use tollgate::api::{Api, Call};
 use tollgate::budget::{
-    MemoryStore, OnExpiry, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind, Settlement,
-    SqliteStore,
+    Books, MemoryStore, Period, ReserveOutcome, ReserveRequest, Rules, Scope, ScopeKind,
+    Settlement, SqliteStore,
 };
 use tollgate::estimate::{estimate, TokenCounter};
 use tollgate::prices::{ModelPrice, PriceTable};
@@ -257,7 +257,7 @@ fn reserve_and_settle(c: &mut Criterion) {
             let mut elapsed = Duration::ZERO;
             let mut done = 0u64;
             while done < iters {
-                let store = MemoryStore::new(100, OnExpiry::Charge);
+                let store = MemoryStore::new(rules());
                 let batch = (iters - done).min(OPS_PER_STORE);
                 let started = Instant::now();
                 for n in done..done + batch {
@@ -277,19 +277,21 @@ fn reserve_and_settle(c: &mut Criterion) {
     group.finish();
 }
 
+/// The rules the benchmark's stores keep: a settle epsilon of 100 µUSD.
+fn rules() -> Rules {
+    Rules {
+        settle_epsilon: 100,
+        ..Rules::default()
+    }
+}
+
 /// A SQLite store on a fresh file in a temp dir, removed when the dir
 /// handle drops.
 fn sqlite_store() -> (SqliteStore, tempfile::TempDir) {
     let Ok(dir) = tempfile::Builder::new().prefix("tollgate-micro-").tempdir() else {
         unreachable!("a temp dir for the benchmark's store");
     };
-    let Ok(store) = SqliteStore::open(
-        &dir.path().join("micro.db"),
-        100,
-        Duration::from_secs(30 * 24 * 3600),
-        tollgate::budget::DEFAULT_CLOSED_RECORD,
-        OnExpiry::Charge,
-    ) else {
+    let Ok(store) = SqliteStore::open(&dir.path().join("micro.db"), rules()) else {
         unreachable!("the benchmark's store opens in its own temp dir");
     };
     (store, dir)

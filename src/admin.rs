@@ -34,6 +34,7 @@ use subtle::ConstantTimeEq;
 
 use crate::body::{full, json_response, Body};
 use crate::budget::records::{RecordKind, RecordWrite, StoredRecord, WriteOutcome};
+use crate::budget::Records;
 use crate::budget::StoreError;
 use crate::config::hash_key;
 use crate::directory::presented_key;

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use chrono::Utc;
 
 use crate::budget::alerts::AlertEvent;
-use crate::budget::{BudgetStore, ReserveOutcome, ReserveRequest, StoreError};
+use crate::budget::{AlertQueue, BudgetStore, ReserveOutcome, ReserveRequest, StoreError};
 use crate::config::{Config, KeyConfig};
 use crate::directory::Directory;
 use crate::metrics::Metrics;

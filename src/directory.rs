@@ -28,6 +28,8 @@ use http::HeaderMap;
 use subtle::ConstantTimeEq;
 
 use crate::budget::records::{RecordKind, RecordSet, StoredRecord};
+use crate::budget::Records;
+use crate::budget::Upkeep;
 use crate::budget::{BudgetStore, Scope, ScopeKind, StoreError};
 use crate::config::{hash_key, Config, KeyConfig, OnInsufficient, OrgConfig};
 use crate::error::GatewayError;

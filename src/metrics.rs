@@ -64,6 +64,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::budget::Reports;
 use crate::budget::{
     BudgetStore, LedgerStatus, ReserveOutcome, ScopeKind, SettleOutcome, StoreError,
 };
@@ -447,9 +448,9 @@ impl Metrics {
     /// The scrape's text: every counter, and the open reservations read
     /// from the store now. If the store cannot say, those two gauges are
     /// left out (and the failure counted), and the scrape still answers.
-    pub async fn scrape(&self, store: &BudgetStore, tags: &[String]) -> Result<String, fmt::Error> {
+    pub async fn scrape(&self, store: &BudgetStore) -> Result<String, fmt::Error> {
         let open = self
-            .time(StoreOp::OpenReservations, store.open_reservations(tags))
+            .time(StoreOp::OpenReservations, store.open_reservations())
             .await;
         let open = match open {
             Ok(open) => Some(open),

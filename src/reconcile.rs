@@ -2,6 +2,8 @@
 //! beside what its folded sums, ledger and open reservations say it should
 //! hold, as a table for people or JSON for machines.
 
+use crate::budget::Reports;
+use crate::budget::Upkeep;
 use crate::budget::{self, BudgetStore, Reconciliation, SqliteStore};
 use crate::config::{Config, StoreBackend};
 use crate::directory::Directory;
@@ -35,12 +37,8 @@ pub async fn read_books(config: &Config) -> Result<Vec<Reconciliation>, String> 
         .reload(&store)
         .await
         .map_err(|e| format!("cannot read the keys at {endpoint}: {e}"))?;
-    let mut tags = budget::tags(config);
-    tags.extend(store.tags());
-    tags.sort();
-    tags.dedup();
     store
-        .reconcile(&tags)
+        .reconcile()
         .await
         .map_err(|e| format!("cannot read the books at {endpoint}: {e}"))
 }

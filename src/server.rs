@@ -44,6 +44,7 @@ use crate::proxy::count_tokens;
 mod layers;
 mod watch;
 
+use crate::budget::Upkeep;
 use watch::{Limits, Tracked, Watch, Watched};
 
 /// How long shutdown waits for in-flight calls before it cuts them: a

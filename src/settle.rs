@@ -29,6 +29,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::access::AccessRecord;
+use crate::budget::Books;
 use crate::budget::{BudgetStore, LedgerStatus, SettleOutcome, Settlement, StoreError};
 use crate::config::KeyConfig;
 use crate::estimate::Estimate;

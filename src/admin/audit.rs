@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::{ok, AdminError, Call};
 use crate::body::Body;
 use crate::budget::records::RecordKind;
+use crate::budget::Records;
 
 /// The entry for one change; `old` and `new` are the documents before and
 /// after (`None` before a creation, after nothing else).

@@ -12,6 +12,7 @@ use super::fields::{required, Fields};
 use super::{created, ok, page, AdminError, Call};
 use crate::body::Body;
 use crate::budget::records::RecordKind;
+use crate::budget::Books;
 use crate::budget::{AdjustOutcome, Adjustment};
 use crate::directory::format_time;
 use crate::money::{delta, parse_usd};
@@ -108,7 +109,7 @@ pub async fn reservations(call: &Call<'_>) -> Result<Response<Body>, AdminError>
     let holds = call
         .gateway
         .store
-        .open_holds(&call.gateway.store.tags(), MAX_HOLDS)
+        .open_holds(MAX_HOLDS)
         .await
         .map_err(AdminError::store)?;
     let after = call.query.get("after");

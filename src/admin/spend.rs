@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::{ok, AdminError, Call};
 use crate::body::{full, Body};
+use crate::budget::Reports;
 use crate::budget::{SpendQuery, SpendRow};
 
 /// What a report's rows are grouped by.
@@ -96,10 +97,7 @@ pub async fn report(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
         org: call.query.get("org").cloned(),
     };
     let store = &call.gateway.store;
-    let rows = store
-        .spend(&store.tags(), &query)
-        .await
-        .map_err(AdminError::store)?;
+    let rows = store.spend(&query).await.map_err(AdminError::store)?;
     let mut groups: BTreeMap<String, Totals> = BTreeMap::new();
     for row in &rows {
         let group = match group_by {

@@ -23,6 +23,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::MissedTickBehavior;
 
 use crate::budget::alerts::QueuedAlert;
+use crate::budget::AlertQueue;
 use crate::budget::BudgetStore;
 use crate::config::{AlertsConfig, Webhook};
 use crate::metrics::Metrics;

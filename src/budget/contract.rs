@@ -37,9 +37,12 @@ use uuid::Uuid;
 use super::memory::testing::ManualClock;
 use super::{
     BudgetStore, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, MemoryStore, OnExpiry, Period,
-    Reconciliation, ReserveOutcome, ReserveRequest, Scope, ScopeKind, ScopeState, SettleOutcome,
-    Settlement, SqliteStore, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_RUN_TTL,
+    Reconciliation, ReserveOutcome, ReserveRequest, Rules, Scope, ScopeKind, ScopeState,
+    SettleOutcome, Settlement, SqliteStore, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_RUN_TTL,
 };
+use crate::budget::Books;
+use crate::budget::Reports;
+use crate::budget::Upkeep;
 use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
 use aggregates::*;
@@ -54,6 +57,15 @@ use runs::*;
 
 /// The settle epsilon every fixture gives its store.
 const EPSILON: UsdMicros = 100;
+
+/// The rules every store in the suite keeps.
+fn rules(on_expiry: OnExpiry) -> Rules {
+    Rules {
+        settle_epsilon: EPSILON,
+        on_expiry,
+        ..Rules::default()
+    }
+}
 
 /// Long enough never to expire within a case, unless the case says so.
 const TTL_SECS: u64 = 60;
@@ -91,7 +103,7 @@ fn memory_fixture(on_expiry: OnExpiry) -> MemoryFixture {
     let start = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
     let clock = Arc::new(ManualClock::new(start));
     MemoryFixture {
-        store: MemoryStore::with_clock(EPSILON, on_expiry, clock.clone()),
+        store: MemoryStore::with_clock(rules(on_expiry), clock.clone()),
         clock,
         on_expiry,
     }
@@ -147,7 +159,7 @@ fn sqlite_fixture(on_expiry: OnExpiry) -> SqliteFixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tollgate.db");
     SqliteFixture {
-        store: SqliteStore::with_clock(&path, EPSILON, on_expiry, clock.clone()),
+        store: SqliteStore::with_clock(&path, rules(on_expiry), clock.clone()),
         clock,
         on_expiry,
         _dir: dir,

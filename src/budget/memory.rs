@@ -1,7 +1,6 @@
-//! The in-process budget store: counters, reservation records and the ledger
-//! behind one mutex, with the same semantics as the Redis store (DESIGN.md,
-//! "Budget protocol"). It is the default when no Redis URL is set; its state
-//! lives and dies with the process.
+//! The in-process budget store: the booking rules (`budget::books`) over
+//! maps behind one mutex. For tests and benchmarks: its books live and
+//! die with the process (the gateway says so when it starts on it).
 //!
 //! Every operation takes the lock once and reads the time inside it, so
 //! operations are atomic across all scopes and ordered by the store's clock,
@@ -10,12 +9,11 @@
 //! through [`BudgetStore::sweep`](super::BudgetStore::sweep).
 //!
 //! This file is the handle: locking and the clock; `state` holds the books
-//! and the protocol's rules over them, `control` the operator's
-//! adjustments and the list of open holds.
+//! the rules read and change, `aggregates` the spend per day, key and
+//! model, `alerts` the queue of spending alerts.
 
 mod aggregates;
 mod alerts;
-mod control;
 mod state;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -28,15 +26,16 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::aggregates::first_kept_day;
+use super::alerts::{AlertEvent, QueuedAlert};
+use super::books::{self, record::millis};
 use super::records::{AuditEntry, RecordBook, RecordSet, RecordWrite, WriteOutcome};
 use super::{
-    AdjustOutcome, Adjustment, ClaimedReserve, LedgerEntry, OnExpiry, OpenHold, Reconciliation,
-    ReserveOutcome, ReserveRequest, RunState, Scope, ScopeKind, ScopeState, SettleOutcome,
-    Settlement, SpendQuery, SpendRow, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
-    DEFAULT_RUN_TTL,
+    AdjustOutcome, Adjustment, AlertQueue, Books, ClaimedReserve, LedgerEntry, OpenHold,
+    Reconciliation, Records, Reports, ReserveOutcome, ReserveRequest, Rules, RunState, Scope,
+    ScopeKind, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow, StoreError, Upkeep,
 };
 use crate::money::UsdMicros;
-use state::{Counter, CounterKey, State};
+use state::{sure, CounterKey, State};
 
 /// How many due reservations one `reserve` expires (and closed records it
 /// forgets) before its own work: enough to keep up with crashed calls, few
@@ -66,10 +65,8 @@ struct Shared {
     /// them never waits for a call's reserve, nor a reserve for them.
     records: Mutex<RecordBook>,
     /// Spending alerts waiting for delivery, apart from the books too.
-    alerts: Mutex<alerts::AlertQueue>,
-    /// How far above its reservation a settle may land before it counts as
-    /// an overrun, absorbing rounding between the estimate and the bill.
-    settle_epsilon: UsdMicros,
+    alerts: Mutex<alerts::Queue>,
+    rules: Rules,
     /// A clock the test moves by hand, so expiry and period rollover run
     /// without waiting; `None` reads the wall clock, as production does.
     #[cfg(test)]
@@ -77,67 +74,40 @@ struct Shared {
 }
 
 impl MemoryStore {
-    /// A store on the wall clock, keeping ledger entries for
-    /// [`DEFAULT_LEDGER_RETENTION`]; a reservation never settled by its
-    /// deadline is charged as `on_expiry` says.
-    pub fn new(settle_epsilon: UsdMicros, on_expiry: OnExpiry) -> Self {
+    /// A store on the wall clock, keeping its books by `rules`.
+    pub fn new(rules: Rules) -> Self {
         MemoryStore {
-            shared: Arc::new(Shared::new(settle_epsilon, on_expiry)),
+            shared: Arc::new(Shared::new(rules)),
         }
-    }
-
-    /// How long a ledger entry stays in [`MemoryStore::ledger`] before the
-    /// sweep folds it into its counters' folded sums.
-    pub fn with_ledger_retention(self, retention: Duration) -> Self {
-        self.shared.lock().ledger_retention = to_delta(retention);
-        self
-    }
-
-    /// How long a settled or denied call's record is kept for retries.
-    pub fn with_closed_record(self, keep: Duration) -> Self {
-        self.shared.lock().closed_record = to_delta(keep);
-        self
-    }
-
-    /// How many days back the sweep keeps spend aggregate rows.
-    /// How long a run is remembered after its last call.
-    pub fn with_run_ttl(self, ttl: Duration) -> Self {
-        self.shared.lock().run_ttl = to_delta(ttl);
-        self
-    }
-
-    pub fn with_aggregate_retention_days(self, days: u32) -> Self {
-        self.shared.lock().aggregates.retention_days = days;
-        self
     }
 
     /// Reserves `req.amount` against the key and its org, all or nothing;
     /// a retry with the same `exec_id` gets the first answer.
     pub fn reserve(&self, req: &ReserveRequest) -> ReserveOutcome {
-        self.after_lazy_sweep(|state, now| state.reserve(req, None, now))
+        self.after_lazy_sweep(|state, rules, now| sure(books::reserve(state, rules, req, now)))
     }
 
     /// Reserves like [`MemoryStore::reserve`], unless an open reservation
     /// under another exec id holds `claim`: then the request is a duplicate
     /// of one still in flight, and nothing is charged.
     pub fn reserve_claimed(&self, req: &ReserveRequest, claim: &str) -> ClaimedReserve {
-        self.after_lazy_sweep(|state, now| {
-            if state.is_duplicate(&req.exec_id, claim, now) {
-                ClaimedReserve::Duplicate
-            } else {
-                ClaimedReserve::Ran(state.reserve(req, Some(claim), now))
-            }
+        self.after_lazy_sweep(|state, rules, now| {
+            sure(books::reserve_claimed(state, rules, req, claim, now))
         })
     }
 
     /// Runs a reserve under the lock, after the bounded lazy sweep.
-    fn after_lazy_sweep<T>(&self, reserve: impl FnOnce(&mut State, DateTime<Utc>) -> T) -> T {
+    fn after_lazy_sweep<T>(
+        &self,
+        reserve: impl FnOnce(&mut State, &Rules, DateTime<Utc>) -> T,
+    ) -> T {
+        let rules = &self.shared.rules;
         let (outcome, expired) = {
             let mut state = self.shared.lock();
             let now = self.shared.now();
-            let expired = state.expire_due(now, LAZY_SWEEP_LIMIT);
-            state.forget_due(now, LAZY_SWEEP_LIMIT);
-            (reserve(&mut state, now), expired)
+            let expired = sure(books::expire_due(&mut *state, rules, now, LAZY_SWEEP_LIMIT));
+            state.forget_due(millis(now), LAZY_SWEEP_LIMIT);
+            (reserve(&mut state, rules, now), expired)
         };
         self.log_expired(expired);
         outcome
@@ -149,14 +119,24 @@ impl MemoryStore {
         // the call's model (`settle::log_outcome`), not here as well.
         let mut state = self.shared.lock();
         let now = self.shared.now();
-        state.settle(settlement, now, self.shared.settle_epsilon)
+        sure(books::settle(
+            &mut *state,
+            &self.shared.rules,
+            settlement,
+            now,
+        ))
     }
 
     /// Applies an operator's refund or credit, once per exec id.
     pub fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
         let mut state = self.shared.lock();
         let now = self.shared.now();
-        state.adjust(adjustment, now)
+        sure(books::adjust(
+            &mut *state,
+            &self.shared.rules,
+            adjustment,
+            now,
+        ))
     }
 
     /// Up to `limit` open reservations, oldest first.
@@ -166,36 +146,14 @@ impl MemoryStore {
 
     /// The scope's counters in the period current on the store's clock.
     pub fn scope_state(&self, scope: &Scope) -> ScopeState {
-        let state = self.shared.lock();
+        let mut state = self.shared.lock();
         let now = self.shared.now();
-        let period_id = scope.period.id_at(now);
-        let counter = state
-            .counters
-            .get(&CounterKey::new(scope.kind, &scope.id, &period_id))
-            .copied()
-            .unwrap_or_default();
-        ScopeState {
-            period_id,
-            spent: counter.spent,
-            reserved: counter.reserved,
-            resets_at: scope.period.resets_at(now),
-        }
+        sure(books::scope_state(&mut *state, scope, now))
     }
 
     /// A run's cap and counters, if the run is remembered.
     pub fn run_state(&self, id: &str) -> Option<RunState> {
-        let state = self.shared.lock();
-        let run = state.runs.get(id)?;
-        let counter = state
-            .counters
-            .get(&CounterKey::new(ScopeKind::Run, id, "total"))
-            .copied()
-            .unwrap_or_default();
-        Some(RunState {
-            cap: run.cap,
-            spent: counter.spent,
-            reserved: counter.reserved,
-        })
+        sure(books::run_state(&mut *self.shared.lock(), id))
     }
 
     /// Expires every reservation past its deadline, forgets closed records
@@ -208,14 +166,15 @@ impl MemoryStore {
     /// between batches, so calls wait for one batch at most, never for the
     /// whole backlog.
     pub fn sweep_expired(&self) -> usize {
+        let rules = &self.shared.rules;
         let mut expired = 0;
         loop {
             let mut state = self.shared.lock();
             let now = self.shared.now();
-            let batch = state.expire_due(now, SWEEP_BATCH);
-            let forgotten = state.forget_due(now, SWEEP_BATCH);
+            let batch = sure(books::expire_due(&mut *state, rules, now, SWEEP_BATCH));
+            let forgotten = state.forget_due(millis(now), SWEEP_BATCH);
             let cutoff = now
-                .checked_sub_signed(state.ledger_retention)
+                .checked_sub_signed(to_delta(rules.ledger_retention))
                 .unwrap_or(DateTime::<Utc>::MIN_UTC);
             let folded = state.fold_before(cutoff, SWEEP_BATCH);
             drop(state);
@@ -227,9 +186,9 @@ impl MemoryStore {
         {
             let mut state = self.shared.lock();
             let now = self.shared.now();
-            state.forget_adjustments(now);
-            state.forget_idle_runs(now);
-            let first_kept = first_kept_day(now, state.aggregates.retention_days);
+            state.forget_adjustments(millis(now));
+            sure(books::forget_idle_runs(&mut *state, rules, now));
+            let first_kept = first_kept_day(now, rules.aggregate_retention_days);
             state.aggregates.drop_before(&first_kept);
         }
         self.log_expired(expired);
@@ -238,8 +197,7 @@ impl MemoryStore {
 
     fn log_expired(&self, expired: usize) {
         if expired > 0 {
-            let on_expiry = self.shared.lock().on_expiry;
-            super::log_expired(None, expired, on_expiry);
+            super::log_expired(None, expired, self.shared.rules.on_expiry);
         }
     }
 
@@ -257,7 +215,7 @@ impl MemoryStore {
     /// How many reservations are open and the sum of their amounts.
     pub fn open_reservations(&self) -> (usize, UsdMicros) {
         let state = self.shared.lock();
-        state.open().fold((0, 0), |(count, sum), reservation| {
+        state.open().fold((0, 0), |(count, sum), (_, reservation)| {
             (count + 1, sum.saturating_add(reservation.amount))
         })
     }
@@ -268,7 +226,7 @@ impl MemoryStore {
         state
             .counters
             .get(&CounterKey::new(kind, id, period_id))
-            .map_or(0, Counter::committed)
+            .map_or(0, books::Counter::committed)
     }
 
     /// Every scope and period with its counter, folded sum, ledger sum and
@@ -288,8 +246,9 @@ impl MemoryStore {
                 row.ledger = row.ledger.saturating_add(line.entry.actual);
             }
         }
-        for reservation in state.open() {
-            for key in reservation.counter_keys() {
+        for (_, reservation) in state.open() {
+            for charge in reservation.charges() {
+                let key = CounterKey::new(charge.kind, &charge.id, &charge.period_id);
                 let row = row(&mut rows, &key);
                 row.open = row.open.saturating_add(reservation.amount);
             }
@@ -300,25 +259,6 @@ impl MemoryStore {
         let mut rows: Vec<Reconciliation> = rows.into_values().collect();
         rows.sort_by(|a, b| (a.kind, &a.id, &a.period_id).cmp(&(b.kind, &b.id, &b.period_id)));
         rows
-    }
-}
-
-/// The admin API's keys and orgs.
-impl MemoryStore {
-    pub fn records_version(&self) -> u64 {
-        self.shared.records().version()
-    }
-
-    pub fn records(&self) -> RecordSet {
-        self.shared.records().all()
-    }
-
-    pub fn write_record(&self, write: &RecordWrite) -> WriteOutcome {
-        self.shared.records().write(write)
-    }
-
-    pub fn audit(&self, before: Option<u64>, limit: usize) -> Vec<AuditEntry> {
-        self.shared.records().audit(before, limit)
     }
 }
 
@@ -340,24 +280,18 @@ fn row<'a>(
 impl fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryStore")
-            .field("settle_epsilon", &self.shared.settle_epsilon)
+            .field("rules", &self.shared.rules)
             .finish_non_exhaustive()
     }
 }
 
 impl Shared {
-    fn new(settle_epsilon: UsdMicros, on_expiry: OnExpiry) -> Self {
+    fn new(rules: Rules) -> Self {
         Shared {
-            state: Mutex::new(State {
-                ledger_retention: to_delta(DEFAULT_LEDGER_RETENTION),
-                closed_record: to_delta(DEFAULT_CLOSED_RECORD),
-                run_ttl: to_delta(DEFAULT_RUN_TTL),
-                on_expiry,
-                ..State::default()
-            }),
+            state: Mutex::new(State::default()),
             records: Mutex::new(RecordBook::default()),
-            alerts: Mutex::new(alerts::AlertQueue::default()),
-            settle_epsilon,
+            alerts: Mutex::new(alerts::Queue::default()),
+            rules,
             #[cfg(test)]
             clock: None,
         }
@@ -385,7 +319,7 @@ impl Shared {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn alerts(&self) -> MutexGuard<'_, alerts::AlertQueue> {
+    fn alerts(&self) -> MutexGuard<'_, alerts::Queue> {
         self.alerts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -401,3 +335,111 @@ fn later(now: DateTime<Utc>, by: TimeDelta) -> DateTime<Utc> {
 
 #[cfg(test)]
 mod tests;
+
+// === the interface ===
+
+/// The store's answers come at once; each is the sync method of the same
+/// name.
+impl Books for MemoryStore {
+    async fn reserve(&self, request: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
+        Ok(MemoryStore::reserve(self, request))
+    }
+
+    async fn reserve_claimed(
+        &self,
+        request: &ReserveRequest,
+        claim: &str,
+    ) -> Result<ClaimedReserve, StoreError> {
+        Ok(MemoryStore::reserve_claimed(self, request, claim))
+    }
+
+    async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
+        MemoryStore::settle(self, settlement)
+    }
+
+    async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
+        MemoryStore::adjust(self, adjustment)
+    }
+
+    async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
+        Ok(MemoryStore::scope_state(self, scope))
+    }
+
+    async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        Ok(MemoryStore::run_state(self, id))
+    }
+
+    async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
+        Ok(MemoryStore::open_holds(self, limit))
+    }
+}
+
+impl Records for MemoryStore {
+    async fn records_version(&self) -> Result<u64, StoreError> {
+        Ok(self.shared.records().version())
+    }
+
+    async fn records(&self) -> Result<RecordSet, StoreError> {
+        Ok(self.shared.records().all())
+    }
+
+    async fn write_record(&self, write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
+        Ok(self.shared.records().write(write))
+    }
+
+    async fn audit(
+        &self,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(self.shared.records().audit(before, limit))
+    }
+}
+
+impl AlertQueue for MemoryStore {
+    async fn queue_alert(&self, event: &AlertEvent) -> Result<bool, StoreError> {
+        Ok(MemoryStore::queue_alert(self, event))
+    }
+
+    async fn due_alerts(
+        &self,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<QueuedAlert>, StoreError> {
+        Ok(MemoryStore::due_alerts(self, limit, lease))
+    }
+
+    async fn alert_delivered(&self, id: &str) -> Result<(), StoreError> {
+        MemoryStore::alert_delivered(self, id);
+        Ok(())
+    }
+
+    async fn alert_failed(&self, id: &str, retry_after: Duration) -> Result<(), StoreError> {
+        MemoryStore::alert_failed(self, id, retry_after);
+        Ok(())
+    }
+}
+
+impl Reports for MemoryStore {
+    async fn spend(&self, query: &SpendQuery) -> Result<Vec<SpendRow>, StoreError> {
+        Ok(MemoryStore::spend(self, query))
+    }
+
+    async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
+        Ok(MemoryStore::open_reservations(self))
+    }
+
+    async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
+        Ok(MemoryStore::reconcile(self))
+    }
+}
+
+impl Upkeep for MemoryStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn sweep(&self) -> Result<usize, StoreError> {
+        Ok(self.sweep_expired())
+    }
+}

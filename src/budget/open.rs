@@ -1,9 +1,9 @@
-//! The store a config names, opened, and the hash tags its scopes' budget
-//! data lives under.
+//! The store a config names, opened.
 
 use super::{
-    tag_for, BudgetStore, MemoryStore, RedisStore, RedisUrlError, SqliteOpenError, SqliteStore,
+    BudgetStore, MemoryStore, RedisStore, RedisUrlError, Rules, SqliteOpenError, SqliteStore,
 };
+use crate::budget::Upkeep;
 use crate::config::{Config, StoreBackend};
 
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +20,7 @@ pub enum OpenError {
 /// answers 503 until Redis does.
 pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
     let store = &config.store;
+    let rules = Rules::of(store);
     Ok(match &store.backend {
         StoreBackend::Memory => {
             tracing::warn!(
@@ -30,39 +31,22 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
             // would only grow the process by every call served: entries are
             // folded once a retry of their call can no longer arrive, and
             // the folded sums keep `counter == folded + ledger + open`.
-            BudgetStore::Memory(
-                MemoryStore::new(store.settle_epsilon, store.on_expiry)
-                    .with_ledger_retention(store.ledger_retention.min(store.closed_record))
-                    .with_closed_record(store.closed_record)
-                    .with_run_ttl(store.run_ttl)
-                    .with_aggregate_retention_days(store.aggregate_retention_days),
-            )
+            BudgetStore::Memory(MemoryStore::new(Rules {
+                ledger_retention: store.ledger_retention.min(store.closed_record),
+                ..rules
+            }))
         }
         StoreBackend::Sqlite { path } => {
-            let sqlite = SqliteStore::open(
-                path,
-                store.settle_epsilon,
-                store.ledger_retention,
-                store.closed_record,
-                store.on_expiry,
-            )?
-            .with_run_ttl(store.run_ttl)
-            .with_aggregate_retention_days(store.aggregate_retention_days);
+            let sqlite = SqliteStore::open(path, rules)?;
             tracing::info!(file = %path.display(), "budget store: sqlite");
             BudgetStore::Sqlite(sqlite)
         }
         StoreBackend::Redis { url, tls } => {
-            let redis = RedisStore::connect_tls(
-                url.expose(),
-                tls,
-                store.settle_epsilon,
-                store.ledger_buffer,
-                store.on_expiry,
-            )
-            .await?
-            .with_closed_record(store.closed_record)
-            .with_run_ttl(store.run_ttl)
-            .with_aggregate_retention_days(store.aggregate_retention_days);
+            let rules = Rules {
+                ledger_retention: store.ledger_buffer,
+                ..rules
+            };
+            let redis = RedisStore::connect_tls(url.expose(), tls, rules).await?;
             for key in &config.keys {
                 redis.track_key(&key.id, key.org.as_deref());
             }
@@ -71,25 +55,13 @@ pub async fn open(config: &Config) -> Result<BudgetStore, OpenError> {
     })
 }
 
-/// Every hash tag the configured scopes' budget data can live under: each
-/// org, and each key without one (see [`tag_for`]).
-pub fn tags(config: &Config) -> Vec<String> {
-    let orgs = config.orgs.iter().map(|org| org.id.clone());
-    let keys_alone = config
-        .keys
-        .iter()
-        .filter(|key| key.org.is_none())
-        .map(|key| tag_for(None, &key.id));
-    orgs.chain(keys_alone).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
     use std::time::Duration;
 
     use super::*;
-    use crate::budget::{Period, ReserveRequest, Scope, ScopeKind, Settlement};
+    use crate::budget::{Books, Period, Reports, ReserveRequest, Scope, ScopeKind, Settlement};
     use crate::usage::Usage;
 
     #[tokio::test]
@@ -153,9 +125,9 @@ period = "day"
             .unwrap();
         assert_eq!(memory.ledger().len(), 1);
         tokio::time::sleep(Duration::from_millis(1100)).await;
-        store.sweep(&tags(&config)).await.unwrap();
+        store.sweep().await.unwrap();
         assert!(memory.ledger().is_empty(), "the entry was not folded");
-        let books = store.reconcile(&tags(&config)).await.unwrap();
+        let books = store.reconcile().await.unwrap();
         assert_eq!(books.len(), 1);
         assert_eq!(books[0].counter, 300);
         assert_eq!(books[0].folded, 300);

@@ -74,9 +74,7 @@ mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
@@ -85,9 +83,9 @@ pub use drain::StreamEntry;
 pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
 
 use super::{
-    run_key_of, tag_for, ClaimedReserve, LedgerEntry, OnExpiry, Reconciliation, ReserveOutcome,
-    ReserveRequest, RunState, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, SpendQuery,
-    SpendRow, StoreError, DEFAULT_AGGREGATE_RETENTION_DAYS, DEFAULT_CLOSED_RECORD, DEFAULT_RUN_TTL,
+    run_key_of, tag_for, AdjustOutcome, Adjustment, Books, ClaimedReserve, LedgerEntry, OpenHold,
+    Reconciliation, Reports, ReserveOutcome, ReserveRequest, Rules, RunState, Scope, ScopeKind,
+    ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow, StoreError, Upkeep,
 };
 use crate::config::RedisTls;
 use crate::money::{UsdMicros, MAX_USD_MICROS};
@@ -102,6 +100,12 @@ const LAZY_SWEEP_LIMIT: usize = 64;
 const SWEEP_BATCH: usize = 1_000;
 /// Sweep calls per tag per sweep before the rest waits for the next tick.
 const SWEEP_CALLS_PER_TAG: usize = 100;
+/// Tags one [`Upkeep::sweep`] visits. Each costs Redis a script call, so
+/// with more tags than this they are swept in turn, this many per call: a
+/// reserve expires what is due in its own tag before it checks the caps,
+/// so only idle tags wait longer, and the sweep's load on Redis stays
+/// bounded however many keys there are.
+const SWEEP_TAGS_PER_CALL: usize = 256;
 
 /// A handle to the Redis store; clones share one connection.
 #[derive(Clone)]
@@ -115,19 +119,10 @@ struct Inner {
     endpoint: String,
     scripts: Scripts,
     policy: CallPolicy,
-    settle_epsilon: UsdMicros,
-    /// How long a ledger entry waits in the stream for a sink to take it
-    /// (`drain`) before the sweep folds it without one.
-    ledger_buffer: Duration,
-    /// How many days back the sweep keeps spend aggregate rows.
-    aggregate_retention_days: AtomicU32,
-    /// What a reservation never settled by its deadline is charged; every
-    /// script that can expire one is told.
-    on_expiry: OnExpiry,
-    /// How long a settled or denied record is kept for retries, in ms.
-    closed_record_ms: AtomicU64,
-    /// How long a run is kept after its last call, in ms.
-    run_ttl_ms: AtomicU64,
+    /// Every script is told what it needs of them. The ledger retention is
+    /// the ledger buffer here: how long an entry waits in the stream for a
+    /// sink to take it (`drain`) before the sweep folds it without one.
+    rules: Rules,
     /// The store epoch this store serves under, or why it fails closed.
     epoch: meta::EpochWatch,
     /// Added to Redis's clock by every script that reads it; see
@@ -135,6 +130,8 @@ struct Inner {
     #[cfg(test)]
     clock_offset_ms: std::sync::atomic::AtomicI64,
     tags: Mutex<Tags>,
+    /// Where the next [`Upkeep::sweep`] starts in the sorted tags.
+    next_sweep: Mutex<usize>,
     /// Where the admin API's keys and orgs live (`records`).
     records: records::RecordKeys,
 }
@@ -161,22 +158,10 @@ impl RedisStore {
     /// It does not connect here: the first call does, and every later call
     /// reconnects if needed, so this never fails on an unreachable server,
     /// only on a malformed URL (or `#insecure`, which is refused).
-    /// A reservation never settled by its deadline is charged as
-    /// `on_expiry` says. Must be called from within a Tokio runtime.
-    pub async fn connect(
-        url: &str,
-        settle_epsilon: UsdMicros,
-        ledger_buffer: Duration,
-        on_expiry: OnExpiry,
-    ) -> Result<RedisStore, RedisUrlError> {
-        RedisStore::connect_tls(
-            url,
-            &RedisTls::default(),
-            settle_epsilon,
-            ledger_buffer,
-            on_expiry,
-        )
-        .await
+    /// The store keeps its books by `rules`. Must be called from within a
+    /// Tokio runtime.
+    pub async fn connect(url: &str, rules: Rules) -> Result<RedisStore, RedisUrlError> {
+        RedisStore::connect_tls(url, &RedisTls::default(), rules).await
     }
 
     /// [`RedisStore::connect`] with `tls`'s CA and client certificate for a
@@ -184,38 +169,24 @@ impl RedisStore {
     pub async fn connect_tls(
         url: &str,
         tls: &RedisTls,
-        settle_epsilon: UsdMicros,
-        ledger_buffer: Duration,
-        on_expiry: OnExpiry,
+        rules: Rules,
     ) -> Result<RedisStore, RedisUrlError> {
-        RedisStore::open(
-            url,
-            tls,
-            settle_epsilon,
-            ledger_buffer,
-            on_expiry,
-            CallPolicy::default(),
-        )
+        RedisStore::open(url, tls, rules, CallPolicy::default())
     }
 
     #[cfg(test)]
     fn with_policy(
         url: &str,
-        settle_epsilon: UsdMicros,
-        ledger_buffer: Duration,
-        on_expiry: OnExpiry,
+        rules: Rules,
         policy: CallPolicy,
     ) -> Result<RedisStore, RedisUrlError> {
-        let tls = RedisTls::default();
-        RedisStore::open(url, &tls, settle_epsilon, ledger_buffer, on_expiry, policy)
+        RedisStore::open(url, &RedisTls::default(), rules, policy)
     }
 
     fn open(
         url: &str,
         tls: &RedisTls,
-        settle_epsilon: UsdMicros,
-        ledger_buffer: Duration,
-        on_expiry: OnExpiry,
+        rules: Rules,
         policy: CallPolicy,
     ) -> Result<RedisStore, RedisUrlError> {
         Ok(RedisStore {
@@ -224,47 +195,19 @@ impl RedisStore {
                 endpoint: redacted(url),
                 scripts: Scripts::new(),
                 policy,
-                settle_epsilon,
-                ledger_buffer,
-                aggregate_retention_days: AtomicU32::new(DEFAULT_AGGREGATE_RETENTION_DAYS),
-                on_expiry,
-                closed_record_ms: AtomicU64::new(scripts::millis(DEFAULT_CLOSED_RECORD)),
-                run_ttl_ms: AtomicU64::new(scripts::millis(DEFAULT_RUN_TTL)),
+                rules,
                 epoch: meta::EpochWatch::default(),
                 #[cfg(test)]
                 clock_offset_ms: std::sync::atomic::AtomicI64::new(0),
                 tags: Mutex::new(Tags::default()),
+                next_sweep: Mutex::new(0),
                 records: records::RecordKeys::new(records::RECORDS_TAG),
             }),
         })
     }
 
-    /// How long a settled or denied call's record is kept for retries.
-    pub fn with_closed_record(self, keep: Duration) -> Self {
-        self.inner
-            .closed_record_ms
-            .store(scripts::millis(keep), Ordering::Relaxed);
-        self
-    }
-
-    /// How long a run is kept after its last call.
-    pub fn with_run_ttl(self, ttl: Duration) -> Self {
-        self.inner
-            .run_ttl_ms
-            .store(scripts::millis(ttl), Ordering::Relaxed);
-        self
-    }
-
-    /// How many days back the sweep keeps spend aggregate rows.
-    pub fn with_aggregate_retention_days(self, days: u32) -> Self {
-        self.inner
-            .aggregate_retention_days
-            .store(days, Ordering::Relaxed);
-        self
-    }
-
     fn closed_record_ms(&self) -> u64 {
-        self.inner.closed_record_ms.load(Ordering::Relaxed)
+        scripts::millis(self.inner.rules.closed_record)
     }
 
     /// The URL without its credentials.
@@ -272,45 +215,9 @@ impl RedisStore {
         &self.inner.endpoint
     }
 
-    /// Records which tag a configured key's data lives under, so
-    /// [`RedisStore::scope_state`] finds it before the key's first reserve,
-    /// and [`RedisStore::sweep_expired`] sweeps it.
-    pub fn track_key(&self, key: &str, org: Option<&str>) {
-        let mut tags = self.inner.tags();
-        let tag = tag_for(org, key);
-        tags.all.insert(tag.clone());
-        tags.of_key.insert(key.to_owned(), tag);
-    }
-
     /// Every tag this store knows, sorted.
     pub fn tags(&self) -> Vec<String> {
         self.inner.tags().all.iter().cloned().collect()
-    }
-
-    /// Reserves `req.amount` against the key and its org, all or nothing,
-    /// in one `reserve.lua` call; a retry with the same `exec_id` gets the
-    /// first answer.
-    pub async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
-        match self.reserve_under(req, None).await? {
-            ClaimedReserve::Ran(outcome) => Ok(outcome),
-            // Only a claim makes a duplicate: the script broke its contract.
-            ClaimedReserve::Duplicate => Err(StoreError::Unavailable(
-                "reserve.lua answered `duplicate` to a reserve without a claim".to_owned(),
-            )),
-        }
-    }
-
-    /// Reserves like [`RedisStore::reserve`], unless an open reservation
-    /// under another exec id holds `claim`: then the request is a duplicate
-    /// of one still in flight, and nothing is charged. Every attempt of
-    /// this call (retried on a timeout) carries the same exec id, so an
-    /// attempt after one that reserved gets `Reserved`, not `Duplicate`.
-    pub async fn reserve_claimed(
-        &self,
-        req: &ReserveRequest,
-        claim: &str,
-    ) -> Result<ClaimedReserve, StoreError> {
-        self.reserve_under(req, Some(claim)).await
     }
 
     async fn reserve_under(
@@ -329,10 +236,10 @@ impl RedisStore {
                 req,
                 claim,
                 LAZY_SWEEP_LIMIT,
-                self.inner.on_expiry,
+                self.inner.rules.on_expiry,
                 &epoch,
                 self.closed_record_ms(),
-                self.inner.run_ttl_ms.load(Ordering::Relaxed),
+                scripts::millis(self.inner.rules.run_ttl),
             );
             let reply = self
                 .run(&self.inner.scripts.reserve, "reserve", &keys, &args)
@@ -369,23 +276,6 @@ impl RedisStore {
         )))
     }
 
-    /// Settles a reservation with its actual cost, exactly once, in one
-    /// `settle.lua` call.
-    pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
-        self.settle_under_tag(settlement, true).await
-    }
-
-    /// Settles like [`RedisStore::settle`] a reserve whose outcome was never
-    /// known (it failed, or its caller went away): an exec id absent under
-    /// its tag never landed, and is `UnknownReservation` at once, without
-    /// the look under every other tag that tells a forged owner apart.
-    pub async fn settle_if_reserved(
-        &self,
-        settlement: &Settlement,
-    ) -> Result<SettleOutcome, StoreError> {
-        self.settle_under_tag(settlement, false).await
-    }
-
     async fn settle_under_tag(
         &self,
         settlement: &Settlement,
@@ -410,9 +300,9 @@ impl RedisStore {
         let call_id = uuid::Uuid::now_v7().simple().to_string();
         let args = scripts::settle_args(
             settlement,
-            self.inner.settle_epsilon,
+            self.inner.rules.settle_epsilon,
             &call_id,
-            self.inner.on_expiry,
+            self.inner.rules.on_expiry,
             self.closed_record_ms(),
         );
         let reply = self
@@ -474,96 +364,6 @@ impl RedisStore {
         Ok(StoreError::UnknownReservation(exec_id.to_owned()))
     }
 
-    /// The scope's counters in the period current on the store's clock.
-    pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
-        // Counters that vanished would read as nothing spent.
-        self.epoch().await?;
-        let key = match scope.kind {
-            ScopeKind::Run => run_key_of(&scope.id),
-            _ => &scope.id,
-        };
-        let tag = match scope.kind {
-            ScopeKind::Org => scope.id.clone(),
-            ScopeKind::Key | ScopeKind::Run => self
-                .inner
-                .tags()
-                .of_key
-                .get(key)
-                .cloned()
-                .unwrap_or_else(|| tag_for(None, key)),
-        };
-        let args = scripts::state_args(scope);
-        let reply = self
-            .run(
-                &self.inner.scripts.state,
-                "read a scope",
-                &TagKeys::new(&tag),
-                &args,
-            )
-            .await?;
-        let (now, period_id, committed, reserved) = scripts::state_reply(&reply)?;
-        Ok(ScopeState {
-            period_id,
-            spent: committed.saturating_sub(reserved),
-            reserved,
-            resets_at: scope.period.resets_at(now),
-        })
-    }
-
-    /// A run's cap and counters (`id` is `<key>/<run>`), if it is
-    /// remembered: read under its key's tag.
-    pub async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
-        self.epoch().await?;
-        let key = run_key_of(id);
-        let tag = self
-            .inner
-            .tags()
-            .of_key
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| tag_for(None, key));
-        let field = format!("run:{id}:total");
-        let mut hmget = ::redis::cmd("HMGET");
-        hmget
-            .arg(TagKeys::new(&tag).spend())
-            .arg(&field)
-            .arg(format!("{field}:r"))
-            .arg(format!("{field}:cap"));
-        let values: Vec<Option<String>> = self
-            .inner
-            .connection
-            .call(self.inner.policy, "read a run", Request::Command(&hmget))
-            .await?;
-        let number = |value: &Option<String>| -> UsdMicros {
-            value.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
-        };
-        let Some(cap) = values.get(2).cloned().flatten() else {
-            return Ok(None);
-        };
-        let committed = values.first().map_or(0, number);
-        let reserved = values.get(1).map_or(0, number);
-        Ok(Some(RunState {
-            cap: cap.parse().ok(),
-            spent: committed.saturating_sub(reserved),
-            reserved,
-        }))
-    }
-
-    /// Whether Redis answers (every primary, on a cluster) and serves
-    /// under a store epoch (`tg:meta` read again), each within one call
-    /// timeout and without retries.
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        let once = CallPolicy {
-            attempts: 1,
-            ..self.inner.policy
-        };
-        self.inner
-            .connection
-            .call::<()>(once, "ping", Request::Command(&::redis::cmd("PING")))
-            .await?;
-        self.refresh_epoch(once).await.map(|_| ())
-    }
-
     /// The store's clock: Redis's `TIME`.
     pub async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
         let (secs, micros): (i64, i64) = self
@@ -601,9 +401,9 @@ impl RedisStore {
             for _ in 0..SWEEP_CALLS_PER_TAG {
                 let args = scripts::sweep_args(
                     SWEEP_BATCH,
-                    self.inner.ledger_buffer,
-                    self.inner.on_expiry,
-                    self.inner.aggregate_retention_days.load(Ordering::Relaxed),
+                    self.inner.rules.ledger_retention,
+                    self.inner.rules.on_expiry,
+                    self.inner.rules.aggregate_retention_days,
                 );
                 let reply = self
                     .run(&self.inner.scripts.sweep, "sweep", &keys, &args)
@@ -641,7 +441,7 @@ impl RedisStore {
 
     /// How many reservations are open under `tags` and the sum of their
     /// amounts.
-    pub async fn open_reservations(
+    pub async fn open_reservations_in(
         &self,
         tags: &[String],
     ) -> Result<(usize, UsdMicros), StoreError> {
@@ -660,7 +460,7 @@ impl RedisStore {
 
     /// The spend aggregate rows under `tags` that `query` wants, by day,
     /// key and model.
-    pub async fn spend(
+    pub async fn spend_in(
         &self,
         tags: &[String],
         query: &SpendQuery,
@@ -670,7 +470,7 @@ impl RedisStore {
 
     /// Every scope and period under `tags` with its counter, folded sum,
     /// ledger sum and open sum, each tag read at one consistent instant.
-    pub async fn reconcile(&self, tags: &[String]) -> Result<Vec<Reconciliation>, StoreError> {
+    pub async fn reconcile_in(&self, tags: &[String]) -> Result<Vec<Reconciliation>, StoreError> {
         let mut rows = Vec::new();
         for tag in tags {
             let keys = TagKeys::new(tag);
@@ -710,7 +510,7 @@ impl RedisStore {
 
     fn log_expired(&self, tag: &str, expired: usize) {
         if expired > 0 {
-            super::log_expired(Some(tag), expired, self.inner.on_expiry);
+            super::log_expired(Some(tag), expired, self.inner.rules.on_expiry);
         }
     }
 
@@ -725,6 +525,205 @@ impl RedisStore {
     }
 }
 
+// === the interface ===
+
+impl Books for RedisStore {
+    /// Reserves `req.amount` against the key and its org, all or nothing,
+    /// in one `reserve.lua` call; a retry with the same `exec_id` gets the
+    /// first answer.
+    async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
+        match self.reserve_under(req, None).await? {
+            ClaimedReserve::Ran(outcome) => Ok(outcome),
+            // Only a claim makes a duplicate: the script broke its contract.
+            ClaimedReserve::Duplicate => Err(StoreError::Unavailable(
+                "reserve.lua answered `duplicate` to a reserve without a claim".to_owned(),
+            )),
+        }
+    }
+
+    /// Reserves like [`RedisStore::reserve`], unless an open reservation
+    /// under another exec id holds `claim`: then the request is a duplicate
+    /// of one still in flight, and nothing is charged. Every attempt of
+    /// this call (retried on a timeout) carries the same exec id, so an
+    /// attempt after one that reserved gets `Reserved`, not `Duplicate`.
+    async fn reserve_claimed(
+        &self,
+        req: &ReserveRequest,
+        claim: &str,
+    ) -> Result<ClaimedReserve, StoreError> {
+        self.reserve_under(req, Some(claim)).await
+    }
+
+    /// Settles a reservation with its actual cost, exactly once, in one
+    /// `settle.lua` call.
+    async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
+        self.settle_under_tag(settlement, true).await
+    }
+
+    /// Settles like [`RedisStore::settle`] a reserve whose outcome was never
+    /// known (it failed, or its caller went away): an exec id absent under
+    /// its tag never landed, and is `UnknownReservation` at once, without
+    /// the look under every other tag that tells a forged owner apart.
+    async fn settle_if_reserved(
+        &self,
+        settlement: &Settlement,
+    ) -> Result<SettleOutcome, StoreError> {
+        self.settle_under_tag(settlement, false).await
+    }
+
+    /// The scope's counters in the period current on the store's clock.
+    async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
+        // Counters that vanished would read as nothing spent.
+        self.epoch().await?;
+        let key = match scope.kind {
+            ScopeKind::Run => run_key_of(&scope.id),
+            _ => &scope.id,
+        };
+        let tag = match scope.kind {
+            ScopeKind::Org => scope.id.clone(),
+            ScopeKind::Key | ScopeKind::Run => self
+                .inner
+                .tags()
+                .of_key
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| tag_for(None, key)),
+        };
+        let args = scripts::state_args(scope);
+        let reply = self
+            .run(
+                &self.inner.scripts.state,
+                "read a scope",
+                &TagKeys::new(&tag),
+                &args,
+            )
+            .await?;
+        let (now, period_id, committed, reserved) = scripts::state_reply(&reply)?;
+        Ok(ScopeState {
+            period_id,
+            spent: committed.saturating_sub(reserved),
+            reserved,
+            resets_at: scope.period.resets_at(now),
+        })
+    }
+
+    /// A run's cap and counters (`id` is `<key>/<run>`), if it is
+    /// remembered: read under its key's tag.
+    async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        self.epoch().await?;
+        let key = run_key_of(id);
+        let tag = self
+            .inner
+            .tags()
+            .of_key
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| tag_for(None, key));
+        let field = format!("run:{id}:total");
+        let mut hmget = ::redis::cmd("HMGET");
+        hmget
+            .arg(TagKeys::new(&tag).spend())
+            .arg(&field)
+            .arg(format!("{field}:r"))
+            .arg(format!("{field}:cap"));
+        let values: Vec<Option<String>> = self
+            .inner
+            .connection
+            .call(self.inner.policy, "read a run", Request::Command(&hmget))
+            .await?;
+        let number = |value: &Option<String>| -> UsdMicros {
+            value.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
+        };
+        let Some(cap) = values.get(2).cloned().flatten() else {
+            return Ok(None);
+        };
+        let committed = values.first().map_or(0, number);
+        let reserved = values.get(1).map_or(0, number);
+        Ok(Some(RunState {
+            cap: cap.parse().ok(),
+            spent: committed.saturating_sub(reserved),
+            reserved,
+        }))
+    }
+
+    async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
+        self.apply_adjustment(adjustment).await
+    }
+
+    async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
+        self.open_holds_in(&self.tags(), limit).await
+    }
+}
+
+/// Every report reads under every tag the store knows.
+impl Reports for RedisStore {
+    async fn spend(&self, query: &SpendQuery) -> Result<Vec<SpendRow>, StoreError> {
+        self.spend_in(&self.tags(), query).await
+    }
+
+    async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
+        self.open_reservations_in(&self.tags()).await
+    }
+
+    async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
+        self.reconcile_in(&self.tags()).await
+    }
+}
+
+impl Upkeep for RedisStore {
+    /// Whether Redis answers (every primary, on a cluster) and serves
+    /// under a store epoch (`tg:meta` read again), each within one call
+    /// timeout and without retries.
+    async fn ping(&self) -> Result<(), StoreError> {
+        let once = CallPolicy {
+            attempts: 1,
+            ..self.inner.policy
+        };
+        self.inner
+            .connection
+            .call::<()>(once, "ping", Request::Command(&::redis::cmd("PING")))
+            .await?;
+        self.refresh_epoch(once).await.map(|_| ())
+    }
+
+    /// Sweeps the next [`SWEEP_TAGS_PER_CALL`] tags the store knows, in
+    /// turn (see [`RedisStore::sweep_tags`]).
+    async fn sweep(&self) -> Result<usize, StoreError> {
+        let batch = {
+            let tags = self.tags();
+            let mut next = self
+                .inner
+                .next_sweep
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            next_sweep_tags(&tags, &mut next).to_vec()
+        };
+        self.sweep_tags(&batch).await
+    }
+
+    /// Records which tag a configured key's data lives under, so
+    /// [`RedisStore::scope_state`] finds it before the key's first reserve,
+    /// and [`RedisStore::sweep_expired`] sweeps it.
+    fn track_key(&self, key: &str, org: Option<&str>) {
+        let mut tags = self.inner.tags();
+        let tag = tag_for(org, key);
+        tags.all.insert(tag.clone());
+        tags.of_key.insert(key.to_owned(), tag);
+    }
+}
+
+/// The tags the next sweep visits: up to [`SWEEP_TAGS_PER_CALL`] from
+/// `*next`, which moves on past them and starts over at the end.
+fn next_sweep_tags<'a>(tags: &'a [String], next: &mut usize) -> &'a [String] {
+    if *next >= tags.len() {
+        *next = 0;
+    }
+    let end = tags.len().min(*next + SWEEP_TAGS_PER_CALL);
+    let batch = &tags[*next..end];
+    *next = end;
+    batch
+}
+
 impl Inner {
     fn tags(&self) -> MutexGuard<'_, Tags> {
         // Nothing panics while the lock is held; a poisoned lock still
@@ -737,7 +736,44 @@ impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("endpoint", &self.inner.endpoint)
-            .field("settle_epsilon", &self.inner.settle_epsilon)
+            .field("rules", &self.inner.rules)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod sweep_turns {
+    use super::*;
+
+    fn tags(count: usize) -> Vec<String> {
+        (0..count).map(|i| format!("tag-{i}")).collect()
+    }
+
+    #[test]
+    fn many_tags_are_swept_in_turn() {
+        let tags = tags(SWEEP_TAGS_PER_CALL * 2 + 1);
+        let mut next = 0;
+        let mut swept = Vec::new();
+        for size in [SWEEP_TAGS_PER_CALL, SWEEP_TAGS_PER_CALL, 1] {
+            let batch = next_sweep_tags(&tags, &mut next);
+            assert_eq!(batch.len(), size);
+            swept.extend_from_slice(batch);
+        }
+        assert_eq!(swept, tags);
+        // Then the turn starts over.
+        assert_eq!(
+            next_sweep_tags(&tags, &mut next),
+            &tags[..SWEEP_TAGS_PER_CALL]
+        );
+    }
+
+    #[test]
+    fn a_few_tags_are_all_swept_every_tick() {
+        let tags = tags(3);
+        let mut next = 0;
+        for _ in 0..3 {
+            assert_eq!(next_sweep_tags(&tags, &mut next), &tags[..]);
+        }
+        assert!(next_sweep_tags(&[], &mut next).is_empty());
     }
 }

@@ -14,21 +14,20 @@
 //! gateway's clock, read under the desk's lock: with one process per file,
 //! it is the store's clock.
 //!
-//! `schema` opens the file (and locks it to one gateway), `books` holds the
-//! protocol's rules, `record` a reservation as they read it, `change` what
-//! they decide as the journal keeps it and as posting writes it, `counters`
-//! the counters the writer keeps in memory and writes once per transaction,
-//! `aggregates` the spend per day, key and model, `records` the admin
-//! API's keys and orgs, `control` the operator's adjustments, `upkeep`
-//! forgetting, folding and reconciling, and `checkpoint` copies the log
-//! into the file on a thread of its own.
+//! The rules are `budget::books`, the same as the memory store's; the
+//! `desk` is what they read and change here. `schema` opens the file (and
+//! locks it to one gateway), `record` keeps a reservation as a row,
+//! `change` what the rules decide as the journal keeps it and as posting
+//! writes it, `counters` the counters the writer keeps in memory and
+//! writes once per transaction, `aggregates` the spend per day, key and
+//! model, `records` the admin API's keys and orgs, `upkeep` forgetting,
+//! folding and reconciling, and `checkpoint` copies the log into the file
+//! on a thread of its own.
 
 mod aggregates;
 mod alerts;
-mod books;
 mod change;
 mod checkpoint;
-mod control;
 mod counters;
 mod desk;
 mod journal;
@@ -44,9 +43,7 @@ mod writer;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use rusqlite::{Connection, TransactionBehavior};
@@ -54,15 +51,15 @@ use rusqlite::{Connection, TransactionBehavior};
 pub use schema::SqliteOpenError;
 
 use super::aggregates::first_kept_day;
+use super::books;
 use super::records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
+use super::store::{Books, Records, Reports, Upkeep};
 use super::{
-    AdjustOutcome, Adjustment, ClaimedReserve, OnExpiry, OpenHold, Reconciliation, ReserveOutcome,
-    ReserveRequest, RunState, Scope, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow,
-    StoreError, DEFAULT_AGGREGATE_RETENTION_DAYS, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
-    DEFAULT_RUN_TTL,
+    AdjustOutcome, Adjustment, ClaimedReserve, OpenHold, Reconciliation, ReserveOutcome,
+    ReserveRequest, Rules, RunState, Scope, ScopeState, SettleOutcome, Settlement, SpendQuery,
+    SpendRow, StoreError,
 };
 use crate::money::UsdMicros;
-use books::Rules;
 use desk::{Batch, Desk};
 use journal::Journal;
 use writer::{Msg, Writer};
@@ -88,12 +85,6 @@ struct Shared {
     clock: Clock,
     path: PathBuf,
     rules: Rules,
-    ledger_retention: TimeDelta,
-    /// How many days back the sweep keeps spend aggregate rows; set once
-    /// at start (`with_aggregate_retention_days`), after the handle exists.
-    aggregate_retention_days: AtomicU32,
-    /// How long a run is kept after its last call, in milliseconds.
-    run_ttl_ms: AtomicI64,
 }
 
 impl Drop for Shared {
@@ -101,12 +92,6 @@ impl Drop for Shared {
         // The desk holds a sender too, so the writer is told to stop.
         let _ = self.queue.send(Msg::Stop);
     }
-}
-
-/// What a store is opened with besides its file.
-struct Settings {
-    rules: Rules,
-    ledger_retention: Duration,
 }
 
 /// Where the store's time comes from: the wall clock, or in tests a clock
@@ -130,44 +115,18 @@ impl Clock {
 
 impl SqliteStore {
     /// Opens (creating or upgrading) the file at `path` as its one gateway,
-    /// posting what its journal holds beyond it. A second process on the
-    /// same file is refused, naming the holder.
-    pub fn open(
-        path: &Path,
-        settle_epsilon: UsdMicros,
-        ledger_retention: Duration,
-        closed_record: Duration,
-        on_expiry: OnExpiry,
-    ) -> Result<Self, SqliteOpenError> {
+    /// posting what its journal holds beyond it, to keep its books by
+    /// `rules`. A second process on the same file is refused, naming the
+    /// holder.
+    pub fn open(path: &Path, rules: Rules) -> Result<Self, SqliteOpenError> {
         let (conn, lock) = schema::open_owner(path)?;
-        let rules = Rules {
-            epsilon: settle_epsilon,
-            on_expiry,
-            closed_ms: millis(closed_record),
-            run_ttl_ms: millis(DEFAULT_RUN_TTL),
-        };
-        Self::start_owner(
-            conn,
-            lock,
-            Clock::Wall,
-            path,
-            Settings {
-                rules,
-                ledger_retention,
-            },
-        )
+        Self::start_owner(conn, lock, Clock::Wall, path, rules)
     }
 
     /// Opens the file at `path` to read it beside the gateway that owns it
     /// (`tollgate reconcile`): nothing is created, locked or written.
     pub fn open_reader(path: &Path) -> Result<Self, SqliteOpenError> {
         let conn = schema::open_reader(path)?;
-        let rules = Rules {
-            epsilon: 0,
-            on_expiry: OnExpiry::Charge,
-            closed_ms: millis(DEFAULT_CLOSED_RECORD),
-            run_ttl_ms: millis(DEFAULT_RUN_TTL),
-        };
         let (queue, jobs) = mpsc::channel();
         let writer = Writer {
             conn,
@@ -183,10 +142,7 @@ impl SqliteStore {
             None,
             Clock::Wall,
             path,
-            Settings {
-                rules,
-                ledger_retention: DEFAULT_LEDGER_RETENTION,
-            },
+            Rules::default(),
         ))
     }
 
@@ -197,7 +153,7 @@ impl SqliteStore {
         lock: schema::OwnerLock,
         clock: Clock,
         path: &Path,
-        settings: Settings,
+        rules: Rules,
     ) -> Result<Self, SqliteOpenError> {
         let label = path.display().to_string();
         let (journal, posted) = recover(path, &conn)?;
@@ -218,7 +174,7 @@ impl SqliteStore {
             checkpoints: Some(checkpoints),
         };
         spawn_writer(writer, jobs, Some(lock));
-        Ok(Self::handle(queue, Some(desk), clock, path, settings))
+        Ok(Self::handle(queue, Some(desk), clock, path, rules))
     }
 
     fn handle(
@@ -226,7 +182,7 @@ impl SqliteStore {
         desk: Option<Arc<Mutex<Desk>>>,
         clock: Clock,
         path: &Path,
-        settings: Settings,
+        rules: Rules,
     ) -> Self {
         SqliteStore {
             shared: Arc::new(Shared {
@@ -234,33 +190,8 @@ impl SqliteStore {
                 desk,
                 clock,
                 path: path.to_owned(),
-                rules: settings.rules,
-                ledger_retention: to_delta(settings.ledger_retention),
-                aggregate_retention_days: AtomicU32::new(DEFAULT_AGGREGATE_RETENTION_DAYS),
-                run_ttl_ms: AtomicI64::new(millis(DEFAULT_RUN_TTL)),
+                rules,
             }),
-        }
-    }
-
-    /// How many days back the sweep keeps spend aggregate rows.
-    pub fn with_aggregate_retention_days(self, days: u32) -> Self {
-        self.shared
-            .aggregate_retention_days
-            .store(days, Ordering::Relaxed);
-        self
-    }
-
-    /// How long a run is kept after its last call.
-    pub fn with_run_ttl(self, ttl: Duration) -> Self {
-        self.shared.run_ttl_ms.store(millis(ttl), Ordering::Relaxed);
-        self
-    }
-
-    /// The rules every operation follows, with the run TTL set now.
-    fn rules(&self) -> Rules {
-        Rules {
-            run_ttl_ms: self.shared.run_ttl_ms.load(Ordering::Relaxed),
-            ..self.shared.rules
         }
     }
 
@@ -314,131 +245,93 @@ impl SqliteStore {
         }
     }
 
-    /// Reserves `req.amount` against the key and its org, all or nothing;
-    /// a retry with the same `exec_id` gets the first answer.
-    pub async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
-        match self.reserve_under(req, None)? {
-            ClaimedReserve::Ran(outcome) => Ok(outcome),
-            // Only a claim can make a duplicate.
-            ClaimedReserve::Duplicate => Err(StoreError::Refused(
-                "a reserve without a claim was called a duplicate".to_owned(),
-            )),
-        }
-    }
-
-    /// Reserves like [`SqliteStore::reserve`], unless an open reservation
-    /// under another exec id holds `claim`.
-    pub async fn reserve_claimed(
+    /// Runs a reserve on the desk after the bounded lazy sweep, unless the
+    /// file has refused its postings for longer than the journal may hold.
+    fn after_lazy_sweep<T>(
         &self,
-        req: &ReserveRequest,
-        claim: &str,
-    ) -> Result<ClaimedReserve, StoreError> {
-        self.reserve_under(req, Some(claim))
-    }
-
-    fn reserve_under(
-        &self,
-        req: &ReserveRequest,
-        claim: Option<&str>,
-    ) -> Result<ClaimedReserve, StoreError> {
-        let rules = self.rules();
+        reserve: impl FnOnce(&mut Desk, &Rules, DateTime<Utc>) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let rules = &self.shared.rules;
         let (outcome, expired) = self.on_desk(|desk, now| {
             if let Some(refusal) = desk.refusal() {
                 return Ok(Err(refusal));
             }
             let expired = books::expire_due(desk, rules, now, LAZY_SWEEP_LIMIT)?;
-            let outcome = books::reserve(desk, rules, req, claim, now)?;
+            let outcome = reserve(desk, rules, now)?;
             Ok(Ok((outcome, expired)))
         })?;
         self.log_expired(expired);
         Ok(outcome)
     }
 
+    fn log_expired(&self, expired: usize) {
+        if expired > 0 {
+            super::log_expired(None, expired, self.shared.rules.on_expiry);
+        }
+    }
+}
+
+// === impl Books for SqliteStore ===
+
+/// Each call is decided on the desk, under its lock, and journaled before
+/// it is answered.
+impl Books for SqliteStore {
+    /// Reserves `req.amount` against the key and its org, all or nothing;
+    /// a retry with the same `exec_id` gets the first answer.
+    async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
+        self.after_lazy_sweep(|desk, rules, now| books::reserve(desk, rules, req, now))
+    }
+
+    /// Reserves like [`SqliteStore::reserve`], unless an open reservation
+    /// under another exec id holds `claim`.
+    async fn reserve_claimed(
+        &self,
+        req: &ReserveRequest,
+        claim: &str,
+    ) -> Result<ClaimedReserve, StoreError> {
+        self.after_lazy_sweep(|desk, rules, now| {
+            books::reserve_claimed(desk, rules, req, claim, now)
+        })
+    }
+
     /// Settles a reservation with its actual cost, exactly once.
-    pub async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
-        let rules = self.rules();
-        self.on_desk(|desk, now| books::settle(desk, rules, settlement, now))
+    async fn settle(&self, settlement: &Settlement) -> Result<SettleOutcome, StoreError> {
+        self.on_desk(|desk, now| books::settle(desk, &self.shared.rules, settlement, now))
     }
 
     /// Applies an operator's refund or credit, once per exec id.
-    pub async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
-        let rules = self.rules();
-        self.on_desk(|desk, now| control::adjust(desk, rules, adjustment, now))
-    }
-
-    /// Up to `limit` open reservations, oldest first.
-    pub async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
-        self.on_desk(|desk, _| Ok(Ok(desk.open_holds(limit))))
-    }
-
-    /// A run's cap and counters, if it is remembered.
-    pub async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
-        self.on_desk(|desk, _| books::run_state(desk, id).map(Ok))
+    async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
+        self.on_desk(|desk, now| books::adjust(desk, &self.shared.rules, adjustment, now))
     }
 
     /// The scope's counters in the period current on the store's clock.
-    pub async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
+    async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
         self.on_desk(|desk, now| books::scope_state(desk, scope, now).map(Ok))
     }
 
-    /// Whether the writer answers and the file can be read.
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        self.call(|db, _| {
-            db.conn().query_row("SELECT 1", [], |_| Ok(()))?;
-            Ok(Ok(()))
-        })
-        .await
+    /// A run's cap and counters, if it is remembered.
+    async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
+        self.on_desk(|desk, _| books::run_state(desk, id).map(Ok))
     }
 
-    /// Returns once every call answered before it is posted to the file
-    /// (or the file refused it, which the writer logs).
-    pub async fn flush(&self) -> Result<(), StoreError> {
-        self.call(|_, _| Ok(Ok(()))).await
+    /// Up to `limit` open reservations, oldest first.
+    async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
+        self.on_desk(|desk, _| Ok(Ok(desk.open_holds(limit))))
     }
+}
 
-    /// Expires every reservation past its deadline, forgets idle runs,
-    /// closed records past their retention and adjustments past theirs,
-    /// folds ledger entries older than the ledger retention and deletes
-    /// aggregate rows older than theirs; returns how many expired.
-    pub async fn sweep(&self) -> Result<usize, StoreError> {
-        let rules = self.rules();
-        let mut expired = 0;
-        loop {
-            let page =
-                self.on_desk(|desk, now| books::expire_due(desk, rules, now, SWEEP_PAGE).map(Ok))?;
-            expired += page;
-            if page < SWEEP_PAGE {
-                break;
-            }
-        }
-        self.log_expired(expired);
-        self.on_desk(|desk, now| books::forget_idle_runs(desk, rules, now).map(Ok))?;
-        let retention = self.shared.ledger_retention;
-        let aggregate_days = self.shared.aggregate_retention_days.load(Ordering::Relaxed);
-        self.call(move |db, clock| {
-            let now = clock.now();
-            // The statements below read and change counters themselves.
-            let conn = db.counters_in_sql()?;
-            let forgotten = upkeep::forget_due(conn, now)?;
-            control::forget_adjustments(conn, now)?;
-            upkeep::fold_before(conn, upkeep::before(now, retention))?;
-            aggregates::drop_before(conn, &first_kept_day(now, aggregate_days))?;
-            db.forgot(forgotten);
-            Ok(Ok(()))
-        })
-        .await?;
-        Ok(expired)
-    }
+// === impl Reports for SqliteStore ===
 
+impl Reports for SqliteStore {
     /// The spend aggregate rows `query` wants, by day, key and model.
-    pub async fn spend(&self, query: &SpendQuery) -> Result<Vec<SpendRow>, StoreError> {
+    async fn spend(&self, query: &SpendQuery) -> Result<Vec<SpendRow>, StoreError> {
         let query = query.clone();
         self.call(move |db, _| aggregates::spend(db.conn(), &query).map(Ok))
             .await
     }
 
     /// How many reservations are open and the sum of their amounts.
-    pub async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
+    async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
         self.on_desk(|desk, _| Ok(Ok(desk.open_sum())))
     }
 
@@ -446,7 +339,7 @@ impl SqliteStore {
     /// ledger sum and open sum, sorted by scope and period. Beside the
     /// gateway that owns the file, or on a file no gateway runs on, the
     /// books are the file and what its journal holds beyond it.
-    pub async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
+    async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
         if self.shared.desk.is_some() {
             return self
                 .call(|db, _| upkeep::reconcile(db.counters_in_sql()?).map(Ok))
@@ -460,11 +353,94 @@ impl SqliteStore {
                 StoreError::Unavailable(format!("sqlite store {}: {e}", self.shared.path.display()))
             })
     }
+}
 
-    fn log_expired(&self, expired: usize) {
-        if expired > 0 {
-            super::log_expired(None, expired, self.shared.rules.on_expiry);
+// === impl Upkeep for SqliteStore ===
+
+impl Upkeep for SqliteStore {
+    /// Whether the writer answers and the file can be read.
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.call(|db, _| {
+            db.conn().query_row("SELECT 1", [], |_| Ok(()))?;
+            Ok(Ok(()))
+        })
+        .await
+    }
+
+    /// Returns once every call answered before it is posted to the file
+    /// (or the file refused it, which the writer logs).
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.call(|_, _| Ok(Ok(()))).await
+    }
+
+    /// Expires every reservation past its deadline, forgets idle runs,
+    /// closed records past their retention and adjustments past theirs,
+    /// folds ledger entries older than the ledger retention and deletes
+    /// aggregate rows older than theirs; returns how many expired.
+    async fn sweep(&self) -> Result<usize, StoreError> {
+        let rules = &self.shared.rules;
+        let mut expired = 0;
+        loop {
+            let page =
+                self.on_desk(|desk, now| books::expire_due(desk, rules, now, SWEEP_PAGE).map(Ok))?;
+            expired += page;
+            if page < SWEEP_PAGE {
+                break;
+            }
         }
+        self.log_expired(expired);
+        self.on_desk(|desk, now| books::forget_idle_runs(desk, rules, now).map(Ok))?;
+        let retention = to_delta(rules.ledger_retention);
+        let aggregate_days = rules.aggregate_retention_days;
+        self.call(move |db, clock| {
+            let now = clock.now();
+            // The statements below read and change counters themselves.
+            let conn = db.counters_in_sql()?;
+            let forgotten = upkeep::forget_due(conn, now)?;
+            upkeep::forget_adjustments(conn, now)?;
+            upkeep::fold_before(conn, upkeep::before(now, retention))?;
+            aggregates::drop_before(conn, &first_kept_day(now, aggregate_days))?;
+            db.forgot(forgotten);
+            Ok(Ok(()))
+        })
+        .await?;
+        Ok(expired)
+    }
+}
+
+// === impl Records for SqliteStore ===
+
+/// The admin API's keys and orgs (see `budget::records`), in the `records`
+/// and `audit` tables. Each call is one job on the writer like the books',
+/// so a write is answered only once committed.
+impl Records for SqliteStore {
+    /// The version the documents are at: one row read.
+    async fn records_version(&self) -> Result<u64, StoreError> {
+        self.call(|db, _| records::version(db.conn()).map(Ok)).await
+    }
+
+    /// Every document and the version, read in one transaction.
+    async fn records(&self) -> Result<RecordSet, StoreError> {
+        self.call(|db, _| records::all(db.conn()).map(Ok)).await
+    }
+
+    /// Writes one document if it is at the revision the writer expects,
+    /// moving the version on and appending the audit entry, in one
+    /// transaction.
+    async fn write_record(&self, write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
+        let write = write.clone();
+        self.call(move |db, clock| records::write(db.conn(), &write, clock.now()).map(Ok))
+            .await
+    }
+
+    /// Up to `limit` audit entries, newest first, older than `before`.
+    async fn audit(
+        &self,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        self.call(move |db, _| records::audit(db.conn(), before, limit).map(Ok))
+            .await
     }
 }
 
@@ -572,40 +548,6 @@ fn recover(path: &Path, conn: &Connection) -> Result<(Journal, u64), SqliteOpenE
     Ok((journal, reached))
 }
 
-/// The admin API's keys and orgs (see `budget::records`), in the `records`
-/// and `audit` tables. Each call is one job on the writer like the books',
-/// so a write is answered only once committed.
-impl SqliteStore {
-    /// The version the documents are at: one row read.
-    pub async fn records_version(&self) -> Result<u64, StoreError> {
-        self.call(|db, _| records::version(db.conn()).map(Ok)).await
-    }
-
-    /// Every document and the version, read in one transaction.
-    pub async fn records(&self) -> Result<RecordSet, StoreError> {
-        self.call(|db, _| records::all(db.conn()).map(Ok)).await
-    }
-
-    /// Writes one document if it is at the revision the writer expects,
-    /// moving the version on and appending the audit entry, in one
-    /// transaction.
-    pub async fn write_record(&self, write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
-        let write = write.clone();
-        self.call(move |db, clock| records::write(db.conn(), &write, clock.now()).map(Ok))
-            .await
-    }
-
-    /// Up to `limit` audit entries, newest first, older than `before`.
-    pub async fn audit(
-        &self,
-        before: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<AuditEntry>, StoreError> {
-        self.call(move |db, _| records::audit(db.conn(), before, limit).map(Ok))
-            .await
-    }
-}
-
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteStore")
@@ -614,10 +556,6 @@ impl fmt::Debug for SqliteStore {
     }
 }
 
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn to_delta(duration: Duration) -> TimeDelta {
+fn to_delta(duration: std::time::Duration) -> TimeDelta {
     TimeDelta::from_std(duration).unwrap_or(TimeDelta::MAX)
 }

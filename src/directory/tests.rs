@@ -175,19 +175,22 @@ fn api_keys_are_served_unless_disabled_expired_deleted_or_orphaned() {
 #[tokio::test]
 async fn a_refresh_reads_the_store_only_when_its_version_moved() {
     use crate::budget::records::RecordWrite;
-    use crate::budget::{MemoryStore, OnExpiry};
-    let memory = MemoryStore::new(0, OnExpiry::Charge);
+    use crate::budget::{MemoryStore, Records, Rules};
+    let memory = MemoryStore::new(Rules::default());
     let store = BudgetStore::Memory(memory.clone());
     let d = Directory::new(&config());
     assert!(d.refresh(&store).await.unwrap(), "first read");
     assert!(!d.refresh(&store).await.unwrap(), "nothing changed");
-    memory.write_record(&RecordWrite {
-        kind: RecordKind::Key,
-        id: "k".to_owned(),
-        expect: None,
-        body: serde_json::to_string(&key_doc("k", None, "s-k")).unwrap(),
-        audit: "{}".to_owned(),
-    });
+    memory
+        .write_record(&RecordWrite {
+            kind: RecordKind::Key,
+            id: "k".to_owned(),
+            expect: None,
+            body: serde_json::to_string(&key_doc("k", None, "s-k")).unwrap(),
+            audit: "{}".to_owned(),
+        })
+        .await
+        .unwrap();
     assert!(d.refresh(&store).await.unwrap());
     assert_eq!(
         d.authenticate(&headers("x-api-key", "s-k")).unwrap().id,
@@ -197,8 +200,8 @@ async fn a_refresh_reads_the_store_only_when_its_version_moved() {
 
 #[test]
 fn a_document_written_here_is_applied_without_reading_the_others() {
-    use crate::budget::{MemoryStore, OnExpiry};
-    let store = BudgetStore::Memory(MemoryStore::new(0, OnExpiry::Charge));
+    use crate::budget::{MemoryStore, Rules};
+    let store = BudgetStore::Memory(MemoryStore::new(Rules::default()));
     let d = directory(Snapshot::build(
         &config(),
         Some(&records(&[key_doc("k1", None, "s-1")])),

@@ -6,6 +6,7 @@ use http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::body::{json_response, Body};
+use crate::budget::Books;
 use crate::budget::{RunScope, RunState, Scope};
 use crate::error::GatewayError;
 use crate::gateway::Gateway;

@@ -6,6 +6,7 @@ use http::{HeaderValue, Response, StatusCode};
 use serde_json::json;
 
 use crate::body::{full, json_response, Body};
+use crate::budget::Upkeep;
 use crate::gateway::Gateway;
 use crate::metrics::{self, StoreOp};
 
@@ -32,11 +33,7 @@ pub async fn readyz(gateway: &Gateway) -> Response<Body> {
 
 /// `GET /metrics`, in the Prometheus text format (see [`crate::metrics`]).
 pub async fn scrape(gateway: &Gateway) -> Response<Body> {
-    match gateway
-        .metrics
-        .scrape(&gateway.store, &gateway.store.tags())
-        .await
-    {
+    match gateway.metrics.scrape(&gateway.store).await {
         Ok(text) => {
             let mut response = Response::new(full(text));
             response.headers_mut().insert(

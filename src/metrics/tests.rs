@@ -2,7 +2,7 @@
 //! what it counts, and a scrape reading the open reservations.
 
 use super::*;
-use crate::budget::{Denial, MemoryStore, OnExpiry, Period};
+use crate::budget::{Denial, MemoryStore, Period, Rules};
 
 fn denial(kind: ScopeKind) -> ReserveOutcome {
     ReserveOutcome::Denied(Denial {
@@ -211,12 +211,9 @@ fn requests_are_counted_by_route_and_status() {
 
 #[tokio::test]
 async fn a_scrape_reads_the_open_reservations_from_the_store() {
-    let store = MemoryStore::new(0, OnExpiry::Charge);
+    let store = MemoryStore::new(Rules::default());
     let metrics = Metrics::new();
-    let text = metrics
-        .scrape(&BudgetStore::Memory(store), &[])
-        .await
-        .unwrap();
+    let text = metrics.scrape(&BudgetStore::Memory(store)).await.unwrap();
     assert_eq!(
         sample(&text, "tollgate_open_reservations").as_deref(),
         Some("0")

@@ -12,6 +12,7 @@ use crate::money::UsdMicros;
 use crate::settle::SettleTicket;
 
 use super::admit::Admitted;
+use crate::budget::Books;
 
 /// Reserves the call's bound, and tells `ticket` what is left to settle.
 /// Returns the amount held, `None` when the call goes unmetered. Refused

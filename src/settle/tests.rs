@@ -35,7 +35,7 @@ async fn a_dropped_settling_finishes_in_the_background() {
 #[tokio::test]
 async fn unabandoned_work_outlives_its_caller() {
     let settler = Settler::new(
-        BudgetStore::Memory(MemoryStore::new(0, OnExpiry::Charge)),
+        BudgetStore::Memory(MemoryStore::new(Rules::default())),
         Arc::new(Metrics::new()),
         Duration::from_secs(60),
     );
@@ -104,9 +104,7 @@ async fn a_ready_settling_finishes_on_drop() {
 
 // === Usage no call can have ===
 
-use crate::budget::{
-    LedgerStatus, MemoryStore, OnExpiry, Period, ReserveRequest, Scope, ScopeKind,
-};
+use crate::budget::{LedgerStatus, MemoryStore, Period, ReserveRequest, Rules, Scope, ScopeKind};
 use crate::money::{Price, MAX_USD_MICROS};
 use crate::usage::AbsurdUsage;
 
@@ -206,7 +204,7 @@ fn assert_charged_the_bound(store: &MemoryStore, outcome: Option<SettleOutcome>)
 
 #[tokio::test]
 async fn a_count_no_call_can_have_is_charged_the_bound() {
-    let store = MemoryStore::new(0, OnExpiry::Charge);
+    let store = MemoryStore::new(Rules::default());
     let metrics = Arc::new(Metrics::new());
     let mut ticket = sent_call(&store, &metrics, "negative");
     let absurd = AbsurdUsage {
@@ -220,7 +218,7 @@ async fn a_count_no_call_can_have_is_charged_the_bound() {
 
 #[tokio::test]
 async fn a_cost_of_2_to_the_53_is_charged_the_bound() {
-    let store = MemoryStore::new(0, OnExpiry::Charge);
+    let store = MemoryStore::new(Rules::default());
     let metrics = Arc::new(Metrics::new());
     let mut ticket = sent_call(&store, &metrics, "huge");
     // Each count is below 2^53, but at $20/Mtok their cost is not.
@@ -238,7 +236,7 @@ async fn a_cost_of_2_to_the_53_is_charged_the_bound() {
 /// charged the bound at once, not retried for two TTLs as an outage.
 #[tokio::test]
 async fn a_settle_the_store_refuses_as_out_of_range_is_charged_the_bound_at_once() {
-    let store = MemoryStore::new(0, OnExpiry::Charge);
+    let store = MemoryStore::new(Rules::default());
     let metrics = Arc::new(Metrics::new());
     // An earlier call's overrun left the counter just below 2^53.
     reserve(&store, "earlier", 10);
@@ -290,7 +288,7 @@ async fn a_cut_stream_is_charged_at_the_tier_it_reported() {
         options: PricedOptions::default(),
         ..BOUND
     };
-    let store = MemoryStore::new(0, OnExpiry::Charge);
+    let store = MemoryStore::new(Rules::default());
     let settler = Settler::new(
         BudgetStore::Memory(store.clone()),
         Arc::new(Metrics::new()),

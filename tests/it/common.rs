@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use tollgate::budget::{BudgetStore, LedgerEntry, MemoryStore};
+use tollgate::budget::{BudgetStore, LedgerEntry, MemoryStore, Rules};
 use tollgate::config::Config;
 // Ledger amounts are signed; tests compare them with unsigned costs.
 use tollgate::gateway::Gateway;
@@ -197,7 +197,7 @@ models = ["gpt-4o-mini"]
     };
     let config =
         Config::from_toml_str_with_env(&config_text, Path::new("test.toml"), &env).unwrap();
-    let store = MemoryStore::new(config.store.settle_epsilon, config.store.on_expiry);
+    let store = MemoryStore::new(Rules::of(&config.store));
     let gateway = Gateway::new(config, BudgetStore::Memory(store.clone())).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

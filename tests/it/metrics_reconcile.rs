@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use tollgate::budget::{BudgetStore, RedisStore};
+use tollgate::budget::{BudgetStore, RedisStore, Rules, Upkeep};
 use tollgate::config::Config;
 use tollgate::gateway::Gateway;
 use tollgate::server;
@@ -206,14 +206,9 @@ impl RedisGateway {
 
         let env = |name: &str| (name == "TEST_OPENAI_KEY").then(|| PROVIDER_KEY.to_owned());
         let config = Config::from_toml_str_with_env(&text, Path::new("test.toml"), &env).unwrap();
-        let store = RedisStore::connect(
-            shared_redis_url(),
-            config.store.settle_epsilon,
-            config.store.ledger_retention,
-            config.store.on_expiry,
-        )
-        .await
-        .unwrap();
+        let store = RedisStore::connect(shared_redis_url(), Rules::of(&config.store))
+            .await
+            .unwrap();
         for key in &config.keys {
             store.track_key(&key.id, key.org.as_deref());
         }

@@ -78,7 +78,7 @@ async fn two_gateways_on_one_redis_never_overspend_and_keep_exact_books() {
     // open, and the provider billed what it was asked to.
     let store = store(shared_redis_url()).await;
     let tags = vec![tag.clone()];
-    assert_eq!(store.open_reservations(&tags).await.unwrap(), (0, 0));
+    assert_eq!(store.open_reservations_in(&tags).await.unwrap(), (0, 0));
     let ledger = store.ledger(&tag).await.unwrap();
     assert_eq!(
         ledger.len(),

@@ -8,6 +8,8 @@ use std::time::Duration;
 use chrono::NaiveDate;
 
 use super::*;
+use crate::budget::Books;
+use crate::budget::Reports;
 use crate::budget::{
     AdjustOutcome, Adjustment, SpendQuery, SpendRow, DEFAULT_AGGREGATE_RETENTION_DAYS,
 };
@@ -228,7 +230,7 @@ async fn spend(
         key: key.map(str::to_owned),
         org: org.map(str::to_owned),
     };
-    store.spend(&store.tags(), &query).await.unwrap()
+    store.spend(&query).await.unwrap()
 }
 
 /// An adjustment is in the spend reports as money moved by hand: its cost
@@ -258,7 +260,7 @@ pub(super) async fn an_adjustment_is_spend_without_a_call(f: &impl Fixture) {
         key: Some(key.id.clone()),
         org: None,
     };
-    let rows = store.spend(&store.tags(), &query).await.unwrap();
+    let rows = store.spend(&query).await.unwrap();
     let calls: u64 = rows.iter().map(|row| row.calls).sum();
     let cost: i64 = rows.iter().map(|row| row.cost_usd_micros).sum();
     assert_eq!((calls, cost), (1, 300), "{rows:?}");

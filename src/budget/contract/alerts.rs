@@ -7,6 +7,7 @@
 
 use super::*;
 use crate::budget::alerts::{AlertEvent, AlertKind, QueuedAlert};
+use crate::budget::AlertQueue;
 use crate::money::Threshold;
 
 fn event(scope_id: &str, threshold: &str) -> AlertEvent {

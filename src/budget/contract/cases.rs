@@ -6,6 +6,7 @@ use std::time::Duration;
 use chrono::TimeDelta;
 
 use super::*;
+use crate::budget::Books;
 
 pub(super) async fn reserve_up_to_the_cap_exactly(f: &impl Fixture) {
     let store = f.store();

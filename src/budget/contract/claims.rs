@@ -5,6 +5,7 @@
 //! their first answer.
 
 use super::*;
+use crate::budget::Books;
 
 /// A fresh claim, shaped like the gateway's (hex).
 fn fresh_claim() -> String {

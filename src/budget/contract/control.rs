@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::TimeDelta;
 
 use super::*;
+use crate::budget::Books;
 use crate::budget::{AdjustOutcome, Adjustment, OpenHold};
 
 fn adjustment(key: &Scope, org: Option<&Scope>, amount: UsdMicrosDelta, note: &str) -> Adjustment {
@@ -380,7 +381,7 @@ pub(super) async fn open_holds_lists_open_reservations_oldest_first(f: &impl Fix
     }
     settle(&store, &calls[1], 150).await;
 
-    let holds = store.open_holds(&store.tags(), 10).await.unwrap();
+    let holds = store.open_holds(10).await.unwrap();
     let ids: Vec<&str> = holds.iter().map(|hold| hold.exec_id.as_str()).collect();
     assert_eq!(
         ids,
@@ -409,9 +410,9 @@ pub(super) async fn open_holds_lists_open_reservations_oldest_first(f: &impl Fix
         );
     }
 
-    let two = store.open_holds(&store.tags(), 2).await.unwrap();
+    let two = store.open_holds(2).await.unwrap();
     assert_eq!(two, holds[..2]);
-    assert!(store.open_holds(&store.tags(), 0).await.unwrap().is_empty());
+    assert!(store.open_holds(0).await.unwrap().is_empty());
 }
 
 /// An applied adjustment is remembered as long as a retry of it can

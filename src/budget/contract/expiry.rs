@@ -6,6 +6,8 @@
 use std::time::Duration;
 
 use super::*;
+use crate::budget::Books;
+use crate::budget::Reports;
 use crate::budget::SpendQuery;
 
 /// The default policy: an expired reservation keeps its amount charged
@@ -160,7 +162,7 @@ pub(super) async fn a_reservation_without_a_model_expires_with_none(f: &impl Fix
         ..request(&key, None, 400, 2)
     };
     reserve(&store, &req).await;
-    let holds = store.open_holds(&store.tags(), 10).await.unwrap();
+    let holds = store.open_holds(10).await.unwrap();
     assert_eq!(holds.len(), 1);
     assert_eq!(holds[0].model, "");
 
@@ -177,7 +179,7 @@ pub(super) async fn a_reservation_without_a_model_expires_with_none(f: &impl Fix
         org: None,
     };
     let rows: Vec<(String, u64, i64)> = store
-        .spend(&store.tags(), &query)
+        .spend(&query)
         .await
         .unwrap()
         .into_iter()

@@ -10,6 +10,7 @@ use super::*;
 use crate::budget::records::{
     AuditEntry, RecordBook, RecordKind, RecordSet, RecordWrite, StoredRecord, WriteOutcome,
 };
+use crate::budget::Records;
 
 fn write(kind: RecordKind, id: &str, expect: Option<u64>, body: &str) -> RecordWrite {
     RecordWrite {

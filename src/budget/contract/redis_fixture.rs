@@ -17,11 +17,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{Fixture, EPSILON};
+use super::Fixture;
 use crate::budget::redis::testing::{cluster, SHARED_URL};
-use crate::budget::{
-    BudgetStore, LedgerEntry, OnExpiry, Reconciliation, RedisStore, DEFAULT_LEDGER_RETENTION,
-};
+use crate::budget::Reports;
+use crate::budget::{BudgetStore, LedgerEntry, OnExpiry, Reconciliation, RedisStore};
 use crate::money::UsdMicros;
 
 /// Advances up to this long are slept through, exercising the real clock.
@@ -45,7 +44,7 @@ pub(super) async fn cluster_fixture(on_expiry: OnExpiry) -> RedisFixture {
 
 async fn fixture_on(url: &str, on_expiry: OnExpiry) -> RedisFixture {
     let records_tag = format!("tollgate:admin:test-{}", Uuid::now_v7().simple());
-    let store = RedisStore::connect(url, EPSILON, DEFAULT_LEDGER_RETENTION, on_expiry)
+    let store = RedisStore::connect(url, super::rules(on_expiry))
         .await
         .unwrap()
         .with_records_tag(&records_tag);
@@ -91,13 +90,10 @@ impl Fixture for RedisFixture {
     }
 
     async fn open_reservations(&self) -> (usize, UsdMicros) {
-        self.store
-            .open_reservations(&self.store.tags())
-            .await
-            .unwrap()
+        self.store.open_reservations().await.unwrap()
     }
 
     async fn reconcile(&self) -> Vec<Reconciliation> {
-        self.store.reconcile(&self.store.tags()).await.unwrap()
+        self.store.reconcile().await.unwrap()
     }
 }

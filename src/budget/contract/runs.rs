@@ -5,6 +5,8 @@
 //! every scope has room for.
 
 use super::*;
+use crate::budget::Books;
+use crate::budget::Reports;
 use crate::budget::{Level, RunScope, RunState, SpendQuery};
 
 fn run(key: &Scope, cap: Option<UsdMicros>) -> RunScope {
@@ -317,7 +319,7 @@ pub(super) async fn spend_rows_carry_the_run(f: &impl Fixture) {
         key: Some(key.id.clone()),
         org: None,
     };
-    let rows = store.spend(&store.tags(), &query).await.unwrap();
+    let rows = store.spend(&query).await.unwrap();
     let by_run: Vec<(&str, u64, i64)> = rows
         .iter()
         .map(|row| (row.run.as_str(), row.calls, row.cost_usd_micros))

@@ -6,24 +6,14 @@
 
 use std::collections::BTreeMap;
 
-use crate::budget::aggregates::{day_id, SpendQuery, SpendRow, DEFAULT_AGGREGATE_RETENTION_DAYS};
+use crate::budget::aggregates::{day_id, SpendQuery, SpendRow};
 use crate::budget::LedgerEntry;
 
+#[derive(Default)]
 pub(super) struct Aggregates {
     /// By (day, key, run, model): day first, so rows sort in report order
     /// and the oldest days come first.
     rows: BTreeMap<(String, String, String, String), SpendRow>,
-    /// How many days back the sweep keeps rows.
-    pub(super) retention_days: u32,
-}
-
-impl Default for Aggregates {
-    fn default() -> Self {
-        Aggregates {
-            rows: BTreeMap::new(),
-            retention_days: DEFAULT_AGGREGATE_RETENTION_DAYS,
-        }
-    }
 }
 
 impl Aggregates {

@@ -12,7 +12,7 @@ use crate::budget::alerts::{AlertEvent, QueuedAlert, ALERT_ID_RETENTION};
 
 /// Events waiting for delivery, and the ids of those delivered.
 #[derive(Default)]
-pub(super) struct AlertQueue {
+pub(super) struct Queue {
     waiting: HashMap<String, Waiting>,
     /// Delivered ids, by when each may be forgotten.
     delivered: HashMap<String, DateTime<Utc>>,

@@ -1,21 +1,15 @@
 //! The memory store's books: counters, reservation records, idempotency
-//! claims and the ledger, and the protocol's rules over them. Every method
+//! claims, runs, adjustments and the ledger, in maps, with the rules
+//! (`budget::books`) deciding over them through [`BookState`]. Every method
 //! here runs under the store's lock, with the store's time passed in.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-
-use chrono::{DateTime, TimeDelta, Utc};
+use std::convert::Infallible;
 
 use super::aggregates::Aggregates;
-use super::control::Adjustments;
-use super::{later, to_delta};
-use crate::budget::{
-    run_id_of, Denial, LedgerEntry, LedgerStatus, Level, OnExpiry, OpenHold, ReserveOutcome,
-    ReserveRequest, RunScope, Scope, ScopeKind, SettleOutcome, Settlement, StoreError,
-};
-use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
-use crate::period::Period;
-use crate::usage::Usage;
+use crate::budget::books::{moved, BookState, Charge, Counter, Deadlines, Record, RecordState};
+use crate::budget::{AppliedAdjustment, LedgerEntry, OpenHold, ScopeKind, SettleOutcome};
+use crate::money::{UsdMicros, UsdMicrosDelta};
 
 #[derive(Default)]
 pub(super) struct State {
@@ -25,45 +19,39 @@ pub(super) struct State {
     /// (hundreds of thousands under load), so it grows without ever moving
     /// them all at once: a table that doubles in one insert would stall
     /// every call behind the lock while it rehashes.
-    pub(super) records: griddle::HashMap<String, Record>,
-    /// Open reservations by deadline, so expiry touches only the due ones.
-    pub(super) deadlines: BTreeSet<(DateTime<Utc>, String)>,
+    pub(super) records: griddle::HashMap<String, Kept>,
+    pub(super) deadlines: Deadlines,
     /// Closed records by the time they may be forgotten: kept that long so
     /// retries still get the first answer, then dropped to bound memory.
-    pub(super) retention: BTreeSet<(DateTime<Utc>, String)>,
+    pub(super) retention: BTreeSet<(i64, String)>,
     /// Boxed, so when the queue outgrows its buffer under load it moves a
     /// pointer per entry rather than the entries.
     pub(super) ledger: VecDeque<Box<LedgerLine>>,
     /// Σ actual of the ledger entries trimmed from `ledger`, per counter, so
     /// `counter == folded + Σ ledger + Σ open` still holds after a trim.
     pub(super) folded: HashMap<CounterKey, UsdMicrosDelta>,
-    /// How long an entry stays in `ledger` before it is folded.
-    pub(super) ledger_retention: TimeDelta,
-    /// How long a settled or denied record is kept for retries (an expired
-    /// one is kept its reservation's TTL, for late settles).
-    pub(super) closed_record: TimeDelta,
     /// Idempotency claim → the exec id of the reservation made under it,
     /// until that reservation closes.
     pub(super) claims: HashMap<String, String>,
-    /// What a reservation never settled by its deadline is charged.
-    pub(super) on_expiry: OnExpiry,
-    /// Operators' adjustments applied within the retry horizon.
-    pub(super) adjustments: Adjustments,
+    /// Operators' adjustments applied within the retry horizon, so a retry
+    /// gets the first outcome.
+    pub(super) adjustments: HashMap<String, AppliedAdjustment>,
+    /// The adjustments by the time each may be forgotten.
+    pub(super) adjustments_retention: BTreeSet<(i64, String)>,
     /// Spend per day, key and model, moved with every ledger entry.
     pub(super) aggregates: Aggregates,
     /// The runs remembered, by run scope id (`<key>/<run>`).
     pub(super) runs: HashMap<String, Run>,
-    /// How long a run is remembered after its last call.
-    pub(super) run_ttl: TimeDelta,
 }
 
 /// What is remembered of an agent's run besides its counter.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Run {
     /// Fixed by the run's first call; `None`: not capped.
-    pub(super) cap: Option<UsdMicros>,
-    /// Its last reserve or settle, from which it is remembered `run_ttl`.
-    pub(super) last_used: DateTime<Utc>,
+    cap: Option<UsdMicros>,
+    /// Its last reserve or settle (Unix ms), from which it is remembered
+    /// the run TTL.
+    last_used: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -83,87 +71,80 @@ impl CounterKey {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Counter {
-    /// Σ actual of settled calls.
-    pub(super) spent: UsdMicros,
-    /// Σ amounts of open reservations.
-    pub(super) reserved: UsdMicros,
-}
-
-impl Counter {
-    pub(super) fn committed(&self) -> UsdMicros {
-        self.spent.saturating_add(self.reserved)
-    }
-}
-
-pub(super) struct Record {
-    /// Set once the record is closed; its entry in `State::retention`.
-    forget_at: Option<DateTime<Utc>>,
-    state: RecordState,
-}
-
-pub(super) enum RecordState {
-    /// Remembered so a retried reserve gets the same denial.
-    Denied(Denial),
-    /// Boxed, as is an expired one, so that the settled records a retry
-    /// horizon holds are not each the size of a reservation.
-    Open(Box<Reservation>),
-    /// Past its deadline unsettled, with what its expiry charged (its
-    /// amount, or 0 under `on_expiry = "release"`), which a late settle
-    /// corrects to the actual cost.
-    Expired(Box<Reservation>, UsdMicros),
+/// A record as the memory store keeps it.
+pub(super) enum Kept {
+    /// Open, denied or expired: all of it, boxed so that the settled
+    /// records a retry horizon holds are not each the size of one.
+    Whole(Box<Record>),
+    /// Settled: what a retry reads, and no more (most records are these).
     Settled(SettledCall),
 }
 
-/// What a retry reads of a settled call, and no more: whose it is (a settle
-/// from another key or org is refused) and the first answer, whose
-/// `reserved` a retried reserve gets back. Most records are these, so they
-/// drop the reservation's scopes, periods, model and claim.
+/// A settled call as its retries read it: whose it is (a settle from
+/// another key or org is refused) and the first answer.
 pub(super) struct SettledCall {
     key: Box<str>,
     org: Option<Box<str>>,
     outcome: SettleOutcome,
+    forget_at: i64,
 }
 
-impl SettledCall {
-    fn new(reservation: &Reservation, outcome: SettleOutcome) -> Self {
-        SettledCall {
-            key: reservation.key.id.as_str().into(),
-            org: reservation.org.as_ref().map(|org| org.id.as_str().into()),
-            outcome,
+impl Kept {
+    fn of(record: Record) -> Kept {
+        match (&record.state, record.forget_at) {
+            (RecordState::Settled(outcome), Some(forget_at)) => Kept::Settled(SettledCall {
+                key: record.key.id.as_str().into(),
+                org: record.org.as_ref().map(|org| org.id.as_str().into()),
+                outcome: outcome.clone(),
+                forget_at,
+            }),
+            _ => Kept::Whole(Box::new(record)),
         }
     }
 
-    fn is_owned_by(&self, settlement: &Settlement) -> bool {
-        *self.key == settlement.key && self.org.as_deref() == settlement.org.as_deref()
+    /// The record as the rules read it; a settled one with only what its
+    /// retries read (see [`BookState::record`]).
+    fn record(&self) -> Record {
+        match self {
+            Kept::Whole(record) => (**record).clone(),
+            Kept::Settled(call) => {
+                let charge = |kind, id: &str| Charge {
+                    kind,
+                    id: id.to_owned(),
+                    period_id: String::new(),
+                    cap: 0,
+                };
+                Record {
+                    state: RecordState::Settled(call.outcome.clone()),
+                    amount: call.outcome.reserved,
+                    key: charge(ScopeKind::Key, &call.key),
+                    org: call.org.as_deref().map(|org| charge(ScopeKind::Org, org)),
+                    run: None,
+                    started_at: 0,
+                    deadline: 0,
+                    ttl_ms: 0,
+                    forget_at: Some(call.forget_at),
+                    claim: None,
+                    model: String::new(),
+                }
+            }
+        }
     }
-}
 
-#[derive(Clone)]
-pub(super) struct Reservation {
-    pub(super) amount: UsdMicros,
-    key: Charge,
-    org: Option<Charge>,
-    run: Option<Charge>,
-    /// The model the call was for, so an expiry with no settle still books
-    /// its charge against it.
-    model: String,
-    deadline: DateTime<Utc>,
-    ttl: TimeDelta,
-    /// The idempotency claim this reservation holds while it is open.
-    claim: Option<String>,
-}
+    /// The reservation, while it is open.
+    pub(super) fn open(&self) -> Option<&Record> {
+        match self {
+            Kept::Whole(record) if record.is_open() => Some(record),
+            _ => None,
+        }
+    }
 
-/// A scope with the period id current when the reservation was made: the
-/// settle lands in that period even after a rollover.
-#[derive(Clone)]
-pub(super) struct Charge {
-    id: String,
-    period_id: String,
-    /// The cap at reserve time, so a settle can report what is left without
-    /// being told the scope again.
-    cap: UsdMicros,
+    fn forget_at(&self) -> Option<i64> {
+        match self {
+            Kept::Whole(record) => record.forget_at,
+            Kept::Settled(call) => Some(call.forget_at),
+        }
+    }
 }
 
 /// A ledger entry with the counters its `actual` went into.
@@ -172,437 +153,10 @@ pub(super) struct LedgerLine {
     pub(super) charged_to: Vec<CounterKey>,
 }
 
-impl Reservation {
-    /// The counters the reservation holds headroom in, the key's first.
-    pub(super) fn counter_keys(&self) -> impl Iterator<Item = CounterKey> + '_ {
-        let key = CounterKey::new(ScopeKind::Key, &self.key.id, &self.key.period_id);
-        let org = self
-            .org
-            .as_ref()
-            .map(|org| CounterKey::new(ScopeKind::Org, &org.id, &org.period_id));
-        let run = self
-            .run
-            .as_ref()
-            .map(|run| CounterKey::new(ScopeKind::Run, &run.id, &run.period_id));
-        std::iter::once(key).chain(org).chain(run)
-    }
-
-    /// The run id the client named, without its key.
-    fn run_id(&self) -> Option<String> {
-        self.run.as_ref().map(|run| run_id_of(&run.id).to_owned())
-    }
-
-    /// The ledger entry of a call that cost nothing, against the model it
-    /// was reserved for, for the caller to fill in.
-    fn ledger_entry(&self, exec_id: &str, status: LedgerStatus, at: DateTime<Utc>) -> LedgerEntry {
-        LedgerEntry {
-            exec_id: exec_id.to_owned(),
-            key: self.key.id.clone(),
-            org: self.org.as_ref().map(|org| org.id.clone()),
-            run: self.run_id(),
-            model: self.model.clone(),
-            usage: Usage::default(),
-            reserved: self.amount,
-            actual: 0,
-            status,
-            at,
-            note: None,
-        }
-    }
-
-    /// The reservation as the admin API lists it.
-    pub(super) fn hold(&self, exec_id: &str) -> OpenHold {
-        OpenHold {
-            exec_id: exec_id.to_owned(),
-            key: self.key.id.clone(),
-            org: self.org.as_ref().map(|org| org.id.clone()),
-            run: self.run_id(),
-            model: self.model.clone(),
-            amount: self.amount,
-            started_at: self
-                .deadline
-                .checked_sub_signed(self.ttl)
-                .unwrap_or(DateTime::<Utc>::MIN_UTC),
-            deadline: self.deadline,
-        }
-    }
-
-    fn is_owned_by(&self, settlement: &Settlement) -> bool {
-        self.key.id == settlement.key
-            && self.org.as_ref().map(|org| org.id.as_str()) == settlement.org.as_deref()
-    }
-}
-
 impl State {
-    /// Whether a reserve of `exec_id` under `claim` repeats a request still
-    /// in flight: the claim is held by another exec id whose reservation is
-    /// open and not past its deadline. A reserve of an exec id that has a
-    /// record is the gateway's own retry, never a duplicate.
-    pub(super) fn is_duplicate(&self, exec_id: &str, claim: &str, now: DateTime<Utc>) -> bool {
-        if self.records.contains_key(exec_id) {
-            return false;
-        }
-        self.claims
-            .get(claim)
-            .and_then(|holder| self.records.get(holder))
-            .is_some_and(|record| matches!(&record.state, RecordState::Open(r) if r.deadline > now))
-    }
-
-    /// Reserves the most of `[req.min_amount, req.amount]` that fits (the
-    /// first answer for a known exec id); a new reservation takes `claim`.
-    pub(super) fn reserve(
-        &mut self,
-        req: &ReserveRequest,
-        claim: Option<&str>,
-        now: DateTime<Utc>,
-    ) -> ReserveOutcome {
-        if let Some(record) = self.records.get(&req.exec_id) {
-            return match &record.state {
-                RecordState::Denied(denial) => ReserveOutcome::Denied(denial.clone()),
-                RecordState::Open(r) | RecordState::Expired(r, _) => ReserveOutcome::Reserved {
-                    amount: r.amount,
-                    levels: Vec::new(),
-                },
-                RecordState::Settled(call) => ReserveOutcome::Reserved {
-                    amount: call.outcome.reserved,
-                    levels: Vec::new(),
-                },
-            };
-        }
-        let run = match &req.run {
-            Some(run) => match self.run_scope(run) {
-                Ok(scope) => Some(scope),
-                Err(cap) => return ReserveOutcome::RunCapConflict { cap },
-            },
-            None => None,
-        };
-        let ttl = to_delta(req.ttl);
-        let scopes: Vec<&Scope> = std::iter::once(&req.key)
-            .chain(req.org.as_ref())
-            .chain(run.as_ref())
-            .collect();
-        // Not even the least amount fits: the key is checked first, so when
-        // several would deny, the key is named, then the org.
-        let denial = scopes
-            .iter()
-            .find_map(|scope| self.check(scope, req.min_amount, now));
-        if let Some(denial) = denial {
-            let keep = self.closed_record;
-            let denied = RecordState::Denied(denial.clone());
-            self.close(&req.exec_id, denied, None, keep, now);
-            return ReserveOutcome::Denied(denial);
-        }
-        // Every scope has room for the least: hold the most they all allow.
-        let amount = scopes.iter().fold(req.amount, |amount, scope| {
-            amount.min(scope.cap.saturating_sub(self.committed(scope, now)))
-        });
-        let charge = |scope: &Scope| Charge {
-            id: scope.id.clone(),
-            period_id: scope.period.id_at(now),
-            cap: scope.cap,
-        };
-        let reservation = Reservation {
-            amount,
-            key: charge(&req.key),
-            org: req.org.as_ref().map(charge),
-            run: run.as_ref().map(charge),
-            model: req.model.clone(),
-            deadline: later(now, ttl),
-            ttl,
-            claim: claim.map(str::to_owned),
-        };
-        if let Some(claim) = claim {
-            self.claims.insert(claim.to_owned(), req.exec_id.clone());
-        }
-        let mut levels = Vec::with_capacity(3);
-        for key in reservation.counter_keys() {
-            let counter = self.counters.entry(key.clone()).or_default();
-            counter.reserved = counter.reserved.saturating_add(amount);
-            levels.push(Level {
-                kind: key.kind,
-                period_id: key.period_id,
-                committed: counter.committed(),
-            });
-        }
-        if let Some(run) = &req.run {
-            self.touch_run(&run.id, run.cap, now);
-        }
-        self.deadlines
-            .insert((reservation.deadline, req.exec_id.clone()));
-        self.records.insert(
-            req.exec_id.clone(),
-            Record {
-                forget_at: None,
-                state: RecordState::Open(Box::new(reservation)),
-            },
-        );
-        ReserveOutcome::Reserved { amount, levels }
-    }
-
-    /// The run as a scope with the cap its first call fixed, or, when this
-    /// call names another cap, `Err` with the fixed one.
-    fn run_scope(&self, run: &RunScope) -> Result<Scope, Option<UsdMicros>> {
-        let cap = match self.runs.get(&run.id) {
-            Some(known) if run.cap.is_some() && run.cap != known.cap => return Err(known.cap),
-            Some(known) => known.cap,
-            None => run.cap,
-        };
-        Ok(Scope {
-            kind: ScopeKind::Run,
-            id: run.id.clone(),
-            cap: cap.unwrap_or(MAX_USD_MICROS),
-            period: Period::Total,
-        })
-    }
-
-    /// Remembers a run's call: the first one fixes its cap.
-    pub(super) fn touch_run(&mut self, id: &str, cap: Option<UsdMicros>, now: DateTime<Utc>) {
-        self.runs
-            .entry(id.to_owned())
-            .and_modify(|run| run.last_used = now)
-            .or_insert(Run {
-                cap,
-                last_used: now,
-            });
-    }
-
-    /// Forgets the runs without a call for the run TTL and with nothing
-    /// reserved: their counters, folded sums and what is remembered.
-    pub(super) fn forget_idle_runs(&mut self, now: DateTime<Utc>) {
-        let ttl = self.run_ttl;
-        let counters = &self.counters;
-        let idle: Vec<String> = self
-            .runs
-            .iter()
-            .filter(|(id, run)| {
-                let key = CounterKey::new(ScopeKind::Run, id, "total");
-                later(run.last_used, ttl) <= now
-                    && counters
-                        .get(&key)
-                        .is_none_or(|counter| counter.reserved == 0)
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in idle {
-            let key = CounterKey::new(ScopeKind::Run, &id, "total");
-            self.counters.remove(&key);
-            self.folded.remove(&key);
-            self.runs.remove(&id);
-        }
-    }
-
-    /// The scope's `spent + reserved` in its current period.
-    fn committed(&self, scope: &Scope, now: DateTime<Utc>) -> UsdMicros {
-        let period_id = scope.period.id_at(now);
-        self.counters
-            .get(&CounterKey::new(scope.kind, &scope.id, &period_id))
-            .map_or(0, Counter::committed)
-    }
-
-    /// The denial if `amount` does not fit under the scope's cap now.
-    fn check(&self, scope: &Scope, amount: UsdMicros, now: DateTime<Utc>) -> Option<Denial> {
-        let fits = self
-            .committed(scope, now)
-            .checked_add(amount)
-            .is_some_and(|total| total <= scope.cap);
-        (!fits).then(|| self.deny(scope, now))
-    }
-
-    fn deny(&self, scope: &Scope, now: DateTime<Utc>) -> Denial {
-        Denial {
-            kind: scope.kind,
-            id: scope.id.clone(),
-            period: scope.period,
-            cap: scope.cap,
-            remaining: scope.cap.saturating_sub(self.committed(scope, now)),
-            resets_at: scope.period.resets_at(now),
-        }
-    }
-
-    pub(super) fn settle(
-        &mut self,
-        settlement: &Settlement,
-        now: DateTime<Utc>,
-        epsilon: UsdMicros,
-    ) -> Result<SettleOutcome, StoreError> {
-        let exec_id = &settlement.exec_id;
-        let out_of_range = || StoreError::OutOfRange {
-            exec_id: exec_id.clone(),
-        };
-        // Refused before anything else, as the Redis store refuses it
-        // before its script runs.
-        if settlement.actual > MAX_USD_MICROS {
-            return Err(out_of_range());
-        }
-        let unknown = || StoreError::UnknownReservation(exec_id.clone());
-        let record = self.records.get(exec_id).ok_or_else(unknown)?;
-        let not_owned = || StoreError::OwnershipMismatch {
-            exec_id: exec_id.clone(),
-        };
-        let (reservation, already_expired) = match &record.state {
-            RecordState::Denied(_) => return Err(unknown()),
-            RecordState::Settled(call) if !call.is_owned_by(settlement) => return Err(not_owned()),
-            RecordState::Settled(call) => {
-                return Ok(SettleOutcome {
-                    applied: false,
-                    ..call.outcome.clone()
-                })
-            }
-            RecordState::Open(r) => (&**r, None),
-            RecordState::Expired(r, charged) => (&**r, Some(*charged)),
-        };
-        if !reservation.is_owned_by(settlement) {
-            return Err(not_owned());
-        }
-        let reservation = reservation.clone();
-        // What the counters hold of this call: its amount while open (also
-        // when it expires now: expiry's own move nets out), what expiry
-        // charged once expired. The settle replaces that with the actual
-        // cost, unless a counter would then reach 2^53, checked before
-        // anything changes, as `settle.lua` does.
-        let held = already_expired.unwrap_or(reservation.amount);
-        if !self.fits(&reservation, held, settlement.actual) {
-            return Err(out_of_range());
-        }
-        // What expiry charged, when the settle comes after it (or finds the
-        // deadline passed and expires the reservation first, as the sweep
-        // would have).
-        let expiry_charge = match already_expired {
-            None if reservation.deadline <= now => Some(self.expire(exec_id, &reservation, now)),
-            charged => charged,
-        };
-        let late = expiry_charge.is_some();
-
-        let status = if late {
-            LedgerStatus::Late
-        } else if settlement.estimated {
-            LedgerStatus::Estimated
-        } else if settlement.actual > reservation.amount.saturating_add(epsilon) {
-            LedgerStatus::Overrun
-        } else {
-            LedgerStatus::Ok
-        };
-        // On time, the reservation becomes the actual cost. Late, expiry
-        // already moved its amount out of `reserved` and charged what it
-        // charged: the actual cost replaces that charge.
-        for key in reservation.counter_keys() {
-            let counter = self.counters.entry(key).or_default();
-            match expiry_charge {
-                None => counter.reserved = counter.reserved.saturating_sub(reservation.amount),
-                Some(charged) => counter.spent = counter.spent.saturating_sub(charged),
-            }
-            counter.spent = counter.spent.saturating_add(settlement.actual);
-        }
-        if !late {
-            self.deadlines
-                .remove(&(reservation.deadline, exec_id.clone()));
-        }
-        if let Some(run) = &reservation.run {
-            self.touch_run(&run.id, None, now);
-        }
-        self.book(
-            &reservation,
-            LedgerEntry {
-                model: settlement.model.clone(),
-                usage: settlement.usage,
-                actual: delta(settlement.actual) - delta(expiry_charge.unwrap_or(0)),
-                ..reservation.ledger_entry(exec_id, status, now)
-            },
-        );
-        let key_spent = reservation
-            .counter_keys()
-            .next()
-            .and_then(|key| self.counters.get(&key))
-            .map_or(0, Counter::committed);
-        let outcome = SettleOutcome {
-            status,
-            reserved: reservation.amount,
-            actual: settlement.actual,
-            applied: true,
-            key_remaining: reservation.key.cap.saturating_sub(key_spent),
-        };
-        let keep = self.closed_record;
-        let settled = RecordState::Settled(SettledCall::new(&reservation, outcome.clone()));
-        self.close(exec_id, settled, reservation.claim.as_deref(), keep, now);
-        Ok(outcome)
-    }
-
-    /// Whether every counter `reservation` charged stays below 2^53 when
-    /// the `held` part of it is replaced by `actual`.
-    fn fits(&self, reservation: &Reservation, held: UsdMicros, actual: UsdMicros) -> bool {
-        reservation.counter_keys().all(|key| {
-            let committed = self.counters.get(&key).map_or(0, Counter::committed);
-            let after = i128::from(committed) - i128::from(held) + i128::from(actual);
-            after <= i128::from(MAX_USD_MICROS)
-        })
-    }
-
-    /// Expires up to `limit` open reservations whose deadline has come,
-    /// oldest first; returns how many.
-    pub(super) fn expire_due(&mut self, now: DateTime<Utc>, limit: usize) -> usize {
-        let mut expired = 0;
-        while expired < limit {
-            match self.deadlines.first() {
-                Some((deadline, _)) if *deadline <= now => {}
-                _ => break,
-            }
-            let Some((_, exec_id)) = self.deadlines.pop_first() else {
-                break;
-            };
-            let reservation = match self.records.get(&exec_id).map(|r| &r.state) {
-                Some(RecordState::Open(reservation)) => (**reservation).clone(),
-                _ => continue,
-            };
-            self.expire(&exec_id, &reservation, now);
-            expired += 1;
-        }
-        expired
-    }
-
-    /// Closes an open reservation as expired: its amount leaves `reserved`
-    /// and what `on_expiry` charges (all of it, or nothing) goes to
-    /// `spent`, booked as an `expired` entry. Returns what it charged.
-    ///
-    /// The record is kept one more TTL: the gateway retries a settle for
-    /// two TTLs from before its reserve, so every settle that can still
-    /// come finds the record and corrects the charge (`late`).
-    fn expire(
-        &mut self,
-        exec_id: &str,
-        reservation: &Reservation,
-        now: DateTime<Utc>,
-    ) -> UsdMicros {
-        let charged = match self.on_expiry {
-            OnExpiry::Charge => reservation.amount,
-            OnExpiry::Release => 0,
-        };
-        for key in reservation.counter_keys() {
-            let counter = self.counters.entry(key).or_default();
-            counter.reserved = counter.reserved.saturating_sub(reservation.amount);
-            counter.spent = counter.spent.saturating_add(charged);
-        }
-        self.deadlines
-            .remove(&(reservation.deadline, exec_id.to_owned()));
-        self.book(
-            reservation,
-            LedgerEntry {
-                actual: delta(charged),
-                ..reservation.ledger_entry(exec_id, LedgerStatus::Expired, now)
-            },
-        );
-        self.close(
-            exec_id,
-            RecordState::Expired(Box::new(reservation.clone()), charged),
-            reservation.claim.as_deref(),
-            reservation.ttl,
-            now,
-        );
-        charged
-    }
-
     /// Drops up to `limit` closed records whose retention has passed;
     /// returns how many.
-    pub(super) fn forget_due(&mut self, now: DateTime<Utc>, limit: usize) -> usize {
+    pub(super) fn forget_due(&mut self, now: i64, limit: usize) -> usize {
         let mut forgotten = 0;
         while forgotten < limit {
             match self.retention.first() {
@@ -617,52 +171,26 @@ impl State {
         forgotten
     }
 
-    /// Stores a record's closed state and keeps it for `keep` from now; the
-    /// `claim` the reservation held is released, unless a later reservation
-    /// took it over (this one was past its deadline by then).
-    fn close(
-        &mut self,
-        exec_id: &str,
-        state: RecordState,
-        claim: Option<&str>,
-        keep: TimeDelta,
-        now: DateTime<Utc>,
-    ) {
-        if let Some(claim) = claim {
-            if self
-                .claims
-                .get(claim)
-                .is_some_and(|holder| holder == exec_id)
-            {
-                self.claims.remove(claim);
+    /// Forgets the adjustments applied longer ago than the retry horizon.
+    pub(super) fn forget_adjustments(&mut self, now: i64) {
+        while self
+            .adjustments_retention
+            .first()
+            .is_some_and(|(forget_at, _)| *forget_at <= now)
+        {
+            if let Some((_, exec_id)) = self.adjustments_retention.pop_first() {
+                self.adjustments.remove(&exec_id);
             }
         }
-        let forget_at = later(now, keep);
-        let previous = self.records.insert(
-            exec_id.to_owned(),
-            Record {
-                forget_at: Some(forget_at),
-                state,
-            },
-        );
-        if let Some(previous_forget_at) = previous.and_then(|record| record.forget_at) {
-            self.retention
-                .remove(&(previous_forget_at, exec_id.to_owned()));
-        }
-        self.retention.insert((forget_at, exec_id.to_owned()));
-    }
-
-    fn book(&mut self, reservation: &Reservation, entry: LedgerEntry) {
-        self.aggregates.add(&entry);
-        self.ledger.push_back(Box::new(LedgerLine {
-            entry,
-            charged_to: reservation.counter_keys().collect(),
-        }));
     }
 
     /// Moves up to `limit` of the ledger entries booked before `cutoff`
     /// into the folded sums of the counters they charged; returns how many.
-    pub(super) fn fold_before(&mut self, cutoff: DateTime<Utc>, limit: usize) -> usize {
+    pub(super) fn fold_before(
+        &mut self,
+        cutoff: chrono::DateTime<chrono::Utc>,
+        limit: usize,
+    ) -> usize {
         let mut folded = 0;
         while folded < limit
             && self
@@ -674,12 +202,7 @@ impl State {
             let Some(line) = self.ledger.pop_front() else {
                 break;
             };
-            // A run's counter is forgotten with the run, not reconciled.
-            for key in line
-                .charged_to
-                .into_iter()
-                .filter(|key| key.kind != ScopeKind::Run)
-            {
+            for key in line.charged_to {
                 let sum = self.folded.entry(key).or_default();
                 *sum = sum.saturating_add(line.entry.actual);
             }
@@ -687,18 +210,165 @@ impl State {
         folded
     }
 
-    pub(super) fn open(&self) -> impl Iterator<Item = &Reservation> {
-        self.open_with_ids().map(|(_, reservation)| reservation)
-    }
-
     /// The open reservations with their exec ids, by deadline: the ones in
     /// `deadlines`, rather than a walk over every closed record.
-    pub(super) fn open_with_ids(&self) -> impl Iterator<Item = (&str, &Reservation)> {
-        self.deadlines.iter().filter_map(|(_, exec_id)| {
-            match self.records.get(exec_id).map(|record| &record.state) {
-                Some(RecordState::Open(reservation)) => Some((exec_id.as_str(), &**reservation)),
-                _ => None,
-            }
+    pub(super) fn open(&self) -> impl Iterator<Item = (&str, &Record)> {
+        self.deadlines.exec_ids().filter_map(|exec_id| {
+            let record = self.records.get(exec_id)?.open()?;
+            Some((exec_id, record))
         })
+    }
+
+    /// Up to `limit` open reservations, oldest first (then by exec id).
+    pub(super) fn open_holds(&self, limit: usize) -> Vec<OpenHold> {
+        let mut holds: Vec<OpenHold> = self.open().map(|(id, r)| r.hold(id)).collect();
+        holds.sort_by(|a, b| (a.started_at, &a.exec_id).cmp(&(b.started_at, &b.exec_id)));
+        holds.truncate(limit);
+        holds
+    }
+}
+
+// === impl BookState for State ===
+
+impl BookState for State {
+    /// The maps are all there is: reading them cannot fail.
+    type Error = Infallible;
+
+    fn record(&mut self, exec_id: &str) -> Result<Option<Record>, Infallible> {
+        Ok(self.records.get(exec_id).map(Kept::record))
+    }
+
+    fn claimed_until(&self, claim: &str) -> Option<i64> {
+        let holder = self.claims.get(claim)?;
+        Some(self.records.get(holder)?.open()?.deadline)
+    }
+
+    fn counter(
+        &mut self,
+        kind: ScopeKind,
+        id: &str,
+        period_id: &str,
+    ) -> Result<Counter, Infallible> {
+        Ok(self
+            .counters
+            .get(&CounterKey::new(kind, id, period_id))
+            .copied()
+            .unwrap_or_default())
+    }
+
+    fn run_cap(&mut self, id: &str) -> Result<Option<Option<UsdMicros>>, Infallible> {
+        Ok(self.runs.get(id).map(|run| run.cap))
+    }
+
+    fn runs_idle_since(&mut self, cutoff: i64) -> Result<Vec<String>, Infallible> {
+        Ok(self
+            .runs
+            .iter()
+            .filter(|(_, run)| run.last_used <= cutoff)
+            .map(|(id, _)| id.clone())
+            .collect())
+    }
+
+    fn deadlines(&self) -> &Deadlines {
+        &self.deadlines
+    }
+
+    fn adjustment(&mut self, exec_id: &str) -> Result<Option<AppliedAdjustment>, Infallible> {
+        Ok(self.adjustments.get(exec_id).cloned())
+    }
+
+    fn put(&mut self, exec_id: &str, record: Record) {
+        let deadline = record.is_open().then_some(record.deadline);
+        let forget_at = record.forget_at;
+        if let Some(old) = self.records.insert(exec_id.to_owned(), Kept::of(record)) {
+            if let Some(open) = old.open() {
+                self.deadlines.remove(open.deadline, exec_id);
+            }
+            if let Some(old_forget_at) = old.forget_at() {
+                self.retention.remove(&(old_forget_at, exec_id.to_owned()));
+            }
+        }
+        if let Some(deadline) = deadline {
+            self.deadlines.insert(deadline, exec_id);
+        }
+        if let Some(forget_at) = forget_at {
+            self.retention.insert((forget_at, exec_id.to_owned()));
+        }
+    }
+
+    fn move_counter(
+        &mut self,
+        kind: ScopeKind,
+        id: &str,
+        period_id: &str,
+        spent: UsdMicrosDelta,
+        reserved: UsdMicrosDelta,
+    ) -> Result<(), Infallible> {
+        let counter = self
+            .counters
+            .entry(CounterKey::new(kind, id, period_id))
+            .or_default();
+        counter.spent = moved(counter.spent, spent);
+        counter.reserved = moved(counter.reserved, reserved);
+        Ok(())
+    }
+
+    fn book(&mut self, entry: LedgerEntry, key_period: &str, org_period: Option<&str>) {
+        self.aggregates.add(&entry);
+        let key = CounterKey::new(ScopeKind::Key, &entry.key, key_period);
+        let org = entry
+            .org
+            .as_deref()
+            .zip(org_period)
+            .map(|(org, period)| CounterKey::new(ScopeKind::Org, org, period));
+        self.ledger.push_back(Box::new(LedgerLine {
+            entry,
+            charged_to: std::iter::once(key).chain(org).collect(),
+        }));
+    }
+
+    fn take_claim(&mut self, claim: &str, exec_id: &str) {
+        self.claims.insert(claim.to_owned(), exec_id.to_owned());
+    }
+
+    fn release_claim(&mut self, claim: &str, exec_id: &str) {
+        if self
+            .claims
+            .get(claim)
+            .is_some_and(|holder| holder == exec_id)
+        {
+            self.claims.remove(claim);
+        }
+    }
+
+    fn touch_run(&mut self, id: &str, cap: Option<UsdMicros>, at: i64) -> Result<(), Infallible> {
+        match self.runs.get_mut(id) {
+            Some(run) => run.last_used = run.last_used.max(at),
+            None => {
+                self.runs.insert(id.to_owned(), Run { cap, last_used: at });
+            }
+        }
+        Ok(())
+    }
+
+    fn forget_run(&mut self, id: &str) {
+        let key = CounterKey::new(ScopeKind::Run, id, "total");
+        self.counters.remove(&key);
+        self.folded.remove(&key);
+        self.runs.remove(id);
+    }
+
+    fn adjusted(&mut self, exec_id: &str, applied: AppliedAdjustment, forget_at: i64) {
+        self.adjustments_retention
+            .insert((forget_at, exec_id.to_owned()));
+        self.adjustments.insert(exec_id.to_owned(), applied);
+    }
+}
+
+/// What a rule returns on books that cannot fail to read.
+pub(super) fn sure<T>(result: Result<T, Infallible>) -> T {
+    match result {
+        Ok(value) => value,
+        Err(never) => match never {},
     }
 }

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{later, to_delta, MemoryStore, OnExpiry, Shared};
-use crate::money::UsdMicros;
+use super::{later, to_delta, MemoryStore, Rules, Shared};
 
 /// A clock that moves only when told to, so expiry and period rollover can
 /// be exercised without waiting.
@@ -36,15 +35,11 @@ impl ManualClock {
 
 impl MemoryStore {
     /// A store whose every deadline and period id comes from `clock`.
-    pub(crate) fn with_clock(
-        settle_epsilon: UsdMicros,
-        on_expiry: OnExpiry,
-        clock: Arc<ManualClock>,
-    ) -> Self {
+    pub(crate) fn with_clock(rules: Rules, clock: Arc<ManualClock>) -> Self {
         MemoryStore {
             shared: Arc::new(Shared {
                 clock: Some(clock),
-                ..Shared::new(settle_epsilon, on_expiry)
+                ..Shared::new(rules)
             }),
         }
     }

@@ -7,7 +7,8 @@ use chrono::TimeZone;
 
 use super::testing::ManualClock;
 use super::*;
-use crate::budget::{BudgetStore, LedgerStatus, OnExpiry, Period};
+use crate::budget::{BudgetStore, LedgerStatus, Period};
+use crate::money::MAX_USD_MICROS;
 use crate::usage::Usage;
 
 fn start() -> DateTime<Utc> {
@@ -17,7 +18,7 @@ fn start() -> DateTime<Utc> {
 fn manual_store() -> (MemoryStore, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(start()));
     (
-        MemoryStore::with_clock(0, OnExpiry::Charge, clock.clone()),
+        MemoryStore::with_clock(Rules::default(), clock.clone()),
         clock,
     )
 }
@@ -77,8 +78,12 @@ fn lazy_sweep_in_reserve_is_bounded() {
 
 #[test]
 fn closed_records_are_forgotten_after_the_closed_record_time() {
-    let (store, clock) = manual_store();
-    let store = store.with_closed_record(Duration::from_secs(5));
+    let clock = Arc::new(ManualClock::new(start()));
+    let rules = Rules {
+        closed_record: Duration::from_secs(5),
+        ..Rules::default()
+    };
+    let store = MemoryStore::with_clock(rules, clock.clone());
     store.reserve(&request("settled", 100, 10));
     store.settle(&settlement("settled", 80)).unwrap();
     store.reserve(&request("expired", 100, 10));
@@ -140,13 +145,23 @@ fn claims_are_released_when_their_reservation_closes() {
 fn a_claim_taken_over_stays_with_its_new_holder() {
     let (store, clock) = manual_store();
     store.reserve_claimed(&request("crashed", 100, 10), "c");
-    // Past its deadline but not yet swept: the claim passes on.
+    // Past its deadline but not yet swept (a reserve without the lazy
+    // sweep before it): the claim passes on.
     clock.advance(Duration::from_secs(11));
     {
         let mut state = store.shared.lock();
         let now = store.shared.now();
-        assert!(!state.is_duplicate("next", "c", now));
-        state.reserve(&request("next", 100, 60), Some("c"), now);
+        let next = books::reserve_claimed(
+            &mut *state,
+            &store.shared.rules,
+            &request("next", 100, 60),
+            "c",
+            now,
+        );
+        assert!(matches!(
+            state::sure(next),
+            ClaimedReserve::Ran(ReserveOutcome::Reserved { .. })
+        ));
     }
     assert_eq!(store.sweep_expired(), 1);
     assert_eq!(
@@ -175,7 +190,7 @@ fn late_settle_restarts_the_retention() {
 
 #[test]
 fn os_threads_never_reserve_past_the_cap() {
-    let store = MemoryStore::new(0, OnExpiry::Charge);
+    let store = MemoryStore::new(Rules::default());
     let scope = Scope {
         period: Period::Total,
         ..key(1_000)
@@ -204,14 +219,26 @@ fn os_threads_never_reserve_past_the_cap() {
 #[test]
 fn extreme_amounts_never_panic() {
     let (store, _clock) = manual_store();
-    let huge = ReserveRequest {
+    // A cap past what any config allows takes an absurd reserve calmly.
+    let beyond = ReserveRequest {
         key: key(u64::MAX),
         amount: u64::MAX,
         min_amount: u64::MAX,
         ttl: Duration::MAX,
+        ..request("beyond", 0, 0)
+    };
+    assert!(store.reserve(&beyond).is_reserved());
+    // At the largest cap a config allows, the most a call may ask for
+    // holds the whole cap, and nothing more fits.
+    let (store, _clock) = manual_store();
+    let huge = ReserveRequest {
+        key: key(MAX_USD_MICROS),
+        amount: u64::MAX,
+        min_amount: MAX_USD_MICROS,
+        ttl: Duration::MAX,
         ..request("huge", 0, 0)
     };
-    assert!(store.reserve(&huge).is_reserved());
+    assert_eq!(store.reserve(&huge).held(), Some(MAX_USD_MICROS));
     let more = ReserveRequest {
         exec_id: "more".to_owned(),
         amount: 1,
@@ -235,12 +262,12 @@ async fn the_gateway_sweep_expires_without_a_reserve() {
     store.reserve(&request("crashed", 100, 1));
     clock.advance(Duration::from_secs(2));
     let budget = BudgetStore::Memory(store.clone());
-    assert_eq!(budget.sweep(&[]).await.unwrap(), 1);
+    assert_eq!(budget.sweep().await.unwrap(), 1);
     assert_eq!(store.open_reservations(), (0, 0));
     let state = store.scope_state(&key(1_000_000));
     assert_eq!((state.spent, state.reserved), (100, 0));
     let ledger = store.ledger();
     assert_eq!(ledger.len(), 1);
     assert_eq!(ledger[0].status, LedgerStatus::Expired);
-    assert_eq!(budget.sweep(&[]).await.unwrap(), 0);
+    assert_eq!(budget.sweep().await.unwrap(), 0);
 }

@@ -20,17 +20,17 @@ use ::redis::{FromRedisValue, Script};
 use super::connection::Request;
 use super::RedisStore;
 use crate::budget::alerts::{AlertEvent, QueuedAlert, ALERT_ID_RETENTION};
-use crate::budget::StoreError;
+use crate::budget::{AlertQueue, StoreError};
 
 /// The script, hashed once for every store in the process; it takes no
 /// clock offset in a test build (it is not built on `common.lua`).
 static ALERTS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/alerts.lua")));
 
-impl RedisStore {
+impl AlertQueue for RedisStore {
     /// Queues `event` unless its id was ever queued (within
     /// [`ALERT_ID_RETENTION`]); returns whether it did.
-    pub async fn queue_alert(&self, event: &AlertEvent) -> Result<bool, StoreError> {
+    async fn queue_alert(&self, event: &AlertEvent) -> Result<bool, StoreError> {
         let queued: i64 = self
             .run_alerts("queue an alert", &["queue", &event.id, &event.body()])
             .await?;
@@ -39,7 +39,7 @@ impl RedisStore {
 
     /// Up to `limit` events due now, oldest due first, each leased for
     /// `lease` (not due again before then).
-    pub async fn due_alerts(
+    async fn due_alerts(
         &self,
         limit: usize,
         lease: Duration,
@@ -65,7 +65,7 @@ impl RedisStore {
     }
 
     /// The receiver took the event: it is never sent again.
-    pub async fn alert_delivered(&self, id: &str) -> Result<(), StoreError> {
+    async fn alert_delivered(&self, id: &str) -> Result<(), StoreError> {
         let _: i64 = self
             .run_alerts(
                 "mark an alert delivered",
@@ -76,7 +76,7 @@ impl RedisStore {
     }
 
     /// A delivery failed: the event is due again `retry_after` from now.
-    pub async fn alert_failed(&self, id: &str, retry_after: Duration) -> Result<(), StoreError> {
+    async fn alert_failed(&self, id: &str, retry_after: Duration) -> Result<(), StoreError> {
         let _: i64 = self
             .run_alerts(
                 "mark an alert failed",
@@ -85,7 +85,9 @@ impl RedisStore {
             .await?;
         Ok(())
     }
+}
 
+impl RedisStore {
     async fn run_alerts<T: FromRedisValue>(
         &self,
         what: &'static str,

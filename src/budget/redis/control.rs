@@ -15,7 +15,10 @@ impl RedisStore {
     ///
     /// Like a reserve, it runs only on books marked with the store epoch,
     /// so a credit never lands on books that vanished.
-    pub async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {
+    pub(super) async fn apply_adjustment(
+        &self,
+        adjustment: &Adjustment,
+    ) -> Result<AdjustOutcome, StoreError> {
         // The script would refuse it as an argument; refused here as an
         // answer, the same one the other stores give.
         if !adjustment.amount_in_range() {
@@ -64,7 +67,7 @@ impl RedisStore {
 
     /// Up to `limit` reservations open under `tags`, oldest first (then
     /// by exec id).
-    pub async fn open_holds(
+    pub async fn open_holds_in(
         &self,
         tags: &[String],
         limit: usize,

@@ -53,7 +53,7 @@ use chrono::{DateTime, Utc};
 use super::connection::{CallPolicy, Request};
 use super::scripts::{store_time, TagKeys};
 use super::RedisStore;
-use crate::budget::StoreError;
+use crate::budget::{Rules, StoreError};
 use crate::config::{Config, StoreBackend};
 
 /// The layout this binary reads and writes: 1 added `tg:meta` and the
@@ -602,15 +602,9 @@ pub async fn accept_epoch(config: &Config) -> Result<AcceptedEpoch, String> {
     let StoreBackend::Redis { url, tls } = &config.store.backend else {
         return Err("accept-epoch is for the Redis store (store.backend = \"redis\")".to_owned());
     };
-    let store = RedisStore::connect_tls(
-        url.expose(),
-        tls,
-        config.store.settle_epsilon,
-        config.store.ledger_retention,
-        config.store.on_expiry,
-    )
-    .await
-    .map_err(|e| format!("store.redis_url: {e}"))?;
+    let store = RedisStore::connect_tls(url.expose(), tls, Rules::of(&config.store))
+        .await
+        .map_err(|e| format!("store.redis_url: {e}"))?;
     let endpoint = store.endpoint().to_owned();
     store
         .accept_epoch()

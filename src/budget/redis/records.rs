@@ -33,7 +33,7 @@ use super::RedisStore;
 use crate::budget::records::{
     AuditEntry, RecordKind, RecordSet, RecordWrite, StoredRecord, WriteOutcome,
 };
-use crate::budget::StoreError;
+use crate::budget::{Records, StoreError};
 
 /// The hash tag the documents live under.
 pub(super) const RECORDS_TAG: &str = "tollgate:admin";
@@ -67,9 +67,9 @@ impl RecordKeys {
     }
 }
 
-impl RedisStore {
+impl Records for RedisStore {
     /// The version the documents are at: one `GET`.
-    pub async fn records_version(&self) -> Result<u64, StoreError> {
+    async fn records_version(&self) -> Result<u64, StoreError> {
         self.epoch().await?;
         let mut get = ::redis::cmd("GET");
         get.arg(self.inner.records.version());
@@ -90,7 +90,7 @@ impl RedisStore {
 
     /// Every document, sorted by kind and id, and the version, read in one
     /// `records.lua` call.
-    pub async fn records(&self) -> Result<RecordSet, StoreError> {
+    async fn records(&self) -> Result<RecordSet, StoreError> {
         self.epoch().await?;
         let keys = &self.inner.records;
         let (version, fields): (u64, Vec<String>) = self
@@ -114,7 +114,7 @@ impl RedisStore {
 
     /// Writes one document if it is at the revision the writer expects,
     /// with its audit entry, in one `record_write.lua` call.
-    pub async fn write_record(&self, write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
+    async fn write_record(&self, write: &RecordWrite) -> Result<WriteOutcome, StoreError> {
         self.refresh_epoch(self.inner.policy).await?;
         let keys = &self.inner.records;
         let field = format!("{}:{}", write.kind, write.id);
@@ -133,7 +133,7 @@ impl RedisStore {
 
     /// Up to `limit` audit entries, newest first, older than `before`: one
     /// `XREVRANGE`.
-    pub async fn audit(
+    async fn audit(
         &self,
         before: Option<u64>,
         limit: usize,
@@ -167,7 +167,9 @@ impl RedisStore {
             .map(|(id, fields)| parse_audit(&id, fields))
             .collect()
     }
+}
 
+impl RedisStore {
     /// The answer for a store that holds no version: 0 if `tg:meta` still
     /// holds the epoch this store serves under, else why it is closed.
     async fn never_written(&self) -> Result<u64, StoreError> {

@@ -18,7 +18,8 @@ use super::testing::{
 };
 use super::*;
 use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
-use crate::budget::{LedgerStatus, OnExpiry, Period, DEFAULT_LEDGER_RETENTION};
+use crate::budget::Records;
+use crate::budget::{LedgerStatus, Period, DEFAULT_LEDGER_RETENTION};
 use crate::usage::Usage;
 
 const PERIODS: [Period; 5] = [
@@ -184,7 +185,7 @@ async fn the_test_clock_shifts_the_time_and_leaves_the_argv_as_stated() {
 #[tokio::test]
 async fn scripts_are_loaded_again_after_script_flush() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url(), 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
+    let store = RedisStore::connect(&server.url(), Rules::default())
         .await
         .unwrap();
     let key = key_scope(1_000);
@@ -256,7 +257,7 @@ async fn command_calls(url: &str, command: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserve_of_unknown_outcome_is_settled_without_a_search() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url(), 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
+    let store = RedisStore::connect(&server.url(), Rules::default())
         .await
         .unwrap();
     for i in 0..50 {
@@ -303,14 +304,7 @@ async fn a_call_that_timed_out_is_retried_and_applies_once() {
         attempts: 20,
         first_backoff: Duration::from_millis(20),
     };
-    let store = RedisStore::with_policy(
-        &server.url(),
-        0,
-        DEFAULT_LEDGER_RETENTION,
-        OnExpiry::Charge,
-        policy,
-    )
-    .unwrap();
+    let store = RedisStore::with_policy(&server.url(), Rules::default(), policy).unwrap();
     let key = key_scope(1_000);
     // Load the scripts first, so the stalled attempts are the real calls.
     store.reserve(&request(&key, 1)).await.unwrap();
@@ -358,14 +352,7 @@ async fn a_claimed_reserve_retried_after_a_timeout_is_no_duplicate() {
         attempts: 20,
         first_backoff: Duration::from_millis(20),
     };
-    let store = RedisStore::with_policy(
-        &server.url(),
-        0,
-        DEFAULT_LEDGER_RETENTION,
-        OnExpiry::Charge,
-        policy,
-    )
-    .unwrap();
+    let store = RedisStore::with_policy(&server.url(), Rules::default(), policy).unwrap();
     let key = key_scope(1_000);
     store.reserve(&request(&key, 1)).await.unwrap();
 
@@ -401,9 +388,7 @@ async fn a_claimed_reserve_retried_after_a_timeout_is_no_duplicate() {
 async fn starts_while_redis_is_down_and_recovers_when_it_returns() {
     let port = free_port(false);
     let url = format!("redis://127.0.0.1:{port}");
-    let store = RedisStore::connect(&url, 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
-        .await
-        .unwrap();
+    let store = RedisStore::connect(&url, Rules::default()).await.unwrap();
     let key = key_scope(1_000);
     assert!(store.ping().await.is_err());
     assert!(matches!(
@@ -441,7 +426,7 @@ async fn await_ping(store: &RedisStore) {
 
 #[tokio::test]
 async fn amounts_of_2_to_the_53_are_refused_before_anything_is_written() {
-    let store = RedisStore::connect(SHARED_URL, 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
+    let store = RedisStore::connect(SHARED_URL, Rules::default())
         .await
         .unwrap();
     let key = key_scope(1_000);
@@ -463,37 +448,19 @@ async fn amounts_of_2_to_the_53_are_refused_before_anything_is_written() {
 
 #[tokio::test]
 async fn a_malformed_url_is_the_only_connect_error() {
-    assert!(RedisStore::connect(
-        "redis+cluster://",
-        0,
-        DEFAULT_LEDGER_RETENTION,
-        OnExpiry::Charge
-    )
-    .await
-    .is_err());
-    assert!(
-        RedisStore::connect("no scheme", 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
-            .await
-            .is_err()
-    );
+    assert!(RedisStore::connect("redis+cluster://", Rules::default())
+        .await
+        .is_err());
+    assert!(RedisStore::connect("no scheme", Rules::default())
+        .await
+        .is_err());
     assert!(matches!(
-        RedisStore::connect(
-            "rediss://127.0.0.1:6379/#insecure",
-            0,
-            DEFAULT_LEDGER_RETENTION,
-            OnExpiry::Charge
-        )
-        .await,
+        RedisStore::connect("rediss://127.0.0.1:6379/#insecure", Rules::default()).await,
         Err(RedisUrlError::Insecure)
     ));
-    let store = RedisStore::connect(
-        "redis://user:secret@127.0.0.1:1",
-        0,
-        DEFAULT_LEDGER_RETENTION,
-        OnExpiry::Charge,
-    )
-    .await
-    .unwrap();
+    let store = RedisStore::connect("redis://user:secret@127.0.0.1:1", Rules::default())
+        .await
+        .unwrap();
     assert_eq!(store.endpoint(), "redis://127.0.0.1:1");
     assert!(!format!("{store:?}").contains("secret"));
 }
@@ -501,14 +468,9 @@ async fn a_malformed_url_is_the_only_connect_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_store_starts_while_the_cluster_is_down() {
     let ports: Vec<u16> = (0..3).map(|_| free_port(true)).collect();
-    let store = RedisStore::connect(
-        &cluster_url(ports.clone()),
-        0,
-        DEFAULT_LEDGER_RETENTION,
-        OnExpiry::Charge,
-    )
-    .await
-    .unwrap();
+    let store = RedisStore::connect(&cluster_url(ports.clone()), Rules::default())
+        .await
+        .unwrap();
     assert!(store.ping().await.is_err());
 
     let _cluster = tokio::task::spawn_blocking(move || Cluster::start_on(&ports))
@@ -526,14 +488,9 @@ async fn a_cluster_store_starts_while_the_cluster_is_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_scripts_are_loaded_again_after_script_flush() {
     let cluster = tokio::task::spawn_blocking(cluster).await.unwrap();
-    let store = RedisStore::connect(
-        &cluster.url(),
-        0,
-        DEFAULT_LEDGER_RETENTION,
-        OnExpiry::Charge,
-    )
-    .await
-    .unwrap();
+    let store = RedisStore::connect(&cluster.url(), Rules::default())
+        .await
+        .unwrap();
     // Keys spread over the slots, so every primary needs the scripts.
     let keys: Vec<Scope> = (0..12).map(|_| key_scope(1_000)).collect();
     for key in &keys {
@@ -566,7 +523,7 @@ fn record_write(id: &str, expect: Option<u64>) -> RecordWrite {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_records_version_is_one_get() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url(), 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
+    let store = RedisStore::connect(&server.url(), Rules::default())
         .await
         .unwrap();
     store.write_record(&record_write("k", None)).await.unwrap();
@@ -592,14 +549,7 @@ async fn a_record_write_that_timed_out_is_retried_and_applies_once() {
         attempts: 20,
         first_backoff: Duration::from_millis(20),
     };
-    let store = RedisStore::with_policy(
-        &server.url(),
-        0,
-        DEFAULT_LEDGER_RETENTION,
-        OnExpiry::Charge,
-        policy,
-    )
-    .unwrap();
+    let store = RedisStore::with_policy(&server.url(), Rules::default(), policy).unwrap();
     // Load the script first, so the held attempts are the real calls.
     store
         .write_record(&record_write("warm", None))

@@ -13,14 +13,14 @@ use super::record::millis;
 use super::upkeep::limit_arg;
 use super::{Clock, SqliteStore};
 use crate::budget::alerts::{AlertEvent, QueuedAlert, ALERT_ID_RETENTION};
-use crate::budget::StoreError;
+use crate::budget::{AlertQueue, StoreError};
 
 type Sql<T> = rusqlite::Result<T>;
 
-impl SqliteStore {
+impl AlertQueue for SqliteStore {
     /// Queues `event` unless its id was ever queued (within
     /// [`ALERT_ID_RETENTION`]); returns whether it did.
-    pub async fn queue_alert(&self, event: &AlertEvent) -> Result<bool, StoreError> {
+    async fn queue_alert(&self, event: &AlertEvent) -> Result<bool, StoreError> {
         let (id, body) = (event.id.clone(), event.body());
         self.call(move |db, clock| queue(db.conn(), clock, &id, &body).map(Ok))
             .await
@@ -28,7 +28,7 @@ impl SqliteStore {
 
     /// Up to `limit` events due now, oldest due first, each leased for
     /// `lease` (not due again before then).
-    pub async fn due_alerts(
+    async fn due_alerts(
         &self,
         limit: usize,
         lease: Duration,
@@ -38,7 +38,7 @@ impl SqliteStore {
     }
 
     /// The receiver took the event: it is never sent again.
-    pub async fn alert_delivered(&self, id: &str) -> Result<(), StoreError> {
+    async fn alert_delivered(&self, id: &str) -> Result<(), StoreError> {
         let id = id.to_owned();
         self.call(move |db, clock| {
             let now = millis(clock.now());
@@ -54,7 +54,7 @@ impl SqliteStore {
     }
 
     /// A delivery failed: the event is due again `retry_after` from now.
-    pub async fn alert_failed(&self, id: &str, retry_after: Duration) -> Result<(), StoreError> {
+    async fn alert_failed(&self, id: &str, retry_after: Duration) -> Result<(), StoreError> {
         let id = id.to_owned();
         self.call(move |db, clock| {
             let due = millis(clock.now()).saturating_add(ms(retry_after));

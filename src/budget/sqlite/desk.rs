@@ -26,9 +26,9 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::change::{Adjusted, Change, Entry, Row, ROW_COLUMNS};
 use super::journal::{Journal, Logged};
-use super::record::Record;
 use super::writer::Msg;
-use crate::budget::{AppliedAdjustment, OpenHold, ScopeKind, StoreError};
+use crate::budget::books::{moved, BookState, Counter, Deadlines, Record};
+use crate::budget::{AppliedAdjustment, LedgerEntry, OpenHold, ScopeKind, StoreError};
 use crate::money::{UsdMicros, UsdMicrosDelta};
 
 type Sql<T> = rusqlite::Result<T>;
@@ -94,12 +94,12 @@ impl Batch {
 }
 
 pub(super) struct Desk {
-    counters: HashMap<String, Counter>,
+    counters: HashMap<String, Kept>,
     /// Every open reservation, and every record changed since the last
     /// posting.
     records: HashMap<String, Held>,
     /// The open reservations, by deadline.
-    deadlines: BTreeSet<(i64, String)>,
+    deadlines: Deadlines,
     /// Idempotency claim → the open reservation holding it.
     claims: HashMap<String, String>,
     runs: HashMap<String, Run>,
@@ -130,8 +130,9 @@ pub(super) struct Desk {
     label: String,
 }
 
+/// A counter as the desk keeps it.
 #[derive(Clone, Copy, Debug)]
-struct Counter {
+struct Kept {
     spent: UsdMicros,
     reserved: UsdMicros,
     /// The journal record that last moved it; 0 if read from the file.
@@ -154,7 +155,7 @@ struct Run {
 /// How to take back one change of the draft.
 enum Undo {
     Record(String, Option<Box<Held>>),
-    Counter(String, Option<Counter>),
+    Counter(String, Option<Kept>),
     Claim(String, Option<String>),
     Run(String, Option<Run>),
     Known(u64),
@@ -174,7 +175,7 @@ impl Desk {
         let mut desk = Desk {
             counters: HashMap::new(),
             records: HashMap::new(),
-            deadlines: BTreeSet::new(),
+            deadlines: Deadlines::default(),
             claims: HashMap::new(),
             runs: HashMap::new(),
             adjustments: HashMap::new(),
@@ -220,104 +221,6 @@ impl Desk {
         Ok(desk)
     }
 
-    // === reads ===
-
-    /// The record of `exec_id`: from memory, or from the file when it
-    /// knows the id.
-    pub(super) fn record(&mut self, exec_id: &str) -> Sql<Option<Record>> {
-        if let Some(held) = self.records.get(exec_id) {
-            return Ok(Some(held.record.clone()));
-        }
-        if !self.known.contains(&known_hash(exec_id)) {
-            return Ok(None);
-        }
-        Record::load(&self.file, exec_id)
-    }
-
-    /// The open reservation holding `claim`, if any.
-    pub(super) fn claim_holder(&self, claim: &str) -> Option<&Record> {
-        let exec_id = self.claims.get(claim)?;
-        self.records
-            .get(exec_id)
-            .map(|held| &held.record)
-            .filter(|record| record.is_open())
-    }
-
-    /// `(spent, reserved)` of one scope and period.
-    pub(super) fn counter(
-        &mut self,
-        kind: ScopeKind,
-        id: &str,
-        period_id: &str,
-    ) -> Sql<(UsdMicros, UsdMicros)> {
-        let counter = counter_entry(&mut self.counters, &self.file, kind, id, period_id)?;
-        Ok((counter.spent, counter.reserved))
-    }
-
-    /// The cap a run's first call fixed (`Some(None)`: not capped), or
-    /// `None` for a run never seen.
-    pub(super) fn run_cap(&mut self, id: &str) -> Sql<Option<Option<UsdMicros>>> {
-        Ok(run_entry(&mut self.runs, &self.file, id)?.map(|run| run.cap))
-    }
-
-    /// The runs not used since `cutoff` (in memory or in the file).
-    pub(super) fn runs_idle_since(&mut self, cutoff: i64) -> Sql<Vec<String>> {
-        let mut ids: BTreeSet<String> = self
-            .file
-            .prepare_cached("SELECT id FROM runs WHERE last_used <= ?1")?
-            .query_map([cutoff], |row| row.get(0))?
-            .collect::<Sql<_>>()?;
-        ids.extend(
-            self.runs
-                .iter()
-                .filter(|(_, run)| run.last_used <= cutoff)
-                .map(|(id, _)| id.clone()),
-        );
-        let mut idle = Vec::new();
-        for id in ids {
-            // The desk's view, which may be newer than the file's.
-            if run_entry(&mut self.runs, &self.file, &id)?
-                .is_some_and(|run| run.last_used <= cutoff)
-            {
-                idle.push(id);
-            }
-        }
-        Ok(idle)
-    }
-
-    /// Up to `limit` exec ids of open reservations whose deadline has
-    /// come, oldest first.
-    pub(super) fn due(&self, now_ms: i64, limit: usize) -> Vec<String> {
-        self.deadlines
-            .iter()
-            .take_while(|(deadline, _)| *deadline <= now_ms)
-            .take(limit)
-            .map(|(_, exec_id)| exec_id.clone())
-            .collect()
-    }
-
-    /// The first answer of an adjustment already applied, if any.
-    pub(super) fn adjustment(&mut self, exec_id: &str) -> Sql<Option<AppliedAdjustment>> {
-        if let Some((applied, _)) = self.adjustments.get(exec_id) {
-            return Ok(Some(applied.clone()));
-        }
-        self.file
-            .prepare_cached(
-                "SELECT key_id, org_id, key_period_id, org_period_id, key_spent_usd_micros
-                   FROM adjustments WHERE exec_id = ?1",
-            )?
-            .query_row([exec_id], |row| {
-                Ok(AppliedAdjustment {
-                    key: row.get(0)?,
-                    org: row.get(1)?,
-                    key_period_id: row.get(2)?,
-                    org_period_id: row.get(3)?,
-                    key_spent: row.get(4)?,
-                })
-            })
-            .optional()
-    }
-
     /// Up to `limit` open reservations, oldest first (then by exec id).
     pub(super) fn open_holds(&self, limit: usize) -> Vec<OpenHold> {
         let mut open: Vec<(&String, &Record)> = self
@@ -350,8 +253,8 @@ impl Desk {
     /// How many reservations are open and the sum of their amounts.
     pub(super) fn open_sum(&self) -> (usize, UsdMicros) {
         self.deadlines
-            .iter()
-            .filter_map(|(_, exec_id)| self.records.get(exec_id))
+            .exec_ids()
+            .filter_map(|exec_id| self.records.get(exec_id))
             .fold((0, 0), |(count, sum), held| {
                 (count + 1, sum.saturating_add(held.record.amount))
             })
@@ -371,127 +274,6 @@ impl Desk {
     }
 
     // === the draft ===
-
-    /// The record of `exec_id` is now `record`.
-    pub(super) fn put(&mut self, exec_id: &str, record: Record) {
-        let row = record.row(exec_id);
-        let old = self.set_record(
-            exec_id,
-            Some(Held {
-                record,
-                seq: self.next_seq,
-            }),
-        );
-        self.undo
-            .push(Undo::Record(exec_id.to_owned(), old.map(Box::new)));
-        let hash = known_hash(exec_id);
-        if self.known.insert(hash) {
-            self.undo.push(Undo::Known(hash));
-        }
-        self.draft.push(Change::Put(row));
-    }
-
-    /// Moves one counter by signed amounts, never below zero.
-    pub(super) fn move_counter(
-        &mut self,
-        kind: ScopeKind,
-        id: &str,
-        period_id: &str,
-        spent: UsdMicrosDelta,
-        reserved: UsdMicrosDelta,
-    ) -> Sql<()> {
-        let seq = self.next_seq;
-        let counter = counter_entry(&mut self.counters, &self.file, kind, id, period_id)?;
-        let before = *counter;
-        counter.spent = moved(counter.spent, spent);
-        counter.reserved = moved(counter.reserved, reserved);
-        counter.seq = seq;
-        self.undo
-            .push(Undo::Counter(key_of(kind, id, period_id), Some(before)));
-        self.draft.push(Change::Move {
-            kind,
-            id: id.to_owned(),
-            period: period_id.to_owned(),
-            spent,
-            reserved,
-        });
-        Ok(())
-    }
-
-    /// A ledger entry.
-    pub(super) fn book(&mut self, entry: Entry) {
-        self.draft.push(Change::Book(entry));
-    }
-
-    /// `exec_id`, just opened, holds `claim`.
-    pub(super) fn take_claim(&mut self, claim: &str, exec_id: &str) {
-        let old = self.claims.insert(claim.to_owned(), exec_id.to_owned());
-        self.undo.push(Undo::Claim(claim.to_owned(), old));
-        self.draft.push(Change::Claim {
-            claim: claim.to_owned(),
-            exec_id: exec_id.to_owned(),
-        });
-    }
-
-    /// `exec_id`, closing, lets go of `claim` unless another holds it now.
-    pub(super) fn release_claim(&mut self, claim: &str, exec_id: &str) {
-        if self
-            .claims
-            .get(claim)
-            .is_some_and(|holder| holder == exec_id)
-        {
-            let old = self.claims.remove(claim);
-            self.undo.push(Undo::Claim(claim.to_owned(), old));
-        }
-        self.draft.push(Change::Release {
-            claim: claim.to_owned(),
-            exec_id: exec_id.to_owned(),
-        });
-    }
-
-    /// A call of run `id` at `at`; the first one fixes its cap.
-    pub(super) fn touch_run(&mut self, id: &str, cap: Option<UsdMicros>, at: i64) -> Sql<()> {
-        let seq = self.next_seq;
-        let known = run_entry(&mut self.runs, &self.file, id)?.copied();
-        let run = match known {
-            Some(run) => Run {
-                last_used: run.last_used.max(at),
-                seq,
-                ..run
-            },
-            None => Run {
-                cap,
-                last_used: at,
-                seq,
-            },
-        };
-        self.runs.insert(id.to_owned(), run);
-        self.undo.push(Undo::Run(id.to_owned(), known));
-        self.draft.push(Change::Run {
-            id: id.to_owned(),
-            cap,
-            at,
-        });
-        Ok(())
-    }
-
-    /// Forgets run `id` and its counter.
-    pub(super) fn forget_run(&mut self, id: &str) {
-        let run = self.runs.remove(id);
-        self.undo.push(Undo::Run(id.to_owned(), run));
-        let key = key_of(ScopeKind::Run, id, "total");
-        let counter = self.counters.remove(&key);
-        self.undo.push(Undo::Counter(key, counter));
-        self.draft.push(Change::ForgetRun { id: id.to_owned() });
-    }
-
-    /// An adjustment applied, remembered for its retries.
-    pub(super) fn adjusted(&mut self, row: Adjusted, applied: AppliedAdjustment) {
-        self.adjustments
-            .insert(row.exec_id.clone(), (applied, self.next_seq));
-        self.undo.push(Undo::Adjustment(row.exec_id.clone()));
-        self.draft.push(Change::Adjusted(row));
-    }
 
     /// Appends the draft to the journal as one record; it then waits for
     /// the next posting. If the journal cannot take it, the draft is
@@ -649,29 +431,252 @@ impl Desk {
             None => self.records.remove(exec_id),
         };
         if let Some(old) = old.as_ref().filter(|old| old.record.is_open()) {
-            self.deadlines
-                .remove(&(old.record.deadline, exec_id.to_owned()));
+            self.deadlines.remove(old.record.deadline, exec_id);
         }
         if let Some(new) = self
             .records
             .get(exec_id)
             .filter(|held| held.record.is_open())
         {
-            self.deadlines
-                .insert((new.record.deadline, exec_id.to_owned()));
+            self.deadlines.insert(new.record.deadline, exec_id);
         }
         old
     }
 }
 
+// === impl BookState for Desk ===
+
+/// The rules (`budget::books`) decide on the desk: what it does not hold
+/// it reads from the file, and every change goes into the draft.
+impl BookState for Desk {
+    type Error = rusqlite::Error;
+
+    /// The record of `exec_id`: from memory, or from the file when it
+    /// knows the id.
+    fn record(&mut self, exec_id: &str) -> Sql<Option<Record>> {
+        if let Some(held) = self.records.get(exec_id) {
+            return Ok(Some(held.record.clone()));
+        }
+        if !self.known.contains(&known_hash(exec_id)) {
+            return Ok(None);
+        }
+        Record::load(&self.file, exec_id)
+    }
+
+    /// The open reservation holding `claim`, if any.
+    fn claimed_until(&self, claim: &str) -> Option<i64> {
+        let exec_id = self.claims.get(claim)?;
+        self.records
+            .get(exec_id)
+            .map(|held| &held.record)
+            .filter(|record| record.is_open())
+            .map(|record| record.deadline)
+    }
+
+    /// `(spent, reserved)` of one scope and period.
+    fn counter(&mut self, kind: ScopeKind, id: &str, period_id: &str) -> Sql<Counter> {
+        let counter = counter_entry(&mut self.counters, &self.file, kind, id, period_id)?;
+        Ok(Counter {
+            spent: counter.spent,
+            reserved: counter.reserved,
+        })
+    }
+
+    /// The cap a run's first call fixed (`Some(None)`: not capped), or
+    /// `None` for a run never seen.
+    fn run_cap(&mut self, id: &str) -> Sql<Option<Option<UsdMicros>>> {
+        Ok(run_entry(&mut self.runs, &self.file, id)?.map(|run| run.cap))
+    }
+
+    /// The runs not used since `cutoff` (in memory or in the file).
+    fn runs_idle_since(&mut self, cutoff: i64) -> Sql<Vec<String>> {
+        let mut ids: BTreeSet<String> = self
+            .file
+            .prepare_cached("SELECT id FROM runs WHERE last_used <= ?1")?
+            .query_map([cutoff], |row| row.get(0))?
+            .collect::<Sql<_>>()?;
+        ids.extend(
+            self.runs
+                .iter()
+                .filter(|(_, run)| run.last_used <= cutoff)
+                .map(|(id, _)| id.clone()),
+        );
+        let mut idle = Vec::new();
+        for id in ids {
+            // The desk's view, which may be newer than the file's.
+            if run_entry(&mut self.runs, &self.file, &id)?
+                .is_some_and(|run| run.last_used <= cutoff)
+            {
+                idle.push(id);
+            }
+        }
+        Ok(idle)
+    }
+
+    fn deadlines(&self) -> &Deadlines {
+        &self.deadlines
+    }
+
+    /// The first answer of an adjustment already applied, if any.
+    fn adjustment(&mut self, exec_id: &str) -> Sql<Option<AppliedAdjustment>> {
+        if let Some((applied, _)) = self.adjustments.get(exec_id) {
+            return Ok(Some(applied.clone()));
+        }
+        self.file
+            .prepare_cached(
+                "SELECT key_id, org_id, key_period_id, org_period_id, key_spent_usd_micros
+                   FROM adjustments WHERE exec_id = ?1",
+            )?
+            .query_row([exec_id], |row| {
+                Ok(AppliedAdjustment {
+                    key: row.get(0)?,
+                    org: row.get(1)?,
+                    key_period_id: row.get(2)?,
+                    org_period_id: row.get(3)?,
+                    key_spent: row.get(4)?,
+                })
+            })
+            .optional()
+    }
+
+    /// The record of `exec_id` is now `record`.
+    fn put(&mut self, exec_id: &str, record: Record) {
+        let row = record.row(exec_id);
+        let old = self.set_record(
+            exec_id,
+            Some(Held {
+                record,
+                seq: self.next_seq,
+            }),
+        );
+        self.undo
+            .push(Undo::Record(exec_id.to_owned(), old.map(Box::new)));
+        let hash = known_hash(exec_id);
+        if self.known.insert(hash) {
+            self.undo.push(Undo::Known(hash));
+        }
+        self.draft.push(Change::Put(row));
+    }
+
+    /// Moves one counter by signed amounts, never below zero.
+    fn move_counter(
+        &mut self,
+        kind: ScopeKind,
+        id: &str,
+        period_id: &str,
+        spent: UsdMicrosDelta,
+        reserved: UsdMicrosDelta,
+    ) -> Sql<()> {
+        let seq = self.next_seq;
+        let counter = counter_entry(&mut self.counters, &self.file, kind, id, period_id)?;
+        let before = *counter;
+        counter.spent = moved(counter.spent, spent);
+        counter.reserved = moved(counter.reserved, reserved);
+        counter.seq = seq;
+        self.undo
+            .push(Undo::Counter(key_of(kind, id, period_id), Some(before)));
+        self.draft.push(Change::Move {
+            kind,
+            id: id.to_owned(),
+            period: period_id.to_owned(),
+            spent,
+            reserved,
+        });
+        Ok(())
+    }
+
+    fn book(&mut self, entry: LedgerEntry, key_period: &str, org_period: Option<&str>) {
+        self.draft
+            .push(Change::Book(Entry::of(entry, key_period, org_period)));
+    }
+
+    /// `exec_id`, just opened, holds `claim`.
+    fn take_claim(&mut self, claim: &str, exec_id: &str) {
+        let old = self.claims.insert(claim.to_owned(), exec_id.to_owned());
+        self.undo.push(Undo::Claim(claim.to_owned(), old));
+        self.draft.push(Change::Claim {
+            claim: claim.to_owned(),
+            exec_id: exec_id.to_owned(),
+        });
+    }
+
+    /// `exec_id`, closing, lets go of `claim` unless another holds it now.
+    fn release_claim(&mut self, claim: &str, exec_id: &str) {
+        if self
+            .claims
+            .get(claim)
+            .is_some_and(|holder| holder == exec_id)
+        {
+            let old = self.claims.remove(claim);
+            self.undo.push(Undo::Claim(claim.to_owned(), old));
+        }
+        self.draft.push(Change::Release {
+            claim: claim.to_owned(),
+            exec_id: exec_id.to_owned(),
+        });
+    }
+
+    /// A call of run `id` at `at`; the first one fixes its cap.
+    fn touch_run(&mut self, id: &str, cap: Option<UsdMicros>, at: i64) -> Sql<()> {
+        let seq = self.next_seq;
+        let known = run_entry(&mut self.runs, &self.file, id)?.copied();
+        let run = match known {
+            Some(run) => Run {
+                last_used: run.last_used.max(at),
+                seq,
+                ..run
+            },
+            None => Run {
+                cap,
+                last_used: at,
+                seq,
+            },
+        };
+        self.runs.insert(id.to_owned(), run);
+        self.undo.push(Undo::Run(id.to_owned(), known));
+        self.draft.push(Change::Run {
+            id: id.to_owned(),
+            cap,
+            at,
+        });
+        Ok(())
+    }
+
+    /// Forgets run `id` and its counter.
+    fn forget_run(&mut self, id: &str) {
+        let run = self.runs.remove(id);
+        self.undo.push(Undo::Run(id.to_owned(), run));
+        let key = key_of(ScopeKind::Run, id, "total");
+        let counter = self.counters.remove(&key);
+        self.undo.push(Undo::Counter(key, counter));
+        self.draft.push(Change::ForgetRun { id: id.to_owned() });
+    }
+
+    fn adjusted(&mut self, exec_id: &str, applied: AppliedAdjustment, forget_at: i64) {
+        let row = Adjusted {
+            exec_id: exec_id.to_owned(),
+            key_id: applied.key.clone(),
+            org_id: applied.org.clone(),
+            key_period_id: applied.key_period_id.clone(),
+            org_period_id: applied.org_period_id.clone(),
+            key_spent: applied.key_spent,
+            forget_at,
+        };
+        self.adjustments
+            .insert(exec_id.to_owned(), (applied, self.next_seq));
+        self.undo.push(Undo::Adjustment(exec_id.to_owned()));
+        self.draft.push(Change::Adjusted(row));
+    }
+}
+
 /// The counter of one scope and period, read from the file the first time.
 fn counter_entry<'a>(
-    counters: &'a mut HashMap<String, Counter>,
+    counters: &'a mut HashMap<String, Kept>,
     file: &Connection,
     kind: ScopeKind,
     id: &str,
     period_id: &str,
-) -> Sql<&'a mut Counter> {
+) -> Sql<&'a mut Kept> {
     use hashbrown::hash_map::Entry;
     Ok(match counters.entry(key_of(kind, id, period_id)) {
         Entry::Occupied(found) => found.into_mut(),
@@ -686,7 +691,7 @@ fn counter_entry<'a>(
                 })
                 .optional()?
                 .unwrap_or_default();
-            missing.insert(Counter {
+            missing.insert(Kept {
                 spent,
                 reserved,
                 seq: 0,
@@ -730,12 +735,6 @@ fn key_of(kind: ScopeKind, id: &str, period_id: &str) -> String {
         key.push_str(part);
     }
     key
-}
-
-/// `MAX(value + by, 0)`, as the memory store's saturating arithmetic.
-fn moved(value: UsdMicros, by: UsdMicrosDelta) -> UsdMicros {
-    let after = i128::from(value) + i128::from(by);
-    UsdMicros::try_from(after.max(0)).unwrap_or(UsdMicros::MAX)
 }
 
 /// The hash [`Desk`] knows an exec id by. Two ids with one hash only cost

@@ -1,53 +1,17 @@
-//! A call's reservation record as the rules read it (`books`), and as the
-//! file keeps it: one `reservations` row ([`Row`]), from reserve until it
-//! is forgotten, a retry horizon after it closed.
+//! A call's reservation record (`budget::books::Record`) as the file keeps
+//! it: one `reservations` row ([`Row`]), from reserve until it is
+//! forgotten, a retry horizon after it closed.
 
-use chrono::{DateTime, TimeZone, Utc};
 use rusqlite::{Connection, OptionalExtension};
 
 use super::change::{Row, ROW_COLUMNS};
-use crate::budget::{run_id_of, Denial, LedgerStatus, ScopeKind, SettleOutcome, Settlement};
-use crate::money::{UsdMicros, MAX_USD_MICROS};
+pub(super) use crate::budget::books::record::{from_millis, millis};
+use crate::budget::books::{Charge, Record, RecordState};
+use crate::budget::{Denial, LedgerStatus, ScopeKind, SettleOutcome};
+use crate::money::MAX_USD_MICROS;
 use crate::period::Period;
 
 type Sql<T> = rusqlite::Result<T>;
-
-#[derive(Clone, Debug)]
-pub(super) struct Record {
-    pub state: RecordState,
-    pub amount: UsdMicros,
-    pub key: Charge,
-    pub org: Option<Charge>,
-    pub run: Option<Charge>,
-    /// Unix milliseconds, as are the other times.
-    pub started_at: i64,
-    pub deadline: i64,
-    pub ttl_ms: i64,
-    /// Set once closed: when the record may be forgotten.
-    pub forget_at: Option<i64>,
-    pub claim: Option<String>,
-    /// The model the call was for; empty for a row written before the
-    /// column existed.
-    pub model: String,
-}
-
-#[derive(Clone, Debug)]
-pub(super) enum RecordState {
-    Denied(Denial),
-    Open,
-    /// With what its expiry charged.
-    Expired(UsdMicros),
-    Settled(SettleOutcome),
-}
-
-/// A scope charged by a reservation, in the period current at reserve time.
-#[derive(Clone, Debug)]
-pub(super) struct Charge {
-    pub kind: ScopeKind,
-    pub id: String,
-    pub period_id: String,
-    pub cap: UsdMicros,
-}
 
 impl Record {
     /// The record of `exec_id` in the file, if it has one.
@@ -59,26 +23,6 @@ impl Record {
             .query_row([exec_id], Row::from_sql)
             .optional()?;
         row.as_ref().map(Record::from_row).transpose()
-    }
-
-    pub(super) fn is_open(&self) -> bool {
-        matches!(self.state, RecordState::Open)
-    }
-
-    pub(super) fn charges(&self) -> impl Iterator<Item = &Charge> {
-        std::iter::once(&self.key)
-            .chain(self.org.as_ref())
-            .chain(self.run.as_ref())
-    }
-
-    /// The run id the client named, without its key.
-    pub(super) fn run_id(&self) -> Option<String> {
-        self.run.as_ref().map(|run| run_id_of(&run.id).to_owned())
-    }
-
-    pub(super) fn is_owned_by(&self, settlement: &Settlement) -> bool {
-        self.key.id == settlement.key
-            && self.org.as_ref().map(|org| org.id.as_str()) == settlement.org.as_deref()
     }
 
     pub(super) fn from_row(row: &Row) -> Sql<Record> {
@@ -209,16 +153,6 @@ pub(super) fn kind_from(text: &str) -> Sql<ScopeKind> {
 /// A value in the file this binary does not understand.
 pub(super) fn invalid(what: String) -> rusqlite::Error {
     rusqlite::Error::InvalidColumnType(0, what, rusqlite::types::Type::Text)
-}
-
-pub(super) fn millis(at: DateTime<Utc>) -> i64 {
-    at.timestamp_millis()
-}
-
-pub(super) fn from_millis(ms: i64) -> DateTime<Utc> {
-    Utc.timestamp_millis_opt(ms)
-        .single()
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 #[cfg(test)]

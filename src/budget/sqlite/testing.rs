@@ -5,23 +5,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{schema, upkeep, writer, Clock, Rules, Settings, SqliteStore};
+use super::{schema, upkeep, writer, Clock, SqliteStore};
 use crate::budget::memory::testing::ManualClock;
-use crate::budget::{
-    LedgerEntry, OnExpiry, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
-};
-use crate::money::UsdMicros;
+use crate::budget::{LedgerEntry, Rules, StoreError};
 
 impl SqliteStore {
     /// A store on the file at `path` (waiting for a store on it that was
     /// just dropped to let go) whose every deadline and period id
     /// comes from `clock`.
-    pub(crate) fn with_clock(
-        path: &Path,
-        settle_epsilon: UsdMicros,
-        on_expiry: OnExpiry,
-        clock: Arc<ManualClock>,
-    ) -> Self {
+    pub(crate) fn with_clock(path: &Path, rules: Rules, clock: Arc<ManualClock>) -> Self {
         // A store on the same file dropped just before may still be letting
         // go of it on its writer thread.
         let mut tries = 0;
@@ -34,22 +26,7 @@ impl SqliteStore {
                 opened => break opened.unwrap(),
             }
         };
-        Self::start_owner(
-            conn,
-            lock,
-            Clock::Manual(clock),
-            path,
-            Settings {
-                rules: Rules {
-                    epsilon: settle_epsilon,
-                    on_expiry,
-                    closed_ms: super::millis(DEFAULT_CLOSED_RECORD),
-                    run_ttl_ms: 86_400_000,
-                },
-                ledger_retention: DEFAULT_LEDGER_RETENTION,
-            },
-        )
-        .unwrap()
+        Self::start_owner(conn, lock, Clock::Manual(clock), path, rules).unwrap()
     }
 
     /// Every ledger entry not yet folded, oldest first.

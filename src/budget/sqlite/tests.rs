@@ -11,30 +11,36 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use rusqlite::Connection;
 
-use super::books::{self, Rules};
 use super::desk::Desk;
 use super::journal::Journal;
 use super::schema::{self, lock_path, SCHEMA_VERSION};
+use crate::budget::books;
 use std::sync::mpsc::Sender;
 
 use super::writer::{self, Db, Msg, Writer};
 use super::{Clock, SqliteOpenError, SqliteStore};
 use crate::budget::memory::testing::ManualClock;
 use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
+use crate::budget::Books;
+use crate::budget::Records;
+use crate::budget::Reports;
+use crate::budget::Upkeep;
 use crate::budget::{
-    LedgerStatus, OnExpiry, Period, ReserveOutcome, ReserveRequest, Scope, ScopeKind, Settlement,
-    SpendQuery, SpendRow, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION,
+    LedgerStatus, Period, ReserveOutcome, ReserveRequest, Rules, Scope, ScopeKind, Settlement,
+    SpendQuery, SpendRow, StoreError,
 };
 use crate::usage::Usage;
 
 fn open(path: &Path) -> Result<SqliteStore, SqliteOpenError> {
-    SqliteStore::open(
-        path,
-        100,
-        DEFAULT_LEDGER_RETENTION,
-        DEFAULT_CLOSED_RECORD,
-        OnExpiry::Charge,
-    )
+    SqliteStore::open(path, rules())
+}
+
+/// The rules every store here keeps: a settle epsilon of 100 µUSD.
+fn rules() -> Rules {
+    Rules {
+        settle_epsilon: 100,
+        ..Rules::default()
+    }
 }
 
 fn key(cap: u64) -> Scope {
@@ -244,11 +250,11 @@ async fn a_hold_left_by_a_dead_process_expires_at_its_deadline_and_is_charged() 
     let path = db(&dir);
     let start = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
     let clock = Arc::new(ManualClock::new(start));
-    let store = SqliteStore::with_clock(&path, 100, OnExpiry::Charge, clock.clone());
+    let store = SqliteStore::with_clock(&path, rules(), clock.clone());
     store.reserve(&request("held", 2_500)).await.unwrap();
     drop(store);
 
-    let store = SqliteStore::with_clock(&path, 100, OnExpiry::Charge, clock.clone());
+    let store = SqliteStore::with_clock(&path, rules(), clock.clone());
     clock.advance(Duration::from_secs(30));
     assert_eq!(store.sweep().await.unwrap(), 0, "not yet due");
     clock.advance(Duration::from_secs(31));
@@ -933,12 +939,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
     let path = db(&dir);
     let start = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
     let clock = Arc::new(ManualClock::new(start));
-    let rules = Rules {
-        epsilon: 100,
-        on_expiry: OnExpiry::Charge,
-        closed_ms: 120_000,
-        run_ttl_ms: 86_400_000,
-    };
+    let rules = rules();
     // Books written by a binary of version 1: one call settled, one open.
     // That binary kept no spend aggregates: what today's rules add to them
     // goes to a temporary table, gone with this connection.
@@ -961,11 +962,11 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
         )
         .unwrap();
         write_books(&path, &conn, |desk| {
-            books::reserve(desk, rules, &request("a", 4_000), None, start).unwrap();
-            books::settle(desk, rules, &settlement("a", 3_000), start)
+            books::reserve(desk, &rules, &request("a", 4_000), start).unwrap();
+            books::settle(desk, &rules, &settlement("a", 3_000), start)
                 .unwrap()
                 .unwrap();
-            books::reserve(desk, rules, &request("b", 2_000), None, start).unwrap();
+            books::reserve(desk, &rules, &request("b", 2_000), start).unwrap();
         });
         conn.execute_batch(
             "ALTER TABLE ledger DROP COLUMN note;
@@ -982,7 +983,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
         "{error}"
     );
 
-    let store = SqliteStore::with_clock(&path, 100, OnExpiry::Charge, clock);
+    let store = SqliteStore::with_clock(&path, rules, clock);
     let state = store.scope_state(&key(10_000)).await.unwrap();
     assert_eq!((state.spent, state.reserved), (3_000, 2_000));
     let outcome = store.settle(&settlement("b", 1_500)).await.unwrap();
@@ -1066,12 +1067,7 @@ async fn a_version_4_file_is_upgraded_and_its_reservations_name_no_model() {
     let path = db(&dir);
     let start = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
     let clock = Arc::new(ManualClock::new(start));
-    let rules = Rules {
-        epsilon: 100,
-        on_expiry: OnExpiry::Charge,
-        closed_ms: 120_000,
-        run_ttl_ms: 86_400_000,
-    };
+    let rules = rules();
     // A call open in a file written by a binary of version 4. Today's
     // reserve writes the model too: the column is there only while it runs.
     {
@@ -1083,7 +1079,7 @@ async fn a_version_4_file_is_upgraded_and_its_reservations_name_no_model() {
         )
         .unwrap();
         write_books(&path, &conn, |desk| {
-            books::reserve(desk, rules, &request("old", 1_000), None, start).unwrap();
+            books::reserve(desk, &rules, &request("old", 1_000), start).unwrap();
         });
         conn.execute_batch(
             "ALTER TABLE reservations DROP COLUMN model;
@@ -1097,7 +1093,7 @@ async fn a_version_4_file_is_upgraded_and_its_reservations_name_no_model() {
         "{error}"
     );
 
-    let store = SqliteStore::with_clock(&path, 100, OnExpiry::Charge, clock.clone());
+    let store = SqliteStore::with_clock(&path, rules, clock.clone());
     clock.advance(Duration::from_secs(1));
     store.reserve(&request("new", 2_000)).await.unwrap();
     let holds: Vec<(String, String)> = store

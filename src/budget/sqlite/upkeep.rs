@@ -1,5 +1,5 @@
 //! What the writer does to the file besides posting: forgetting closed
-//! records past their retry horizon, folding ledger entries past the
+//! records and adjustments past their retry horizon, folding ledger entries past the
 //! ledger's retention into their counters, and reading the books back
 //! whole for `tollgate reconcile`.
 
@@ -34,6 +34,12 @@ pub(super) fn forget_due(conn: &Connection, now: DateTime<Utc>) -> Sql<Vec<Strin
             .execute([millis(now)])?;
     }
     Ok(due)
+}
+
+/// Forgets the adjustments applied longer ago than the retry horizon.
+pub(super) fn forget_adjustments(conn: &Connection, now: DateTime<Utc>) -> Sql<usize> {
+    conn.prepare_cached("DELETE FROM adjustments WHERE forget_at <= ?1")?
+        .execute([millis(now)])
 }
 
 /// Moves the ledger entries booked before `cutoff` into the folded sums of

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use tollgate::budget::{OnExpiry, Reconciliation, RedisStore, DEFAULT_LEDGER_RETENTION};
+use tollgate::budget::{Reconciliation, RedisStore, Rules, Upkeep};
 // Ledger amounts are signed; tests compare them with unsigned costs.
 #[allow(unused_imports)]
 pub use tollgate::money::delta;
@@ -369,15 +369,13 @@ impl UnsweptGateway {
         let tollgate::config::StoreBackend::Redis { url, tls } = &config.store.backend else {
             panic!("a Redis config");
         };
-        let store = RedisStore::connect_tls(
-            url.expose(),
-            tls,
-            config.store.settle_epsilon,
-            config.store.ledger_buffer,
-            config.store.on_expiry,
-        )
-        .await
-        .unwrap();
+        let rules = Rules {
+            ledger_retention: config.store.ledger_buffer,
+            ..Rules::of(&config.store)
+        };
+        let store = RedisStore::connect_tls(url.expose(), tls, rules)
+            .await
+            .unwrap();
         for key in &config.keys {
             store.track_key(&key.id, key.org.as_deref());
         }
@@ -543,21 +541,23 @@ where
 
 /// A store handle on `url`, to read the books the gateways wrote.
 pub async fn store(url: &str) -> RedisStore {
-    RedisStore::connect(url, 100, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
-        .await
-        .unwrap()
+    let rules = Rules {
+        settle_epsilon: 100,
+        ..Rules::default()
+    };
+    RedisStore::connect(url, rules).await.unwrap()
 }
 
 /// Reconciles `tags`: every row must have zero drift and no open
 /// reservation. Returns the rows.
 pub async fn assert_books_balance(store: &RedisStore, tags: &[String]) -> Vec<Reconciliation> {
-    let rows = store.reconcile(tags).await.unwrap();
+    let rows = store.reconcile_in(tags).await.unwrap();
     assert!(!rows.is_empty(), "no books under {tags:?}");
     for row in &rows {
         assert_eq!(row.drift(), 0, "drift in {row:?}");
         assert_eq!(row.open, 0, "open reservation in {row:?}");
     }
-    assert_eq!(store.open_reservations(tags).await.unwrap(), (0, 0));
+    assert_eq!(store.open_reservations_in(tags).await.unwrap(), (0, 0));
     rows
 }
 

@@ -8,10 +8,11 @@ use super::*;
 const KEEP: Duration = Duration::from_millis(800);
 
 async fn connect() -> RedisStore {
-    RedisStore::connect(SHARED_URL, 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
-        .await
-        .unwrap()
-        .with_closed_record(KEEP)
+    let rules = Rules {
+        closed_record: KEEP,
+        ..Rules::default()
+    };
+    RedisStore::connect(SHARED_URL, rules).await.unwrap()
 }
 
 /// The keys of a key without an org: its tag is `key:<id>`.

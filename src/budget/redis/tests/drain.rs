@@ -12,9 +12,15 @@ async fn connect(ledger_buffer: Duration) -> RedisStore {
 }
 
 async fn connect_to(url: &str, ledger_buffer: Duration) -> RedisStore {
-    RedisStore::connect(url, 0, ledger_buffer, OnExpiry::Charge)
-        .await
-        .unwrap()
+    RedisStore::connect(
+        url,
+        Rules {
+            ledger_retention: ledger_buffer,
+            ..Rules::default()
+        },
+    )
+    .await
+    .unwrap()
 }
 
 fn org_scope() -> Scope {
@@ -38,7 +44,7 @@ async fn call(store: &RedisStore, key: &Scope, org: &Scope, actual: UsdMicros) {
 
 /// The key's and the org's rows: (folded, ledger), each checked to balance.
 async fn books(store: &RedisStore, tag: &str) -> Vec<(ScopeKind, i64, i64)> {
-    let rows = store.reconcile(&[tag.to_owned()]).await.unwrap();
+    let rows = store.reconcile_in(&[tag.to_owned()]).await.unwrap();
     assert_eq!(rows.len(), 2, "{rows:?}");
     rows.iter()
         .map(|row| {
@@ -176,7 +182,10 @@ async fn entries_no_sink_took_are_folded_once_past_the_ledger_buffer() {
         left.iter().map(|entry| entry.actual).collect::<Vec<_>>(),
         [50]
     );
-    let rows = store.reconcile(std::slice::from_ref(&tag)).await.unwrap();
+    let rows = store
+        .reconcile_in(std::slice::from_ref(&tag))
+        .await
+        .unwrap();
     // The key's day may have changed with the clock: one row per period.
     for row in &rows {
         assert_eq!(row.drift(), 0, "{row:?}");

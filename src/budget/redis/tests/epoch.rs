@@ -5,11 +5,10 @@
 //! creation of `tg:meta` do not.
 
 use super::*;
+use crate::budget::Records;
 
 async fn connect(url: &str) -> RedisStore {
-    RedisStore::connect(url, 0, DEFAULT_LEDGER_RETENTION, OnExpiry::Charge)
-        .await
-        .unwrap()
+    RedisStore::connect(url, Rules::default()).await.unwrap()
 }
 
 /// A tg:meta field, '' when absent.

@@ -1,0 +1,275 @@
+//! Reserve: hold the most of a call's range that every scope allows, all or
+//! nothing; and what reading a scope or a run, and forgetting idle runs,
+//! take from the books.
+
+use chrono::{DateTime, Utc};
+
+use super::record::{millis, Charge, Record, RecordState};
+use super::{BookState, Counter};
+use crate::budget::{
+    ClaimedReserve, Denial, Level, ReserveOutcome, ReserveRequest, Rules, RunScope, RunState,
+    Scope, ScopeKind, ScopeState,
+};
+use crate::money::{delta, UsdMicros, MAX_USD_MICROS};
+use crate::period::Period;
+
+/// Whether a reserve of `exec_id` under `claim` repeats a request still in
+/// flight: the claim is held by another exec id whose reservation is open
+/// and not past its deadline. The gateway's own retry (a known exec id) is
+/// never a duplicate.
+fn is_duplicate<B: BookState>(
+    books: &mut B,
+    exec_id: &str,
+    claim: &str,
+    now: i64,
+) -> Result<bool, B::Error> {
+    if books.record(exec_id)?.is_some() {
+        return Ok(false);
+    }
+    Ok(books
+        .claimed_until(claim)
+        .is_some_and(|deadline| deadline > now))
+}
+
+/// Reserves the most of `[req.min_amount, req.amount]` that the key, its
+/// org and its run all allow, all or nothing; a retry (a known exec id)
+/// gets the first answer.
+pub(crate) fn reserve<B: BookState>(
+    books: &mut B,
+    rules: &Rules,
+    req: &ReserveRequest,
+    now: DateTime<Utc>,
+) -> Result<ReserveOutcome, B::Error> {
+    reserve_taking(books, rules, req, None, now)
+}
+
+/// Reserves like [`reserve`], unless an open reservation under another
+/// exec id holds `claim` (the same request still in flight): then nothing
+/// is charged or remembered. A new reservation takes the claim.
+pub(crate) fn reserve_claimed<B: BookState>(
+    books: &mut B,
+    rules: &Rules,
+    req: &ReserveRequest,
+    claim: &str,
+    now: DateTime<Utc>,
+) -> Result<ClaimedReserve, B::Error> {
+    if is_duplicate(books, &req.exec_id, claim, millis(now))? {
+        return Ok(ClaimedReserve::Duplicate);
+    }
+    Ok(ClaimedReserve::Ran(reserve_taking(
+        books,
+        rules,
+        req,
+        Some(claim),
+        now,
+    )?))
+}
+
+/// [`reserve`], the new reservation taking `claim`.
+fn reserve_taking<B: BookState>(
+    books: &mut B,
+    rules: &Rules,
+    req: &ReserveRequest,
+    claim: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<ReserveOutcome, B::Error> {
+    let now_ms = millis(now);
+    if let Some(record) = books.record(&req.exec_id)? {
+        return Ok(match record.state {
+            RecordState::Denied(denial) => ReserveOutcome::Denied(denial),
+            _ => ReserveOutcome::Reserved {
+                amount: record.amount,
+                levels: Vec::new(),
+            },
+        });
+    }
+    let run = match &req.run {
+        Some(run) => match run_scope(books, run)? {
+            Ok(scope) => Some(scope),
+            Err(cap) => return Ok(ReserveOutcome::RunCapConflict { cap }),
+        },
+        None => None,
+    };
+    let key = charge(&req.key, now);
+    let org = req.org.as_ref().map(|org| charge(org, now));
+    let run_charge = run.as_ref().map(|run| Charge {
+        cap: MAX_USD_MICROS,
+        ..charge(run, now)
+    });
+    let scopes: Vec<(&Scope, &Charge)> = std::iter::once((&req.key, &key))
+        .chain(req.org.as_ref().zip(org.as_ref()))
+        .chain(run.as_ref().zip(run_charge.as_ref()))
+        .collect();
+    let before = scopes
+        .iter()
+        .map(|(scope, charge)| committed(books, scope.kind, &scope.id, &charge.period_id))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Not even the least amount fits: the key is checked first, so when
+    // several would deny, the key is named, then the org.
+    let denial = scopes
+        .iter()
+        .zip(&before)
+        .find_map(|((scope, _), committed)| check(scope, *committed, req.min_amount, now));
+    // Every scope has room for the least: hold the most they all allow.
+    let amount = scopes
+        .iter()
+        .zip(&before)
+        .fold(req.amount, |amount, ((scope, _), committed)| {
+            amount.min(scope.cap.saturating_sub(*committed))
+        });
+    let mut levels = Vec::with_capacity(scopes.len());
+    if denial.is_none() {
+        for ((scope, charge), committed) in scopes.iter().zip(before) {
+            books.move_counter(scope.kind, &scope.id, &charge.period_id, 0, delta(amount))?;
+            levels.push(Level {
+                kind: scope.kind,
+                period_id: charge.period_id.clone(),
+                committed: committed.saturating_add(amount),
+            });
+        }
+    }
+    let ttl_ms = i64::try_from(req.ttl.as_millis()).unwrap_or(i64::MAX);
+    books.put(
+        &req.exec_id,
+        Record {
+            state: match &denial {
+                Some(denial) => RecordState::Denied(denial.clone()),
+                None => RecordState::Open,
+            },
+            amount,
+            key,
+            org,
+            run: run_charge,
+            started_at: now_ms,
+            deadline: now_ms.saturating_add(ttl_ms),
+            ttl_ms,
+            // A denial is closed at once, remembered for retries.
+            forget_at: denial
+                .as_ref()
+                .map(|_| now_ms.saturating_add(rules.closed_ms())),
+            claim: claim.filter(|_| denial.is_none()).map(str::to_owned),
+            model: req.model.clone(),
+        },
+    );
+    if let Some(denial) = denial {
+        return Ok(ReserveOutcome::Denied(denial));
+    }
+    if let Some(run) = &req.run {
+        books.touch_run(&run.id, run.cap, now_ms)?;
+    }
+    if let Some(claim) = claim {
+        books.take_claim(claim, &req.exec_id);
+    }
+    Ok(ReserveOutcome::Reserved { amount, levels })
+}
+
+/// The scope in its period current at `now`, with its cap.
+fn charge(scope: &Scope, now: DateTime<Utc>) -> Charge {
+    Charge {
+        kind: scope.kind,
+        id: scope.id.clone(),
+        period_id: scope.period.id_at(now),
+        cap: scope.cap,
+    }
+}
+
+/// The run as a scope with the cap its first call fixed, or, when this
+/// call names another cap, `Err` with the fixed one.
+fn run_scope<B: BookState>(
+    books: &mut B,
+    run: &RunScope,
+) -> Result<Result<Scope, Option<UsdMicros>>, B::Error> {
+    let cap = match books.run_cap(&run.id)? {
+        Some(fixed) if run.cap.is_some() && run.cap != fixed => return Ok(Err(fixed)),
+        Some(fixed) => fixed,
+        None => run.cap,
+    };
+    Ok(Ok(Scope {
+        kind: ScopeKind::Run,
+        id: run.id.clone(),
+        cap: cap.unwrap_or(MAX_USD_MICROS),
+        period: Period::Total,
+    }))
+}
+
+/// The denial if `amount` does not fit under the scope's cap, with
+/// `committed` already held in its period.
+fn check(
+    scope: &Scope,
+    committed: UsdMicros,
+    amount: UsdMicros,
+    now: DateTime<Utc>,
+) -> Option<Denial> {
+    let fits = committed
+        .checked_add(amount)
+        .is_some_and(|total| total <= scope.cap);
+    (!fits).then(|| Denial {
+        kind: scope.kind,
+        id: scope.id.clone(),
+        period: scope.period,
+        cap: scope.cap,
+        remaining: scope.cap.saturating_sub(committed),
+        resets_at: scope.period.resets_at(now),
+    })
+}
+
+/// `spent + reserved` of one scope and period.
+pub(super) fn committed<B: BookState>(
+    books: &mut B,
+    kind: ScopeKind,
+    id: &str,
+    period_id: &str,
+) -> Result<UsdMicros, B::Error> {
+    Ok(books.counter(kind, id, period_id)?.committed())
+}
+
+/// Forgets the runs without a call for the run TTL and with nothing
+/// reserved: their counters and what is remembered of them. Returns how
+/// many.
+pub(crate) fn forget_idle_runs<B: BookState>(
+    books: &mut B,
+    rules: &Rules,
+    now: DateTime<Utc>,
+) -> Result<usize, B::Error> {
+    let cutoff = millis(now).saturating_sub(rules.run_ttl_ms());
+    let mut forgotten = 0;
+    for id in books.runs_idle_since(cutoff)? {
+        if books.counter(ScopeKind::Run, &id, "total")?.reserved == 0 {
+            books.forget_run(&id);
+            forgotten += 1;
+        }
+    }
+    Ok(forgotten)
+}
+
+/// A run's cap and counters, if it is remembered.
+pub(crate) fn run_state<B: BookState>(
+    books: &mut B,
+    id: &str,
+) -> Result<Option<RunState>, B::Error> {
+    let Some(cap) = books.run_cap(id)? else {
+        return Ok(None);
+    };
+    let Counter { spent, reserved } = books.counter(ScopeKind::Run, id, "total")?;
+    Ok(Some(RunState {
+        cap,
+        spent,
+        reserved,
+    }))
+}
+
+/// The scope's counters in the period current at `now`.
+pub(crate) fn scope_state<B: BookState>(
+    books: &mut B,
+    scope: &Scope,
+    now: DateTime<Utc>,
+) -> Result<ScopeState, B::Error> {
+    let period_id = scope.period.id_at(now);
+    let Counter { spent, reserved } = books.counter(scope.kind, &scope.id, &period_id)?;
+    Ok(ScopeState {
+        period_id,
+        spent,
+        reserved,
+        resets_at: scope.period.resets_at(now),
+    })
+}
