@@ -107,6 +107,7 @@ fn sha(raw: &str) -> String {
 }
 
 pub async fn start(setup: Setup) -> Harness {
+    crate::limits::raise_open_files();
     let mock = tollgate_mock::spawn(setup.mock.clone()).await.unwrap();
     let prices = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml");
     let config_text = format!(

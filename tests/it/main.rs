@@ -1,8 +1,14 @@
-//! The gateway's integration tests, in one binary: each module was once a
-//! test target of its own, and they now share one build and one link of
-//! the library. They start the real server (in process or as the built
-//! `tollgate` binary) and a mock provider on port 0 and speak HTTP, so
-//! they run side by side in this process.
+//! The gateway's integration tests, in one binary, one module per area:
+//! the library is built and linked once for all of them. They start the
+//! real server (in process or as the built `tollgate` binary) and a mock
+//! provider on port 0 and speak HTTP.
+//!
+//! They run side by side in one process, so none of them changes what the
+//! process shares for its own sake: no test sets an environment variable
+//! or a signal handler, each Redis test keeps to hash tags of its own, and
+//! the one process-wide setting, the open-files limit, is raised once for
+//! every test (`limits`). Child processes get their own settings
+//! (`prlimit`, `Command::env`).
 //!
 //! Support:
 //!
@@ -10,12 +16,13 @@
 //!   store.
 //! - `redis_support`: gateway processes on a config written for the test,
 //!   the Redis servers a test owns (`redis_support::servers`), and the
-//!   Redis this process starts for the tests that share one, each under
-//!   hash tags of its own.
+//!   Redis this process starts for the tests that share one.
+//! - `limits`: the open-files limit every test of this process shares.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+mod limits;
 mod redis_support;
 
 mod absurd_usage;

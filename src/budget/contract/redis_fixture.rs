@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::Fixture;
-use crate::budget::redis::testing::{cluster, SHARED_URL};
+use crate::budget::redis::testing::{cluster, shared_url};
 use crate::budget::Reports;
 use crate::budget::{BudgetStore, LedgerEntry, OnExpiry, Reconciliation, RedisStore};
 use crate::money::UsdMicros;
@@ -32,7 +32,7 @@ pub(super) struct RedisFixture {
 }
 
 pub(super) async fn redis_fixture(on_expiry: OnExpiry) -> RedisFixture {
-    fixture_on(SHARED_URL, on_expiry).await
+    fixture_on(shared_url(), on_expiry).await
 }
 
 pub(super) async fn cluster_fixture(on_expiry: OnExpiry) -> RedisFixture {

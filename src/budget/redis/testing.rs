@@ -2,13 +2,12 @@
 //! (`tests/it/redis_support/servers.rs`, a lone `redis-server` on a free
 //! loopback port and a 3-primary Redis Cluster), one lone server shared by
 //! every unit test of the binary that needs no server of its own
-//! ([`SHARED_URL`]), and one cluster shared the same way.
+//! ([`shared_url`]), and one cluster shared the same way.
 //!
 //! The shared servers live in statics, whose destructors never run, so a
 //! watchdog kills them (and removes their files) once this test process is
 //! gone.
 
-use std::ops::Deref;
 use std::sync::OnceLock;
 
 // The integration tests use the parts the unit tests do not.
@@ -18,20 +17,11 @@ mod servers;
 
 pub use servers::{cluster_url, free_port, redis_cli, Cluster, RedisServer};
 
-/// The URL of the server shared by this process's unit tests: a
-/// `redis-server` on a free port, started on first use. It derefs to the
-/// URL, so it goes wherever a `&str` does.
-pub const SHARED_URL: &SharedUrl = &SharedUrl;
-
-/// See [`SHARED_URL`].
-pub struct SharedUrl;
-
-impl Deref for SharedUrl {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        servers::shared().url()
-    }
+/// The URL of the server shared by this process's unit tests that need no
+/// server of their own: a `redis-server` on a free port, started on first
+/// use.
+pub fn shared_url() -> &'static str {
+    servers::shared().url()
 }
 
 /// The cluster shared by every test of this binary, started on first use.

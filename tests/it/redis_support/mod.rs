@@ -53,6 +53,7 @@ pub fn unique(prefix: &str) -> String {
 /// The mock provider, answering only with the provider key.
 /// Streams are paced per call with `mock:sleep_ms`.
 pub async fn mock() -> MockServer {
+    crate::limits::raise_open_files();
     tollgate_mock::spawn(MockOptions {
         expect_key: Some(PROVIDER_KEY.to_owned()),
         ..MockOptions::default()
