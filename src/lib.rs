@@ -10,7 +10,7 @@
 //! # Layout
 //!
 //! From the door inwards; each module imports only those below it
-//! (`tests/module_loops.rs` keeps it so):
+//! (`tests/it/module_loops.rs` keeps it so):
 //!
 //! - [`server`] accepts connections and routes each request: proxied calls
 //!   to [`proxy`], the admin API to [`admin`], the rest to [`endpoints`]

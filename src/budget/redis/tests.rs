@@ -396,7 +396,11 @@ async fn starts_while_redis_is_down_and_recovers_when_it_returns() {
         Err(StoreError::Unavailable(_) | StoreError::Timeout)
     ));
 
-    let mut server = RedisServer::stopped_on(port, &["--appendonly", "yes"]);
+    // Each write reaches the append-only file before its reply, so the kill
+    // below loses none, however busy the disk (`everysec` would postpone
+    // them).
+    let extra = ["--appendonly", "yes", "--appendfsync", "always"];
+    let mut server = RedisServer::stopped_on(port, &extra);
     server.restart();
     await_ping(&store).await;
     let req = request(&key, 100);
