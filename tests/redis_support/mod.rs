@@ -347,6 +347,7 @@ fn listening_addr(line: &str) -> Option<String> {
 pub struct UnsweptGateway {
     pub url: String,
     _shutdown: tokio::sync::oneshot::Sender<()>,
+    _running: tollgate::server::Running,
 }
 
 impl UnsweptGateway {
@@ -371,25 +372,27 @@ impl UnsweptGateway {
         for key in &config.keys {
             store.track_key(&key.id, key.org.as_deref());
         }
-        let gateway = tokio::task::spawn_blocking(move || {
-            tollgate::gateway::Gateway::new(config, tollgate::budget::BudgetStore::Redis(store))
-        })
-        .await
-        .unwrap()
-        .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(tollgate::server::run(
+        let running = tollgate::server::start(
+            config,
+            tollgate::budget::BudgetStore::Redis(store),
             listener,
-            Arc::new(gateway),
             async move {
                 let _ = stopped.await;
             },
-        ));
+            tollgate::server::Options {
+                sweep_every: None,
+                ..tollgate::server::Options::default()
+            },
+        )
+        .await
+        .unwrap();
         UnsweptGateway {
             url,
             _shutdown: shutdown,
+            _running: running,
         }
     }
 }

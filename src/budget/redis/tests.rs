@@ -19,7 +19,7 @@ use super::testing::{
 use super::*;
 use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
 use crate::budget::Records;
-use crate::budget::{LedgerStatus, Period, DEFAULT_LEDGER_RETENTION};
+use crate::budget::{LedgerStatus, Period, Upkeep, DEFAULT_LEDGER_RETENTION};
 use crate::usage::Usage;
 
 const PERIODS: [Period; 5] = [
