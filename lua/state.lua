@@ -2,7 +2,7 @@
 
 KEYS: the seven keys of the tag (see common.lua); only KEYS[1] (spend) is read.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
-      DESIGN.md's key per reservation: the lazy sweep then never touches a
+      a key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
 ARGV, read by name as `argv.<name>`: the names and their order are
 `StateArgs` in src/budget/redis/scripts.rs, which binds them in front of

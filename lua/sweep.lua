@@ -5,7 +5,7 @@ ledger entries past the ledger buffer into their counters' folded sums
 KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
       done.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
-      DESIGN.md's key per reservation: the lazy sweep then never touches a
+      a key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
 ARGV, read by name as `argv.<name>`: the names and their order are
 `SweepArgs` in src/budget/redis/scripts.rs, which binds them in front of

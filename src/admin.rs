@@ -1,4 +1,4 @@
-//! The admin API (`/admin/v1/…`, DESIGN.md "Control plane"): keys and orgs
+//! The admin API (`/admin/v1/…`, docs/admin.md): keys and orgs
 //! made, changed and deleted at run time, the audit trail of those
 //! changes, adjustments (refunds and charges by hand) and the open holds.
 //!

@@ -2,9 +2,11 @@
 //! given and routes each request — proxied calls to [`crate::proxy`], the
 //! admin API to [`crate::admin`] (on a listener of its own when
 //! `server.admin_listen` is set), the gateway's own endpoints to
-//! [`crate::endpoints`]. While it serves, the keys and orgs are kept up to
-//! date with the store ([`crate::directory`]). On shutdown it stops
-//! accepting and waits for every in-flight call to finish and settle.
+//! [`crate::endpoints`]. [`start`] is the one way to run it: it starts the
+//! background tasks beside it (the sweep, the ledger drain, the keys and
+//! orgs kept up to date with the store, alert delivery). On shutdown it
+//! stops accepting and waits for every in-flight call to finish and
+//! settle.
 //!
 //! Connections are bounded: beyond `server.max_connections` a new one is
 //! closed at once, and [`watch`] closes one that is slow to send its

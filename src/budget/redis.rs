@@ -21,8 +21,8 @@
 //! without its data has lost both, and the store fails closed until an
 //! operator accepts a new epoch (`meta`).
 //!
-//! DESIGN.md sketches one Redis key per reservation (`tg:{acme}:res:<id>`);
-//! the lazy expiry inside `reserve` would then touch reservation keys not
+//! One Redis key per reservation (`tg:{acme}:res:<id>`) would be simpler,
+//! but the lazy expiry inside `reserve` would then touch reservation keys not
 //! passed in `KEYS`, which a Redis Cluster forbids. A fixed set of keys per
 //! tag keeps every script in one slot with every key declared.
 //!
@@ -83,6 +83,13 @@ use chrono::{DateTime, Utc};
 pub use connection::RedisUrlError;
 pub use drain::StreamEntry;
 pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
+
+/// The SHA1 Redis knows the script of `lua/<name>.lua` by, as this build
+/// sends it (EVALSHA's first argument in `MONITOR`, what `SCRIPT EXISTS`
+/// takes); `None` for no such script.
+pub fn script_sha(name: &str) -> Option<String> {
+    Scripts::new().sha(name).map(str::to_owned)
+}
 
 use super::{
     run_key_of, tag_for, AdjustOutcome, Adjustment, Books, ClaimedReserve, OpenHold,

@@ -598,26 +598,7 @@ pub fn chat_usage(body: &Value) -> Usage {
     }
 }
 
-/// The SHA Redis knows each script by: `lua/common.lua` and the script's
-/// body, as the store loads them (the body alone for `mark_epoch`, which
-/// stands alone).
+/// The SHA Redis knows a script by, as the gateway sends it.
 pub fn script_sha(script: &str) -> String {
-    if script == "mark_epoch" {
-        let body = include_str!("../../lua/mark_epoch.lua");
-        return redis::Script::new(body).get_hash().to_owned();
-    }
-    let common = include_str!("../../lua/common.lua");
-    // The scripts that trim the ledger have fold.lua between the two.
-    let fold = format!("\n{}", include_str!("../../lua/fold.lua"));
-    let (fold, body) = match script {
-        "reserve" => ("", include_str!("../../lua/reserve.lua")),
-        "settle" => ("", include_str!("../../lua/settle.lua")),
-        "sweep" => (fold.as_str(), include_str!("../../lua/sweep.lua")),
-        "drain" => (fold.as_str(), include_str!("../../lua/drain.lua")),
-        "state" => ("", include_str!("../../lua/state.lua")),
-        other => panic!("no script {other}"),
-    };
-    redis::Script::new(&format!("{common}{fold}\n{body}"))
-        .get_hash()
-        .to_owned()
+    tollgate::budget::redis::script_sha(script).unwrap_or_else(|| panic!("no script {script}"))
 }

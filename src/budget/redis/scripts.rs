@@ -134,6 +134,32 @@ impl Scripts {
     }
 }
 
+impl Scripts {
+    /// The SHA1 Redis knows a script by (EVALSHA's first argument, as
+    /// `MONITOR` and `SCRIPT EXISTS` show it), by its file's name without
+    /// `.lua`.
+    pub fn sha(&self, name: &str) -> Option<&str> {
+        let script = match name {
+            "reserve" => &self.reserve,
+            "settle" => &self.settle,
+            "adjust" => &self.adjust,
+            "sweep" => &self.sweep,
+            "drain" => &self.drain,
+            "state" => &self.state,
+            "snapshot" => &self.snapshot,
+            "meta" => &self.meta,
+            "accept_epoch" => &self.accept_epoch,
+            "mark_epoch" => &self.mark_epoch,
+            "migrate_layout_1" => &self.migrate_layout_1,
+            "migrate_layout_2" => &self.migrate_layout_2,
+            "record_write" => &self.record_write,
+            "records" => &self.records,
+            _ => return None,
+        };
+        Some(script.get_hash())
+    }
+}
+
 pub(super) const RESERVE: &str = include_str!("../../../lua/reserve.lua");
 pub(super) const SETTLE: &str = include_str!("../../../lua/settle.lua");
 pub(super) const ADJUST: &str = include_str!("../../../lua/adjust.lua");

@@ -3,7 +3,7 @@
 //! second gateway) or as a reader beside a running gateway (`tollgate
 //! reconcile`).
 //!
-//! The tables are documented for operators (README, "The SQLite store"):
+//! The tables are documented for operators (docs/stores.md, "The SQLite store"):
 //! `ledger` may be queried read-only while the gateway runs.
 
 use std::fs::{File, OpenOptions, TryLockError};

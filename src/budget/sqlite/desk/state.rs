@@ -7,6 +7,7 @@ use std::hash::BuildHasher;
 use rusqlite::OptionalExtension;
 
 use super::*;
+use crate::budget::sqlite::counters::{self, key_of};
 
 /// The rules (`budget::books`) decide on the desk: what it does not hold
 /// it reads from the file, and every change goes into the draft.
@@ -243,16 +244,7 @@ fn counter_entry<'a>(
     Ok(match counters.entry(key_of(kind, id, period_id)) {
         Entry::Occupied(found) => found.into_mut(),
         Entry::Vacant(missing) => {
-            let (spent, reserved) = file
-                .prepare_cached(
-                    "SELECT spent_usd_micros, reserved_usd_micros FROM counters
-                      WHERE scope_kind = ?1 AND scope_id = ?2 AND period_id = ?3",
-                )?
-                .query_row((kind.as_str(), id, period_id), |row| {
-                    Ok((row.get(0)?, row.get(1)?))
-                })
-                .optional()?
-                .unwrap_or_default();
+            let (spent, reserved) = counters::read(file, kind, id, period_id)?.unwrap_or_default();
             missing.insert(Kept {
                 spent,
                 reserved,
@@ -286,17 +278,6 @@ fn run_entry<'a>(
         );
     }
     Ok(runs.get(id))
-}
-
-/// One key per scope and period. No period id holds a NUL, so the last
-/// one splits an id from its period and no two counters share a key.
-fn key_of(kind: ScopeKind, id: &str, period_id: &str) -> String {
-    let kind = kind.as_str();
-    let mut key = String::with_capacity(kind.len() + id.len() + period_id.len() + 2);
-    for part in [kind, "\0", id, "\0", period_id] {
-        key.push_str(part);
-    }
-    key
 }
 
 /// The hash [`Desk`] knows an exec id by. Two ids with one hash only cost

@@ -38,7 +38,7 @@ async fn the_ledger_is_a_table_an_operator_can_query() {
     assert_eq!((row.2, row.3, row.4), (10, 5, 640));
     assert_eq!(&row.5, "ok");
     assert!(row.6.ends_with('Z') && row.6.contains('T'), "{}", row.6);
-    // The README's query: spend per key today, from the aggregates, which
+    // The query docs/stores.md gives: spend per key today, from the aggregates, which
     // the ledger agrees with.
     let spent: i64 = conn
         .query_row(
