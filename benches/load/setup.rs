@@ -259,8 +259,8 @@ fn tollgate(program: std::ffi::OsString) -> Command {
 
 /// `tollgate serve` on `config`.
 pub fn gateway_command(config: &Path) -> Command {
-    let program = std::env::var_os(GATEWAY_BIN_VAR)
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tollgate").into());
+    let program =
+        std::env::var_os(GATEWAY_BIN_VAR).unwrap_or_else(|| env!("CARGO_BIN_EXE_tollgate").into());
     let mut command = tollgate(program);
     command
         .arg("serve")
