@@ -396,7 +396,10 @@ async fn starts_while_redis_is_down_and_recovers_when_it_returns() {
         Err(StoreError::Unavailable(_) | StoreError::Timeout)
     ));
 
-    let mut server = RedisServer::stopped_on(port, &["--appendonly", "yes"]);
+    // Every write on disk before its reply: SIGKILL then loses nothing,
+    // however slow the disk (`everysec` may hold writes back).
+    let mut server =
+        RedisServer::stopped_on(port, &["--appendonly", "yes", "--appendfsync", "always"]);
     server.restart();
     await_ping(&store).await;
     let req = request(&key, 100);
