@@ -11,8 +11,8 @@
 //! keep the queue of spending alerts (`alerts`) alike.
 //!
 //! Backends: the memory store, the SQLite store on a file of its own,
-//! Redis on 127.0.0.1:6379 (always running where the tests run), and a
-//! 3-primary Redis Cluster the tests start.
+//! a `redis-server` and a 3-primary Redis Cluster this test process starts
+//! on free ports (`redis::testing`).
 //! Each runs every case on a store that charges an expired reservation its
 //! amount (the default), and the cases about expiry again on one that
 //! releases it (`on_expiry = "release"`).

@@ -1,11 +1,12 @@
 //! The Redis fixtures of the contract suite: a fresh [`RedisStore`] per
-//! case, on the shared server or on the test cluster.
+//! case, on the server or on the cluster this test process starts for
+//! every case (`redis::testing`).
 //!
 //! Each case uses fresh ids, hence fresh hash tags, so its data is its own
-//! even on a shared server; the fixture reads back only the tags its store
+//! on the shared server; the fixture reads back only the tags its store
 //! reserved under. The admin API's documents live under one tag, which
-//! cases running at once (and earlier runs on the shared server) would
-//! share: each fixture's store keeps them under a tag of its own.
+//! cases running at once would share: each fixture's store keeps them
+//! under a tag of its own.
 //!
 //! The store's clock is Redis's, shifted so a case starts around noon UTC
 //! (no case then straddles a day boundary by accident); short advances
@@ -17,7 +18,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::Fixture;
-use crate::budget::redis::testing::{cluster, SHARED_URL};
+use crate::budget::redis::testing::{cluster, shared_url};
 use crate::budget::Reports;
 use crate::budget::{BudgetStore, LedgerEntry, OnExpiry, Reconciliation, RedisStore};
 use crate::money::UsdMicros;
@@ -31,7 +32,7 @@ pub(super) struct RedisFixture {
 }
 
 pub(super) async fn redis_fixture(on_expiry: OnExpiry) -> RedisFixture {
-    fixture_on(SHARED_URL, on_expiry).await
+    fixture_on(shared_url(), on_expiry).await
 }
 
 pub(super) async fn cluster_fixture(on_expiry: OnExpiry) -> RedisFixture {

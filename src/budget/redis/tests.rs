@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeZone, Utc};
 
 use super::testing::{
-    cluster, cluster_url, free_port, redis_cli, Cluster, RedisServer, SHARED_URL,
+    cluster, cluster_url, free_port, redis_cli, shared_url, Cluster, RedisServer,
 };
 use super::*;
 use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
@@ -133,7 +133,7 @@ async fn lua_period_ids_match_period_id_at() {
         end\n\
         return out\n";
     let script = ::redis::Script::new(&format!("{}\n{body}", scripts::COMMON));
-    let mut conn = raw_connection(SHARED_URL).await;
+    let mut conn = raw_connection(shared_url()).await;
     let instants = instants();
     for chunk in instants.chunks(1_000) {
         let mut invocation = script.prepare_invoke();
@@ -163,7 +163,7 @@ async fn the_test_clock_shifts_the_time_and_leaves_the_argv_as_stated() {
         scripts::COMMON,
         scripts::TEST_CLOCK
     ));
-    let mut conn = raw_connection(SHARED_URL).await;
+    let mut conn = raw_connection(shared_url()).await;
     let (secs, micros): (i64, i64) = ::redis::cmd("TIME").query_async(&mut conn).await.unwrap();
     let before = secs * 1_000 + micros / 1_000;
     for offset in [DAY_MS, -DAY_MS] {
@@ -429,7 +429,7 @@ async fn await_ping(store: &RedisStore) {
 
 #[tokio::test]
 async fn amounts_of_2_to_the_53_are_refused_before_anything_is_written() {
-    let store = RedisStore::connect(SHARED_URL, Rules::default())
+    let store = RedisStore::connect(shared_url(), Rules::default())
         .await
         .unwrap();
     let key = key_scope(1_000);

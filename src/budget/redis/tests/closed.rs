@@ -12,7 +12,7 @@ async fn connect() -> RedisStore {
         closed_record: KEEP,
         ..Rules::default()
     };
-    RedisStore::connect(SHARED_URL, rules).await.unwrap()
+    RedisStore::connect(shared_url(), rules).await.unwrap()
 }
 
 /// The keys of a key without an org: its tag is `key:<id>`.
@@ -21,7 +21,7 @@ fn keys_of(key: &Scope) -> TagKeys {
 }
 
 async fn raw_record(keys: &TagKeys, exec_id: &str) -> Option<String> {
-    let mut redis = raw_connection(SHARED_URL).await;
+    let mut redis = raw_connection(shared_url()).await;
     ::redis::cmd("HGET")
         .arg(keys.res())
         .arg(exec_id)
@@ -32,7 +32,7 @@ async fn raw_record(keys: &TagKeys, exec_id: &str) -> Option<String> {
 
 /// The `done` list and the `closed` members of the tag.
 async fn retention(keys: &TagKeys) -> (Vec<String>, Vec<String>) {
-    let mut redis = raw_connection(SHARED_URL).await;
+    let mut redis = raw_connection(shared_url()).await;
     let done: Vec<String> = ::redis::cmd("LRANGE")
         .arg(&keys.all()[6])
         .arg(0)
@@ -169,7 +169,7 @@ async fn a_settled_record_of_layout_1_still_answers_its_retry_and_is_forgotten()
         key.id
     );
     let forget_at = Utc::now().timestamp_millis() + i64::try_from(KEEP.as_millis()).unwrap();
-    let mut redis = raw_connection(SHARED_URL).await;
+    let mut redis = raw_connection(shared_url()).await;
     let () = ::redis::cmd("HSET")
         .arg(keys.res())
         .arg(&req.exec_id)

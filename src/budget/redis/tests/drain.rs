@@ -8,7 +8,7 @@ use super::*;
 const HOUR: Duration = Duration::from_secs(3_600);
 
 async fn connect(ledger_buffer: Duration) -> RedisStore {
-    connect_to(SHARED_URL, ledger_buffer).await
+    connect_to(shared_url(), ledger_buffer).await
 }
 
 async fn connect_to(url: &str, ledger_buffer: Duration) -> RedisStore {
@@ -56,7 +56,7 @@ async fn books(store: &RedisStore, tag: &str) -> Vec<(ScopeKind, i64, i64)> {
 
 #[tokio::test]
 async fn the_drain_folds_exactly_the_entries_the_sink_acknowledged() {
-    drains_exactly_what_was_acknowledged(SHARED_URL).await;
+    drains_exactly_what_was_acknowledged(shared_url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

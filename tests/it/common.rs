@@ -1,0 +1,358 @@
+//! A gateway and a mock provider on port 0, in process, for integration
+//! tests: real sockets, real HTTP, the real server.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use tollgate::budget::{BudgetStore, LedgerEntry, MemoryStore, Rules};
+use tollgate::config::Config;
+// Ledger amounts are signed; tests compare them with unsigned costs.
+#[allow(unused_imports)]
+pub use tollgate::money::delta;
+use tollgate::server;
+use tollgate::usage::Usage;
+use tollgate_mock::{MockOptions, MockServer, MockStats};
+
+/// The provider credential the mock expects and the gateway holds.
+pub const PROVIDER_KEY: &str = "sk-provider-secret";
+/// Raw gateway keys of the test config.
+pub const ALICE: &str = "tg-alice";
+pub const BOB: &str = "tg-bob";
+pub const SOLO: &str = "tg-solo";
+
+/// Caps and limits a test can set.
+pub struct Setup {
+    pub alice_cap: &'static str,
+    pub bob_cap: &'static str,
+    pub org_cap: &'static str,
+    pub max_request_bytes: usize,
+    pub mock: MockOptions,
+    /// Leave the Anthropic provider's key unset.
+    pub anthropic_key_missing: bool,
+    /// How long shutdown lets in-flight calls run before cutting them.
+    pub shutdown_grace: std::time::Duration,
+    pub upstream_timeout_secs: u64,
+    /// Where the OpenAI provider points instead of the mock.
+    pub openai_base_url: Option<String>,
+    /// More TOML lines for the OpenAI provider's table.
+    pub openai_provider_extra: &'static str,
+    /// More TOML lines for the `[server]` table.
+    pub server_extra: &'static str,
+    /// More top-level TOML tables (such as `[alerts]`), before `[server]`.
+    pub tables_extra: &'static str,
+    /// More TOML lines for alice's `[[keys]]` table.
+    pub alice_extra: &'static str,
+    /// More TOML lines for the org's `[[orgs]]` table.
+    pub org_extra: &'static str,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            alice_cap: "10.00",
+            bob_cap: "10.00",
+            org_cap: "100.00",
+            max_request_bytes: 1 << 20,
+            mock: MockOptions {
+                expect_key: Some(PROVIDER_KEY.to_owned()),
+                ..MockOptions::default()
+            },
+            anthropic_key_missing: false,
+            shutdown_grace: server::SHUTDOWN_GRACE,
+            upstream_timeout_secs: 30,
+            openai_base_url: None,
+            openai_provider_extra: "",
+            server_extra: "",
+            tables_extra: "",
+            alice_extra: "",
+            org_extra: "",
+        }
+    }
+}
+
+impl Setup {
+    /// The default setup with the admin API on, opened by `admin_key`.
+    pub fn with_admin_key(admin_key: &str) -> Setup {
+        let digest = hex::encode(tollgate::config::hash_key(admin_key));
+        let extra = format!("admin_key_sha256 = \"{digest}\"");
+        Setup {
+            // One short line per test gateway; leaked to fit `&'static str`.
+            server_extra: Box::leak(extra.into_boxed_str()),
+            ..Setup::default()
+        }
+    }
+}
+
+pub struct Harness {
+    pub url: String,
+    pub addr: SocketAddr,
+    pub mock: MockServer,
+    pub store: MemoryStore,
+    pub config_text: String,
+    shutdown: Option<oneshot::Sender<()>>,
+    running: Option<server::Running>,
+}
+
+fn sha(raw: &str) -> String {
+    hex::encode(tollgate::config::hash_key(raw))
+}
+
+pub async fn start(setup: Setup) -> Harness {
+    crate::limits::raise_open_files();
+    let mock = tollgate_mock::spawn(setup.mock.clone()).await.unwrap();
+    let prices = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml");
+    let config_text = format!(
+        r#"
+{tables_extra}
+
+[server]
+listen = "127.0.0.1:0"
+max_request_bytes = {max}
+upstream_timeout_secs = {timeout}
+{server_extra}
+
+[store]
+backend = "memory"
+reservation_ttl_secs = 60
+
+[prices]
+file = "{prices}"
+
+[[providers]]
+name = "openai"
+kind = "openai"
+base_url = "{openai_url}"
+api_key_env = "TEST_OPENAI_KEY"
+models = ["gpt-*", "text-embedding-*"]
+{openai_extra}
+
+[[providers]]
+name = "anthropic"
+kind = "anthropic"
+base_url = "http://{mock}"
+api_key_env = "TEST_ANTHROPIC_KEY"
+models = ["claude-*"]
+
+[[orgs]]
+id = "acme"
+cap_usd = "{org_cap}"
+period = "month"
+{org_extra}
+
+[[keys]]
+id = "alice"
+org = "acme"
+key_sha256 = "{alice}"
+cap_usd = "{alice_cap}"
+period = "day"
+{alice_extra}
+
+[[keys]]
+id = "bob"
+org = "acme"
+key_sha256 = "{bob}"
+cap_usd = "{bob_cap}"
+period = "day"
+
+[[keys]]
+id = "solo"
+key_sha256 = "{solo}"
+cap_usd = "1.00"
+period = "total"
+models = ["gpt-4o-mini"]
+"#,
+        max = setup.max_request_bytes,
+        timeout = setup.upstream_timeout_secs,
+        openai_url = setup
+            .openai_base_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", mock.addr)),
+        prices = prices.display(),
+        openai_extra = setup.openai_provider_extra,
+        server_extra = setup.server_extra,
+        tables_extra = setup.tables_extra,
+        alice_extra = setup.alice_extra,
+        org_extra = setup.org_extra,
+        mock = mock.addr,
+        org_cap = setup.org_cap,
+        alice = sha(ALICE),
+        alice_cap = setup.alice_cap,
+        bob = sha(BOB),
+        bob_cap = setup.bob_cap,
+        solo = sha(SOLO),
+    );
+    let anthropic_missing = setup.anthropic_key_missing;
+    let env = move |name: &str| match name {
+        "TEST_OPENAI_KEY" => Some(PROVIDER_KEY.to_owned()),
+        "TEST_ANTHROPIC_KEY" if !anthropic_missing => Some(PROVIDER_KEY.to_owned()),
+        _ => None,
+    };
+    let config =
+        Config::from_toml_str_with_env(&config_text, Path::new("test.toml"), &env).unwrap();
+    let store = MemoryStore::new(Rules::of(&config.store));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    let shutdown = async move {
+        let _ = rx.await;
+    };
+    let options = server::Options {
+        grace: setup.shutdown_grace,
+        ..server::Options::default()
+    };
+    let running = server::start(
+        config,
+        BudgetStore::Memory(store.clone()),
+        listener,
+        shutdown,
+        options,
+    )
+    .await
+    .unwrap();
+    let addr = running.addr();
+    Harness {
+        url: format!("http://{addr}"),
+        addr,
+        mock,
+        store,
+        config_text,
+        shutdown: Some(tx),
+        running: Some(running),
+    }
+}
+
+impl Harness {
+    pub fn client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()
+            .unwrap()
+    }
+
+    /// POST `body` to `path` with `key` as a bearer token (or `x-api-key` for
+    /// `/v1/messages`, as Anthropic's SDK sends it).
+    pub async fn post(&self, path: &str, key: &str, body: &Value) -> reqwest::Response {
+        let request = self.client().post(format!("{}{path}", self.url)).json(body);
+        let request = if path == "/v1/messages" {
+            request
+                .header("x-api-key", key)
+                .header("anthropic-version", "2023-06-01")
+        } else {
+            request.bearer_auth(key)
+        };
+        request.send().await.unwrap()
+    }
+
+    pub async fn budget(&self, key: &str) -> Value {
+        let response = self
+            .client()
+            .get(format!("{}/v1/budget", self.url))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    }
+
+    pub fn ledger(&self) -> Vec<LedgerEntry> {
+        self.store.ledger()
+    }
+
+    /// Waits (bounded) until no reservation is open.
+    pub async fn settled(&self) {
+        for _ in 0..500 {
+            if self.store.open_reservations().0 == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!(
+            "reservations still open: {:?}",
+            self.store.open_reservations()
+        );
+    }
+
+    /// Stops accepting and waits for in-flight calls, as on SIGTERM.
+    pub async fn shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(running) = self.running.take() {
+            running.stopped().await.unwrap();
+        }
+    }
+}
+
+/// The price table the gateway uses.
+pub fn prices() -> tollgate::prices::PriceTable {
+    tollgate::prices::PriceTable::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml"),
+    )
+    .unwrap()
+}
+
+/// Cost of a usage at `model`'s prices, rounded up once.
+pub fn cost(model: &str, usage: &Usage) -> u64 {
+    prices().get(model).unwrap().cost(usage)
+}
+
+/// What the mock provider billed, as the gateway's `Usage`, to set beside
+/// the ledger: the mock keeps its own type, not depending on the gateway.
+pub fn billed_by(stats: &MockStats) -> Usage {
+    let billed = stats.billed();
+    Usage {
+        input: billed.input,
+        cached_input: billed.cached_input,
+        cache_write: billed.cache_write,
+        output: billed.output,
+        // The mock counts hosted tool uses without naming the tool: a test
+        // that declares one sets the count on the tool it declared.
+        ..Usage::default()
+    }
+}
+
+pub fn chat(model: &str, text: &str) -> Value {
+    serde_json::json!({"model": model, "messages": [{"role": "user", "content": text}]})
+}
+
+pub fn messages(model: &str, text: &str, max_tokens: u64) -> Value {
+    serde_json::json!({"model": model, "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}]})
+}
+
+/// The one ledger entry of a single call, checked against its charge.
+pub fn only_entry(h: &Harness) -> tollgate::budget::LedgerEntry {
+    let ledger = h.ledger();
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    let entry = ledger.into_iter().next().unwrap();
+    assert_eq!(entry.actual, delta(cost(&entry.model, &entry.usage)));
+    assert!(entry.actual <= delta(entry.reserved), "{entry:?}");
+    entry
+}
+
+pub async fn spent(h: &Harness, key: &str) -> u64 {
+    h.budget(key).await["key"]["spent_usd_micros"]
+        .as_u64()
+        .unwrap()
+}
+
+/// The value of one always-exported series of the gateway at `gateway`'s
+/// `/metrics`, named with its labels as the exposition writes it.
+pub async fn metric(gateway: &str, series: &str) -> u64 {
+    let text = reqwest::get(format!("{gateway}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        .parse()
+        .unwrap()
+}
