@@ -5,18 +5,21 @@ KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, l
       One fixed set of keys per hash tag, all passed in KEYS: the key's and
       its org's counters share the tag, so the script is legal on a Redis
       Cluster.
-ARGV:
-  1 exec_id: minted by the caller once per adjustment, the same across
-    its retries
-  2 key id        3 key period
-  4 '1' when the key has an org, else '0'
-  5 org id        6 org period     (ignored without org)
-  7 amount (µUSD, signed, below 2^53 in magnitude): negative refunds
-  8 note, kept on the ledger entry
-  9 the store epoch the gateway serves under (tg:meta's, see meta.lua)
- 10 closed-record time (ms): how long the adjustment's record is kept for
+ARGV, read by name as `argv.<name>`: the names and their order are
+`AdjustArgs` in src/budget/redis/scripts.rs, which binds them in front of
+this body (a test holds this list to it).
+  exec_id: minted by the caller once per adjustment, the same across its
     retries
- 11 call id: unique per adjust call, the same across its retries, so a
+  key_id
+  key_period
+  has_org: '1' when the key has an org, else '0'
+  org_id
+  org_period: the org's two are ignored without org
+  amount (µUSD, signed, below 2^53 in magnitude): negative refunds
+  note: kept on the ledger entry
+  epoch: the store epoch the gateway serves under (tg:meta's, see meta.lua)
+  closed_record_ms: how long the adjustment's record is kept for retries
+  call_id: unique per adjust call, the same across its retries, so a
     retry of an attempt that timed out after it applied still reports
     `applied` = '1'
 Returns:
@@ -40,33 +43,33 @@ counter == folded + sum(ledger act) + sum(open amounts) still holds; a
 spent never goes below zero; every key touched is in KEYS.
 ]]
 
-if not ARGV[9] or ARGV[9] == '' then
+if not argv.epoch or argv.epoch == '' then
   fail('no store epoch')
 end
 local mark = redis.call('HGET', KEYS[1], 'epoch')
-if mark ~= ARGV[9] then
+if mark ~= argv.epoch then
   if not mark then
     return { 'epoch_unknown' }
   end
   return { 'epoch_mismatch', mark }
 end
 
-local exec_id = ARGV[1]
+local exec_id = argv.exec_id
 local scopes = {
-  { kind = 'key', id = ARGV[2], period = period_arg(ARGV[3], 'key period') },
+  { kind = 'key', id = argv.key_id, period = period_arg(argv.key_period, 'key period') },
 }
 local org_id = nil
-if ARGV[4] == '1' then
-  org_id = ARGV[5]
-  scopes[2] = { kind = 'org', id = org_id, period = period_arg(ARGV[6], 'org period') }
+if argv.has_org == '1' then
+  org_id = argv.org_id
+  scopes[2] = { kind = 'org', id = org_id, period = period_arg(argv.org_period, 'org period') }
 end
-local amount = signed_arg(ARGV[7], 'amount')
-local note = ARGV[8]
-local keep_ms = int_arg(ARGV[10], 'closed-record time')
+local amount = signed_arg(argv.amount, 'amount')
+local note = argv.note
+local keep_ms = int_arg(argv.closed_record_ms, 'closed-record time')
 if keep_ms > MAX_TTL_MS then
-  fail('closed-record time is above 2^50 ms: ' .. ARGV[10])
+  fail('closed-record time is above 2^50 ms: ' .. argv.closed_record_ms)
 end
-local call_id = ARGV[11]
+local call_id = argv.call_id
 
 local record_field = 'adj:' .. exec_id
 local first = load_record(record_field)

@@ -29,7 +29,7 @@ of a Redis Cluster):
                                  closed-record time (settled, denied, adjustments) in the
                                  order they closed, with when each may be forgotten
 
-DESIGN.md sketches one Redis key per reservation; a lazy sweep inside
+One Redis key per reservation would be simpler, but a lazy sweep inside
 `reserve` would then touch keys it was not given in KEYS, which a cluster
 forbids. A fixed set of keys per tag, all passed in KEYS, keeps every
 script cluster-safe.

@@ -7,10 +7,12 @@ KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, l
       done.
       Only spend and ledger are touched; all six are passed so every
       ledger-trimming script takes the same keys.
-ARGV:
-  1 through: the stream id (`<ms>-<seq>`) of the last entry the sink
+ARGV, read by name as `argv.<name>`: the names and their order are
+`DrainArgs` in src/budget/redis/scripts.rs, which binds them in front of
+this body (a test holds this list to it).
+  through: the stream id (`<ms>-<seq>`) of the last entry the sink
     acknowledged
-  2 limit: at most this many entries are folded (the size of the page the
+  limit: at most this many entries are folded (the size of the page the
     sink took), so one call never blocks Redis for long
 Returns: {folded}, the entries folded and trimmed by this call.
 Invariants:
@@ -25,11 +27,11 @@ Invariants:
     the call as before it.
 ]]
 
-local through = ARGV[1]
+local through = argv.through
 if type(through) ~= 'string' or not string.match(through, '^%d+%-%d+$') or #through > 41 then
   fail('drain: not a stream id: ' .. tostring(through))
 end
-local limit = int_arg(ARGV[2], 'drain limit')
+local limit = int_arg(argv.limit, 'drain limit')
 
 local folded = 0
 if limit > 0 then

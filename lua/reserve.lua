@@ -4,31 +4,37 @@ key, its org and its run, all or nothing.
 KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
       done.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
-      DESIGN.md's key per reservation: the lazy sweep then never touches a
+      a key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
-ARGV:
-  1 exec_id
-  2 amount (µUSD): the most the call may hold
-  3 ttl (ms): how long the reservation holds its headroom if never settled,
+ARGV, read by name as `argv.<name>`: the names and their order are
+`ReserveArgs` in src/budget/redis/scripts.rs, which binds them in front of
+this body (a test holds this list to it).
+  exec_id
+  amount: the most the call may hold (µUSD)
+  ttl_ms: how long the reservation holds its headroom if never settled,
     and how long its record is kept once closed
-  4 key id        5 key period      6 key cap (µUSD)
-  7 '1' when the key has an org, else '0'
-  8 org id        9 org period     10 org cap (µUSD)   (ignored without org)
- 11 lazy sweep limit: due reservations expired (and records in `done`
-    forgotten) before this reserve
- 12 idempotency claim (64 hex digits), or '' for none: the request is a
-    duplicate while an open reservation under another exec id holds it
- 13 on_expiry: 'charge' | 'release', what the lazy sweep charges each
+  key_id
+  key_period
+  key_cap (µUSD)
+  has_org: '1' when the key has an org, else '0'
+  org_id
+  org_period
+  org_cap (µUSD): the org's three are ignored without org
+  lazy_limit: due reservations expired (and records in `done` forgotten)
+    before this reserve, at most
+  claim: the idempotency claim (64 hex digits), or '' for none: the
+    request is a duplicate while an open reservation under another exec
+    id holds it
+  on_expiry: 'charge' | 'release', what the lazy sweep charges each
     reservation it expires (see common.lua)
- 14 the store epoch the gateway serves under (tg:meta's, see meta.lua)
- 15 closed-record time (ms): how long a denial is remembered for retries
- 16 model the call is for, kept in the open record (`m`, see common.lua) so
-    its expiry books against it; '' (or absent) for none
- 17 min amount (µUSD), at most ARGV 2: the least the call can be sent
-    with; '' (or absent) for the amount itself
- 18 run scope id `<key id>/<run id>`, or '' (or absent) for none
- 19 the run cap the call names (µUSD), or '' for none
- 20 run TTL (ms): how long the run is kept after its last call
+  epoch: the store epoch the gateway serves under (tg:meta's, see meta.lua)
+  closed_record_ms: how long a denial is remembered for retries
+  model: the model the call is for, kept in the open record (`m`, see
+    common.lua) so its expiry books against it; '' for none
+  min_amount (µUSD), at most `amount`: the least the call can be sent with
+  run: the run scope id `<key id>/<run id>`, or '' for none
+  run_cap: the run cap the call names (µUSD), or '' for none
+  run_ttl_ms: how long the run is kept after its last call
 Returns:
   {'reserved', expired, amount, [kind, period id, committed]...}
                                     amount: what is held, the largest in
@@ -64,58 +70,55 @@ it asks again); a denial takes no claim; a reservation holds its claim
 until it closes; every key touched is in KEYS.
 ]]
 
-if not ARGV[14] or ARGV[14] == '' then
+if not argv.epoch or argv.epoch == '' then
   fail('no store epoch')
 end
 local mark = redis.call('HGET', KEYS[1], 'epoch')
-if mark ~= ARGV[14] then
+if mark ~= argv.epoch then
   if not mark then
     return { 'epoch_unknown' }
   end
   return { 'epoch_mismatch', mark }
 end
 
-local exec_id = ARGV[1]
-local amount = int_arg(ARGV[2], 'amount')
-local ttl = int_arg(ARGV[3], 'ttl')
+local exec_id = argv.exec_id
+local amount = int_arg(argv.amount, 'amount')
+local ttl = int_arg(argv.ttl_ms, 'ttl')
 if ttl > MAX_TTL_MS then
-  fail('ttl is above 2^50 ms: ' .. ARGV[3])
+  fail('ttl is above 2^50 ms: ' .. argv.ttl_ms)
 end
 local scopes = {
-  { kind = 'key', id = ARGV[4], period = period_arg(ARGV[5], 'key period'),
-    cap = int_arg(ARGV[6], 'key cap') },
+  { kind = 'key', id = argv.key_id, period = period_arg(argv.key_period, 'key period'),
+    cap = int_arg(argv.key_cap, 'key cap') },
 }
-if ARGV[7] == '1' then
-  scopes[2] = { kind = 'org', id = ARGV[8], period = period_arg(ARGV[9], 'org period'),
-    cap = int_arg(ARGV[10], 'org cap') }
+if argv.has_org == '1' then
+  scopes[2] = { kind = 'org', id = argv.org_id, period = period_arg(argv.org_period, 'org period'),
+    cap = int_arg(argv.org_cap, 'org cap') }
 end
-local lazy_limit = int_arg(ARGV[11], 'lazy sweep limit')
-local claim = ARGV[12]
+local lazy_limit = int_arg(argv.lazy_limit, 'lazy sweep limit')
+local claim = argv.claim
 if claim ~= '' and not string.match(claim, '^%x+$') then
   fail('claim is not hex: ' .. tostring(claim))
 end
-local on_expiry = on_expiry_arg(ARGV[13])
-local keep_ms = int_arg(ARGV[15], 'closed-record time')
+local on_expiry = on_expiry_arg(argv.on_expiry)
+local keep_ms = int_arg(argv.closed_record_ms, 'closed-record time')
 if keep_ms > MAX_TTL_MS then
-  fail('closed-record time is above 2^50 ms: ' .. ARGV[15])
+  fail('closed-record time is above 2^50 ms: ' .. argv.closed_record_ms)
 end
-local model = ARGV[16] or ''
-local min_amount = amount
-if ARGV[17] and ARGV[17] ~= '' then
-  min_amount = int_arg(ARGV[17], 'min amount')
-  if min_amount > amount then
-    fail('min amount ' .. ARGV[17] .. ' is above the amount ' .. ARGV[2])
-  end
+local model = argv.model
+local min_amount = int_arg(argv.min_amount, 'min amount')
+if min_amount > amount then
+  fail('min amount ' .. argv.min_amount .. ' is above the amount ' .. argv.amount)
 end
-local run = ARGV[18] or ''
-local run_cap, run_ttl = ARGV[19] or '', 0
+local run = argv.run
+local run_cap, run_ttl = argv.run_cap, 0
 if run ~= '' then
   if run_cap ~= '' then
     int_arg(run_cap, 'run cap')
   end
-  run_ttl = int_arg(ARGV[20], 'run ttl')
+  run_ttl = int_arg(argv.run_ttl_ms, 'run ttl')
   if run_ttl > MAX_TTL_MS then
-    fail('run ttl is above 2^50 ms: ' .. ARGV[20])
+    fail('run ttl is above 2^50 ms: ' .. argv.run_ttl_ms)
   end
 end
 
@@ -207,7 +210,7 @@ for i = 1, #scopes do
 end
 
 -- Below the cap, so below 2^53.
-local org = ARGV[7] == '1' and scopes[2] or nil
+local org = argv.has_org == '1' and scopes[2] or nil
 local rec = {
   s = 'open', a = fmt(grant), k = scopes[1].id, kp = scopes[1].pid,
   kc = fmt(scopes[1].cap), d = fmt(now + ttl), ttl = fmt(ttl),

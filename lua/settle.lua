@@ -3,23 +3,31 @@
 KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
       done.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
-      DESIGN.md's key per reservation: the lazy sweep then never touches a
+      a key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
-ARGV:
-  1 exec_id
-  2 key id      3 '1' when the settlement names an org, else '0'    4 org id
-  5 model       6 input   7 cached input   8 cache write   9 output (token counts)
- 10 actual (µUSD)
- 11 '1' when the usage was counted by the gateway (estimated), else '0'
- 12 settle epsilon (µUSD): how far above its reservation a call may land
-    before it counts as an overrun
- 13 call id: unique per settle call, the same across its retries, so a
+ARGV, read by name as `argv.<name>`: the names and their order are
+`SettleArgs` in src/budget/redis/scripts.rs, which binds them in front of
+this body (a test holds this list to it).
+  exec_id
+  key_id
+  has_org: '1' when the settlement names an org, else '0'
+  org_id
+  model
+  input
+  cached_input
+  cache_write
+  output: the four token counts
+  actual (µUSD)
+  estimated: '1' when the usage was counted by the gateway, else '0'
+  epsilon (µUSD): how far above its reservation a call may land before it
+    counts as an overrun
+  call_id: unique per settle call, the same across its retries, so a
     retry of an attempt that timed out after it applied still reports
     `applied` = '1'
- 14 on_expiry: 'charge' | 'release', what expiring the reservation charges
+  on_expiry: 'charge' | 'release', what expiring the reservation charges
     when this settle finds it past its deadline (see common.lua)
- 15 closed-record time (ms): how long the settled record is kept for
-    retries of this settle
+  closed_record_ms: how long the settled record is kept for retries of
+    this settle
 Returns:
   {'absent'}    no record of exec_id under this tag
   {'denied'}    exec_id was denied: there is nothing to settle
@@ -45,27 +53,27 @@ An actual of 2^53 or more is refused by the caller before the script runs
 (here it would fail int_arg).
 ]]
 
-local exec_id = ARGV[1]
-local key_id = ARGV[2]
+local exec_id = argv.exec_id
+local key_id = argv.key_id
 local org_id = nil
-if ARGV[3] == '1' then
-  org_id = ARGV[4]
+if argv.has_org == '1' then
+  org_id = argv.org_id
 end
 local call = {
-  model = ARGV[5],
-  input = count_arg(ARGV[6], 'input tokens'),
-  cached = count_arg(ARGV[7], 'cached input tokens'),
-  written = count_arg(ARGV[8], 'cache write tokens'),
-  output = count_arg(ARGV[9], 'output tokens'),
-  actual = int_arg(ARGV[10], 'actual'),
+  model = argv.model,
+  input = count_arg(argv.input, 'input tokens'),
+  cached = count_arg(argv.cached_input, 'cached input tokens'),
+  written = count_arg(argv.cache_write, 'cache write tokens'),
+  output = count_arg(argv.output, 'output tokens'),
+  actual = int_arg(argv.actual, 'actual'),
 }
-local estimated = ARGV[11] == '1'
-local epsilon = int_arg(ARGV[12], 'settle epsilon')
-local call_id = ARGV[13]
-local on_expiry = on_expiry_arg(ARGV[14])
-local keep_ms = int_arg(ARGV[15], 'closed-record time')
+local estimated = argv.estimated == '1'
+local epsilon = int_arg(argv.epsilon, 'settle epsilon')
+local call_id = argv.call_id
+local on_expiry = on_expiry_arg(argv.on_expiry)
+local keep_ms = int_arg(argv.closed_record_ms, 'closed-record time')
 if keep_ms > MAX_TTL_MS then
-  fail('closed-record time is above 2^50 ms: ' .. ARGV[15])
+  fail('closed-record time is above 2^50 ms: ' .. argv.closed_record_ms)
 end
 
 local rec = load_record(exec_id)

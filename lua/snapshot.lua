@@ -4,7 +4,7 @@ and where its ledger ends then (read only), for reconciliation.
 KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
       done.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
-      DESIGN.md's key per reservation: the lazy sweep then never touches a
+      a key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
 ARGV: none.
 Returns: {spend, open, last_ledger_id}

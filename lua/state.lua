@@ -2,17 +2,21 @@
 
 KEYS: the seven keys of the tag (see common.lua); only KEYS[1] (spend) is read.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
-      DESIGN.md's key per reservation: the lazy sweep then never touches a
+      a key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
-ARGV:
-  1 kind ('key' | 'org')   2 id   3 period
+ARGV, read by name as `argv.<name>`: the names and their order are
+`StateArgs` in src/budget/redis/scripts.rs, which binds them in front of
+this body (a test holds this list to it).
+  kind: 'key' | 'org'
+  id
+  period
 Returns: {now_ms, period_id, committed, reserved}
 The period id is derived from the store's clock, like reserve's.
 ]]
 
-local kind = ARGV[1]
-local id = ARGV[2]
-local period = period_arg(ARGV[3], 'period')
+local kind = argv.kind
+local id = argv.id
+local period = period_arg(argv.period, 'period')
 
 local now = store_now()
 local pid = period_id(period, now)

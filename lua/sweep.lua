@@ -5,17 +5,18 @@ ledger entries past the ledger buffer into their counters' folded sums
 KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
       done.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
-      DESIGN.md's key per reservation: the lazy sweep then never touches a
+      a key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
-ARGV:
-  1 limit: at most this many of each kind of work per call, so one call
+ARGV, read by name as `argv.<name>`: the names and their order are
+`SweepArgs` in src/budget/redis/scripts.rs, which binds them in front of
+this body (a test holds this list to it).
+  limit: at most this many of each kind of work per call, so one call
     never blocks Redis for long; the caller repeats while `more` is '1'
-  2 ledger buffer (ms): how long an entry waits in the stream for a sink
+  ledger_buffer_ms: how long an entry waits in the stream for a sink
     (drain.lua) before it is folded without one
-  3 on_expiry: 'charge' | 'release', what each expired reservation is
+  on_expiry: 'charge' | 'release', what each expired reservation is
     charged (see common.lua)
-  4 aggregate retention (whole days): rows of days before today minus
-    this many are deleted
+  aggregate_days: rows of days before today minus this many are deleted
 Returns: {expired, forgotten, folded, more, dropped}
   `dropped` counts the aggregate fields deleted.
 Ledger buffer: entries are trimmed by age in whole hours (an entry goes
@@ -36,10 +37,10 @@ charges stays in its committed counters, booked as one `expired` entry;
 every key touched is in KEYS.
 ]]
 
-local limit = int_arg(ARGV[1], 'sweep limit')
-local retention = int_arg(ARGV[2], 'ledger buffer')
-local on_expiry = on_expiry_arg(ARGV[3])
-local aggregate_days = int_arg(ARGV[4], 'aggregate retention')
+local limit = int_arg(argv.limit, 'sweep limit')
+local retention = int_arg(argv.ledger_buffer_ms, 'ledger buffer')
+local on_expiry = on_expiry_arg(argv.on_expiry)
+local aggregate_days = int_arg(argv.aggregate_days, 'aggregate retention')
 
 local now = store_now()
 local expired = expire_due(now, limit, on_expiry)

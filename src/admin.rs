@@ -1,4 +1,4 @@
-//! The admin API (`/admin/v1/…`, DESIGN.md "Control plane"): keys and orgs
+//! The admin API (`/admin/v1/…`, docs/admin.md): keys and orgs
 //! made, changed and deleted at run time, the audit trail of those
 //! changes, adjustments (refunds and charges by hand) and the open holds.
 //!
@@ -306,50 +306,13 @@ async fn read_body(body: Incoming) -> Result<Bytes, AdminError> {
     }
 }
 
+/// The query's name/value pairs, decoded as a form is: `+` is a space, a
+/// `%` not followed by two hex digits stays as it is, and a name given
+/// twice keeps its last value.
 fn query_pairs(query: Option<&str>) -> HashMap<String, String> {
-    let mut pairs = HashMap::new();
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        pairs.insert(decode(name), decode(value));
-    }
-    pairs
-}
-
-/// Percent-decoding of a query component (`+` is a space); a `%` not
-/// followed by two hex digits stays as it is.
-fn decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = bytes
-            .get(i + 1..i + 3)
-            .filter(|_| bytes[i] == b'%')
-            .and_then(|hex| Some(hex_value(hex[0])? * 16 + hex_value(hex[1])?));
-        match (escaped, bytes[i]) {
-            (Some(byte), _) => {
-                out.push(byte);
-                i += 3;
-            }
-            (None, b'+') => {
-                out.push(b' ');
-                i += 1;
-            }
-            (None, byte) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex_value(digit: u8) -> Option<u8> {
-    (digit as char).to_digit(16).map(|value| value as u8)
+    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect()
 }
 
 fn created(value: &Value) -> Response<Body> {
@@ -499,8 +462,11 @@ mod tests {
         assert_eq!(pairs["after"], "a b");
         assert_eq!(pairs["limit"], "5");
         assert_eq!(pairs["flag"], "");
-        assert_eq!(decode("100%"), "100%");
-        assert_eq!(decode("%zz"), "%zz");
+        let pairs = query_pairs(Some("off=100%&odd=%zz&plus=%2B&org=a&org=b"));
+        assert_eq!(pairs["off"], "100%");
+        assert_eq!(pairs["odd"], "%zz");
+        assert_eq!(pairs["plus"], "+");
+        assert_eq!(pairs["org"], "b");
     }
 
     #[test]

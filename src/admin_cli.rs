@@ -1,5 +1,5 @@
 //! `tollgate admin keys|orgs|spend|adjust|reservations`: the command-line
-//! client of the gateway's admin API (DESIGN.md, "Control plane").
+//! client of the gateway's admin API (docs/admin.md).
 //!
 //! A command line (`args`) becomes one HTTP request to the admin routes
 //! (`request`), is sent with the admin key from `TOLLGATE_ADMIN_KEY`

@@ -1,9 +1,10 @@
 //! The upper bound of a call's cost, computed before it is sent.
 //!
-//! Input tokens are counted over every string and key of the request body
-//! (OpenAI's tokenizer for OpenAI models, a conservative byte heuristic
-//! elsewhere) plus per-message framing, so the count is at or above what the
-//! provider bills for the same text. Each image is bounded by its
+//! Input tokens are counted (the `input` module) over every string and key
+//! of the request body (OpenAI's tokenizer for OpenAI models, a
+//! conservative byte heuristic elsewhere) plus per-message framing, so the
+//! count is at or above what the provider bills for the same text. Each
+//! image is bounded by its
 //! provider's rule for the model (the `images` module); input the gateway
 //! cannot see — files, server-side conversation state — gets a fixed
 //! allowance. Output is the call's output limit times its choices. The
@@ -14,86 +15,19 @@
 //! priority prices), the hour-long cache it asked for, the long context
 //! tier when its input bound passes the threshold.
 
-use serde_json::{Map, Value};
-use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer as Encoding};
-
-use crate::api::{Api, Call};
+use crate::api::Call;
 use crate::money::{Cost, UsdMicros};
 use crate::prices::{ModelPrice, PricedOptions};
-use crate::provider::ProviderKind;
-use crate::tokenizer::Tokenizer;
 use crate::usage::Usage;
 
 mod image_size;
 mod images;
+mod input;
 
-use images::{ImageRule, IMAGE_TYPES};
+pub use input::{warm_up, TokenCounter};
 
-/// Tokens framing each message or input item (role markers, separators):
-/// OpenAI's chat format uses 3 to 4; 4 covers every shape.
-const TOKENS_PER_ITEM: u64 = 4;
-/// Tokens priming the reply.
-const TOKENS_PER_REPLY: u64 = 3;
 /// Context window assumed for a model the price table gives none.
 const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
-/// Bytes per token of the heuristic count: half the 3.5 to 4 bytes an
-/// English token averages, and at or below what digits, code and CJK text
-/// average, so the count stays above the provider's for nearly all text.
-const HEURISTIC_BYTES_PER_TOKEN: u64 = 2;
-
-/// Content parts whose text lives at the provider (uploads, documents):
-/// bounded by the model's context window.
-const UNSEEN_TYPES: &[&str] = &[
-    "input_file",
-    "file",
-    "document",
-    "input_audio",
-    "container_upload",
-    "item_reference",
-];
-
-/// How input tokens are counted for a model.
-#[derive(Clone, Copy)]
-pub enum TokenCounter {
-    /// OpenAI's own tokenizer.
-    Exact(&'static Tokenizer),
-    Heuristic,
-}
-
-impl TokenCounter {
-    /// OpenAI's own tokenizer for OpenAI models; the heuristic for every
-    /// other model, including other models behind OpenAI-compatible APIs.
-    pub fn for_model(kind: ProviderKind, model: &str) -> TokenCounter {
-        // OpenAI's newer families use o200k, as tiktoken's own table does
-        // for gpt-4o and o3 (the crate's table predates some of them).
-        let newer = ["gpt-5", "o1", "o3", "o4", "gpt-4.1", "gpt-4o", "chatgpt-4o"];
-        let encoding = get_tokenizer(model).or_else(|| {
-            newer
-                .iter()
-                .any(|family| model.starts_with(family))
-                .then_some(Encoding::O200kBase)
-        });
-        let tokenizer = match (kind, encoding) {
-            (ProviderKind::OpenAi, Some(Encoding::O200kBase)) => Tokenizer::o200k_base(),
-            (ProviderKind::OpenAi, Some(Encoding::Cl100kBase)) => Tokenizer::cl100k_base(),
-            _ => None,
-        };
-        tokenizer.map_or(TokenCounter::Heuristic, TokenCounter::Exact)
-    }
-
-    pub fn count(self, text: &str) -> u64 {
-        match self {
-            TokenCounter::Exact(tokenizer) => tokenizer.count(text),
-            TokenCounter::Heuristic => (text.len() as u64).div_ceil(HEURISTIC_BYTES_PER_TOKEN),
-        }
-    }
-}
-
-/// Builds the tokenizers at startup rather than on the first call.
-pub fn warm_up() {
-    let _ = Tokenizer::o200k_base();
-    let _ = Tokenizer::cl100k_base();
-}
 
 /// A call's upper bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,7 +68,7 @@ pub use tools::{ToolBound, FILE_SEARCH_CHUNK_TOKENS, WEB_SEARCH_RESULT_TOKENS};
 
 pub fn estimate(call: &Call, price: &ModelPrice, counter: TokenCounter) -> Estimate {
     let context_window = price.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
-    let seen = input_tokens(call.api, &call.body, counter, context_window);
+    let seen = input::input_tokens(call.api, &call.body, counter, context_window);
     bound(call, price, seen, call.output_bound())
 }
 
@@ -182,95 +116,14 @@ pub fn bound(
     }
 }
 
-fn input_tokens(
-    api: Api,
-    body: &Map<String, Value>,
-    counter: TokenCounter,
-    context_window: u64,
-) -> u64 {
-    let model = body.get("model").and_then(Value::as_str).unwrap_or("");
-    let mut tally = Tally {
-        counter,
-        context_window,
-        images: images::rule_for(model),
-        tokens: TOKENS_PER_REPLY,
-    };
-    for (key, value) in body {
-        match key.as_str() {
-            "model" => {}
-            "messages" | "input" => {
-                let items = match value {
-                    Value::Array(items) => items.len() as u64,
-                    // The Responses API takes a string as one user message.
-                    Value::String(_) => 1,
-                    _ => 0,
-                };
-                tally.add(TOKENS_PER_ITEM.saturating_mul(items));
-                tally.walk(value);
-            }
-            // A system prompt given beside the messages (Anthropic's
-            // `system`, the Responses API's `instructions`) is framed as
-            // one more message.
-            "system" | "instructions" => {
-                tally.add(TOKENS_PER_ITEM);
-                tally.add(counter.count(key));
-                tally.walk(value);
-            }
-            // Server-side state the gateway cannot see.
-            "previous_response_id" | "conversation" if api == Api::Responses => {
-                tally.add(context_window)
-            }
-            "prompt" if api == Api::Responses => tally.add(context_window),
-            _ => {
-                tally.add(counter.count(key));
-                tally.walk(value);
-            }
-        }
-    }
-    tally.tokens
-}
-
-struct Tally {
-    counter: TokenCounter,
-    context_window: u64,
-    images: ImageRule,
-    tokens: u64,
-}
-
-impl Tally {
-    fn add(&mut self, tokens: u64) {
-        self.tokens = self.tokens.saturating_add(tokens);
-    }
-
-    fn walk(&mut self, value: &Value) {
-        match value {
-            Value::Null => {}
-            Value::Bool(_) | Value::Number(_) => self.add(1),
-            Value::String(text) => self.add(self.counter.count(text)),
-            Value::Array(items) => items.iter().for_each(|item| self.walk(item)),
-            Value::Object(map) => {
-                let kind = map.get("type").and_then(Value::as_str).unwrap_or("");
-                if IMAGE_TYPES.contains(&kind) {
-                    self.add(images::part_tokens(self.images, map));
-                } else if UNSEEN_TYPES.contains(&kind) || map.contains_key("file_id") {
-                    self.add(self.context_window);
-                } else {
-                    for (key, value) in map {
-                        self.add(self.counter.count(key));
-                        self.walk(value);
-                    }
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Api;
+    use crate::provider::ProviderKind;
     use bytes::Bytes;
 
-    fn price() -> ModelPrice {
+    pub(super) fn price() -> ModelPrice {
         use crate::money::Price;
         ModelPrice {
             input: Price::per_mtok("1").unwrap(),
@@ -285,49 +138,14 @@ mod tests {
         }
     }
 
-    fn call(api: Api, body: serde_json::Value) -> Call {
+    pub(super) fn call(api: Api, body: serde_json::Value) -> Call {
         let mut call = Call::parse(api, Bytes::from(body.to_string())).unwrap();
         call.bound_output(100, &[]);
         call
     }
 
-    fn openai() -> TokenCounter {
+    pub(super) fn openai() -> TokenCounter {
         TokenCounter::for_model(ProviderKind::OpenAi, "gpt-4o-mini")
-    }
-
-    #[test]
-    fn counts_every_text_with_framing() {
-        let text = "The quick brown fox jumps over the lazy dog. ".repeat(20);
-        let c = call(
-            Api::ChatCompletions,
-            serde_json::json!({
-                "model": "gpt-4o-mini", "max_tokens": 10,
-                "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}],
-            }),
-        );
-        let e = estimate(&c, &price(), openai());
-        let exact = openai().count(&text) + openai().count("Be brief.") + 2 * 3 + 3;
-        assert!(e.input_tokens >= exact, "{} < {exact}", e.input_tokens);
-        assert!(
-            e.input_tokens < exact + 80,
-            "framing overhead too large: {}",
-            e.input_tokens
-        );
-        assert_eq!(e.output_tokens, 10);
-    }
-
-    #[test]
-    fn instructions_and_a_string_input_are_framed_as_messages() {
-        let (instructions, input) = ("Be terse.", "Summarise the news of the day.");
-        let c = call(
-            Api::Responses,
-            serde_json::json!({"model": "gpt-4o-mini", "instructions": instructions, "input": input}),
-        );
-        // Each becomes a message the provider frames with 3 tokens and a
-        // role, and 3 more prime the reply.
-        let billed = openai().count(instructions) + openai().count(input) + 2 * (3 + 1) + 3;
-        let e = estimate(&c, &price(), openai());
-        assert!(e.input_tokens >= billed, "{} < {billed}", e.input_tokens);
     }
 
     #[test]
@@ -440,141 +258,6 @@ mod tests {
         let (input, output, amount_long, _) = bound(Api::Messages, long, true);
         assert!(input > 1_000);
         assert_eq!(amount_long, amount(input, "5", output, "7.5"));
-    }
-
-    #[test]
-    fn heuristic_is_above_four_bytes_per_token() {
-        let text = "x".repeat(3000);
-        let c = call(
-            Api::Messages,
-            serde_json::json!({
-                "model": "claude-haiku-4-5", "max_tokens": 1, "messages": [{"role": "user", "content": text}],
-            }),
-        );
-        let e = estimate(&c, &price(), TokenCounter::Heuristic);
-        assert!(e.input_tokens >= 1000);
-    }
-
-    #[test]
-    fn media_and_unseen_input_get_allowances() {
-        // Not an image header the gateway can read: gpt-4o-mini's largest
-        // image, 2,833 tokens and 8 tiles of 5,667.
-        let data_url = format!("data:image/png;base64,{}", "A".repeat(100_000));
-        let c = call(
-            Api::ChatCompletions,
-            serde_json::json!({
-                "model": "gpt-4o-mini", "max_tokens": 1,
-                "messages": [{"role": "user", "content": [
-                    {"type": "text", "text": "what is this?"},
-                    {"type": "image_url", "image_url": {"url": data_url}},
-                ]}],
-            }),
-        );
-        let e = estimate(&c, &price(), openai());
-        let image = 2_833 + 8 * 5_667;
-        assert!(
-            e.input_tokens >= image && e.input_tokens < image + 50,
-            "{}",
-            e.input_tokens
-        );
-
-        let c = call(
-            Api::Responses,
-            serde_json::json!({
-                "model": "gpt-4o-mini", "max_output_tokens": 1, "previous_response_id": "resp_1", "input": "go on",
-            }),
-        );
-        assert!(estimate(&c, &price(), openai()).input_tokens >= 10_000);
-
-        let c = call(
-            Api::Responses,
-            serde_json::json!({
-                "model": "gpt-4o-mini", "max_output_tokens": 1,
-                "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}],
-            }),
-        );
-        assert!(estimate(&c, &price(), openai()).input_tokens >= 10_000);
-    }
-
-    #[test]
-    fn each_image_is_bounded_by_its_models_rule() {
-        use image_size::tests::{encode, png};
-        let image = |width, height, detail: &str| {
-            let url = format!("data:image/png;base64,{}", encode(&png(width, height)));
-            serde_json::json!({"type": "image_url", "image_url": {"url": url, "detail": detail}})
-        };
-        let input = |model: &str, parts: Vec<Value>| {
-            let c = call(
-                Api::ChatCompletions,
-                serde_json::json!({"model": model, "max_tokens": 1,
-                    "messages": [{"role": "user", "content": parts}]}),
-            );
-            estimate(&c, &price(), TokenCounter::Heuristic).input_tokens
-        };
-        let text_only = input("gpt-4o-mini", vec![]);
-        // A large high-detail image on gpt-4o-mini: 2048x768 after scaling,
-        // 8 tiles, far past the 2,000 tokens once allowed per image.
-        let large = input("gpt-4o-mini", vec![image(4096, 1536, "high")]);
-        assert_eq!(large - text_only, 2_833 + 8 * 5_667);
-        let low = input("gpt-4o-mini", vec![image(4096, 1536, "low")]);
-        assert_eq!(low - text_only, 2_833);
-        // Two images on gpt-4o, 85 + 170 a tile: 1024x1024 at high is scaled
-        // to 768x768 (4 tiles), 512x512 at auto is one tile.
-        let two = input(
-            "gpt-4o",
-            vec![image(1024, 1024, "high"), image(512, 512, "auto")],
-        );
-        assert_eq!(two - input("gpt-4o", vec![]), 765 + 255);
-
-        let c = call(
-            Api::Messages,
-            serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 1,
-                "messages": [{"role": "user", "content": [{"type": "image", "source": {
-                    "type": "base64", "media_type": "image/png", "data": encode(&png(200, 200))}}]}]}),
-        );
-        let e = estimate(&c, &price(), TokenCounter::Heuristic);
-        assert!(
-            e.input_tokens >= 64 && e.input_tokens < 64 + 60,
-            "{}",
-            e.input_tokens
-        );
-    }
-
-    #[test]
-    fn text_that_looks_like_a_data_url_is_still_counted() {
-        let text = format!("data: {}", "word ".repeat(20_000));
-        let c = call(
-            Api::ChatCompletions,
-            serde_json::json!({
-                "model": "gpt-4o-mini", "max_tokens": 1, "messages": [{"role": "user", "content": text}],
-            }),
-        );
-        assert!(estimate(&c, &price(), openai()).input_tokens >= 20_000);
-    }
-
-    #[test]
-    fn stored_items_and_newer_models_are_bounded() {
-        let c = call(
-            Api::Responses,
-            serde_json::json!({
-                "model": "gpt-5-mini", "max_output_tokens": 1,
-                "input": [{"type": "item_reference", "id": "msg_1"}],
-            }),
-        );
-        assert!(estimate(&c, &price(), openai()).input_tokens >= 10_000);
-        for model in ["gpt-5", "gpt-5-mini", "gpt-4.1-nano", "o3", "o4-mini"] {
-            assert!(
-                matches!(
-                    TokenCounter::for_model(ProviderKind::OpenAi, model),
-                    TokenCounter::Exact(_)
-                ),
-                "{model}"
-            );
-        }
-        assert!(matches!(
-            TokenCounter::for_model(ProviderKind::Anthropic, "claude-haiku-4-5"),
-            TokenCounter::Heuristic
-        ));
     }
 
     #[test]

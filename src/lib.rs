@@ -14,8 +14,9 @@
 //!
 //! - [`server`] accepts connections and routes each request: proxied calls
 //!   to [`proxy`], the admin API to [`admin`], the rest to [`endpoints`]
-//!   (health, metrics, models, budget). [`gateway`] is the state they
-//!   share; [`directory`] the keys and orgs, from the config and the store.
+//!   (health, metrics, models, budget); [`server::start`] runs it with
+//!   every background task. [`gateway`] is the state they share;
+//!   [`directory`] the keys and orgs, from the config and the store.
 //! - [`proxy`] is the path of one call in named steps: admit, reserve,
 //!   forward, settle. [`settle`] holds the ticket that settles each call
 //!   exactly once; [`metered`] is the streaming body that reads usage on

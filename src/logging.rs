@@ -2,11 +2,19 @@
 //! (default `info`), as plain text until the config says otherwise
 //! (`server.log_format`). The format is switched in place once the config
 //! is read, so that what is logged before (a config error) is still
-//! written. Lines are written in batches ([`batched`]), so that logging a
-//! line per call costs the call no system call.
+//! written.
+//!
+//! Lines go to stderr through `tracing-appender`'s non-blocking writer, so
+//! that logging a line per call costs the call a copy into a channel, not
+//! a write to a pipe: a thread of its own writes them out, in order, each
+//! whole, in batches (a [`BufWriter`] it flushes once the channel is
+//! empty). It is lossless: when stderr stalls and the channel fills, the
+//! thread that logs waits rather than drop a line. [`Logs`], dropped at
+//! exit, writes out what is still waiting.
 
-mod batched;
+use std::io::BufWriter;
 
+use tracing_appender::non_blocking::{NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::fmt;
 use tracing_subscriber::layer::{Layered, SubscriberExt};
 use tracing_subscriber::reload;
@@ -14,28 +22,28 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 use crate::config::LogFormat;
-use batched::Batched;
 
 type Filtered = Layered<EnvFilter, Registry>;
 type Output = Box<dyn Layer<Filtered> + Send + Sync>;
 
-/// The installed log output, whose format can be switched. Dropped (at
-/// exit), it writes out the lines still waiting.
+/// The installed log output, whose format can be switched. Held for the
+/// life of the process: dropped (at exit), it writes out the lines still
+/// waiting.
 pub struct Logs {
     output: reload::Handle<Output, Filtered>,
-    writer: Batched,
-}
-
-impl Drop for Logs {
-    fn drop(&mut self) {
-        self.writer.flush();
-    }
+    writer: NonBlocking,
+    /// Dropping it hands the writing thread its last lines and waits for
+    /// them to reach stderr.
+    _flush_at_exit: WorkerGuard,
 }
 
 /// Installs the process's log output, plain for now.
 pub fn init() -> Logs {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let writer = Batched::start();
+    let (writer, guard) = NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("log-writer")
+        .finish(BufWriter::new(std::io::stderr()));
     let (output, handle) = reload::Layer::new(output(LogFormat::Plain, &writer));
     tracing_subscriber::registry()
         .with(filter)
@@ -44,6 +52,7 @@ pub fn init() -> Logs {
     Logs {
         output: handle,
         writer,
+        _flush_at_exit: guard,
     }
 }
 
@@ -59,7 +68,7 @@ impl Logs {
     }
 }
 
-fn output(format: LogFormat, writer: &Batched) -> Output {
+fn output(format: LogFormat, writer: &NonBlocking) -> Output {
     match format {
         LogFormat::Plain => fmt::layer()
             .with_writer(writer.clone())

@@ -12,8 +12,7 @@ use tokio::net::TcpListener;
 
 use tollgate::budget::{self, BudgetStore};
 use tollgate::config::{hash_key, Config};
-use tollgate::gateway::Gateway;
-use tollgate::{admin_cli, drain, reconcile, server, sweep};
+use tollgate::{admin_cli, reconcile, server};
 use tollgate_mock::{MockOptions, MockStats};
 
 /// `tollgate reconcile` could not tell whether the books balance.
@@ -238,68 +237,38 @@ async fn serve(path: PathBuf, logs: &tollgate::logging::Logs) -> Result<(), Stri
     let config = Config::load(&path).map_err(|e| e.to_string())?;
     logs.use_format(config.server.log_format);
     let store = open_store(&config, &path).await?;
-    let listen = config.server.listen;
-    let gateway = Arc::new(Gateway::new(config, store).map_err(|e| e.to_string())?);
-    // Expired reservations go back to their caps even when no call comes.
-    let _sweeper = sweep::spawn(
-        gateway.store.clone(),
-        gateway.metrics.clone(),
-        Duration::from_secs(1),
-    );
-    let _drain = start_drain(&gateway);
     server::raise_open_files_limit();
-    let listener = TcpListener::bind(listen)
+    let listen = config.server.listen;
+    let main = TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let admin = match gateway.config.server.admin_listen {
-        Some(admin_listen) => {
-            let admin = TcpListener::bind(admin_listen).await.map_err(|e| {
+    let admin =
+        match config.server.admin_listen {
+            Some(admin_listen) => Some(TcpListener::bind(admin_listen).await.map_err(|e| {
                 format!("cannot listen on {admin_listen} (server.admin_listen): {e}")
-            })?;
-            let addr = admin.local_addr().map_err(|e| e.to_string())?;
-            tracing::info!("admin API served on {addr}");
-            Some(admin)
-        }
-        None => None,
-    };
-    if gateway.config.server.admin_key.is_none() {
+            })?),
+            None => None,
+        };
+    if config.server.admin_key.is_none() {
         tracing::info!(
             "admin API off: no admin key (server.admin_key_env or server.admin_key_sha256)"
         );
     }
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    tracing::info!(store = gateway.store.backend_name(), "listening on {addr}");
-    let listeners = server::Listeners {
-        main: listener,
-        admin,
-    };
-    server::run(listeners, gateway, shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())
-}
-
-/// On Redis, the ledger drain if this gateway has a sink; without one, the
-/// start-up log says what becomes of the ledger.
-fn start_drain(gateway: &Gateway) -> Option<budget::SweeperGuard> {
-    let BudgetStore::Redis(redis) = &gateway.store else {
-        return None;
-    };
-    let store = &gateway.config.store;
-    let Some(sink) = &store.ledger_sink else {
-        tracing::info!(
-            buffer_hours = store.ledger_buffer.as_secs() / 3600,
-            "ledger: no store.ledger_sink_path on this gateway, so it does not drain; entries \
-             no other gateway drains stay in Redis store.ledger_buffer_hours, then are folded \
-             into their counters' sums and dropped"
-        );
-        return None;
-    };
-    Some(drain::spawn(
-        redis.clone(),
-        sink.clone(),
-        gateway.metrics.clone(),
-        Duration::from_secs(1),
-    ))
+    let backend = store.backend_name();
+    let running = server::start(
+        config,
+        store,
+        server::Listeners { main, admin },
+        shutdown_signal(),
+        server::Options::default(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    if let Some(addr) = running.admin_addr() {
+        tracing::info!("admin API served on {addr}");
+    }
+    tracing::info!(store = backend, "listening on {}", running.addr());
+    running.stopped().await.map_err(|e| e.to_string())
 }
 
 async fn open_store(config: &Config, path: &Path) -> Result<BudgetStore, String> {

@@ -2,9 +2,11 @@
 //! given and routes each request — proxied calls to [`crate::proxy`], the
 //! admin API to [`crate::admin`] (on a listener of its own when
 //! `server.admin_listen` is set), the gateway's own endpoints to
-//! [`crate::endpoints`]. While it serves, the keys and orgs are kept up to
-//! date with the store ([`crate::directory`]). On shutdown it stops
-//! accepting and waits for every in-flight call to finish and settle.
+//! [`crate::endpoints`]. [`start`] is the one way to run it: it starts the
+//! background tasks beside it (the sweep, the ledger drain, the keys and
+//! orgs kept up to date with the store, alert delivery). On shutdown it
+//! stops accepting and waits for every in-flight call to finish and
+//! settle.
 //!
 //! Connections are bounded: beyond `server.max_connections` a new one is
 //! closed at once, and [`watch`] closes one that is slow to send its
@@ -42,7 +44,10 @@ use crate::gateway::Gateway;
 use crate::proxy::count_tokens;
 
 mod layers;
+mod start;
 mod watch;
+
+pub use start::{start, Options, Running};
 
 use crate::budget::Upkeep;
 use watch::{Limits, Tracked, Watch, Watched};
@@ -62,17 +67,6 @@ pub fn raise_open_files_limit() {
         Ok(limit) => tracing::info!(limit, "open files limit (RLIMIT_NOFILE)"),
         Err(error) => tracing::warn!(%error, "could not raise the open files limit"),
     }
-}
-
-/// Serves until `shutdown` completes. Then it stops accepting, lets
-/// in-flight calls finish for up to `grace`, cuts the rest (each settles
-/// what it saw) and waits for their settlements.
-pub async fn run(
-    listeners: impl Into<Listeners>,
-    gateway: Arc<Gateway>,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
-    run_with_grace(listeners, gateway, shutdown, SHUTDOWN_GRACE).await
 }
 
 /// Where the gateway listens: every route on `main`, unless `admin` is
@@ -99,8 +93,11 @@ enum Role {
     Admin,
 }
 
-pub async fn run_with_grace(
-    listeners: impl Into<Listeners>,
+/// Serves until `shutdown` completes. Then it stops accepting, lets
+/// in-flight calls finish for up to `grace`, cuts the rest (each settles
+/// what it saw), waits for their settlements and flushes the store.
+async fn serve(
+    listeners: Listeners,
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
@@ -108,10 +105,7 @@ pub async fn run_with_grace(
     let Listeners {
         main: listener,
         admin,
-    } = listeners.into();
-    let _directory = keep_directory_up(&gateway).await;
-    let _alerts =
-        crate::alerts::deliver::spawn(&gateway.config.alerts, &gateway.store, &gateway.metrics);
+    } = listeners;
     let main_role = if admin.is_some() {
         Role::Public
     } else {
@@ -229,20 +223,6 @@ async fn accept(
         Some(listener) => listener.accept().await,
         None => std::future::pending().await,
     }
-}
-
-/// Reads the store's keys and orgs before the first request on a store in
-/// this process or on this machine (the memory and SQLite stores answer
-/// at once), and keeps them up to date while the server runs. On Redis,
-/// which may still be connecting, the first read happens in the
-/// background.
-async fn keep_directory_up(gateway: &Arc<Gateway>) -> crate::directory::KeepingUp {
-    if !matches!(gateway.store, crate::budget::BudgetStore::Redis(_)) {
-        if let Err(error) = gateway.directory.reload(&gateway.store).await {
-            tracing::error!(%error, "cannot read keys and orgs from the store");
-        }
-    }
-    crate::directory::KeepingUp::spawn(gateway.directory.clone(), gateway.store.clone())
 }
 
 /// What a connection's requests are routed with.

@@ -10,7 +10,7 @@
 //!
 //! A settlement in flight is a [`Settling`] future; dropped before it is
 //! done, it finishes in the background, tracked by [`BackgroundSettles`] so
-//! a shutting-down gateway waits for it.
+//! a shutting-down gateway waits for it (the `background` module).
 //!
 //! Usage no call can have — a count that is negative, fractional or 2^53
 //! or more, a cost of 2^53 µUSD or more, or one a store refuses as out of
@@ -19,13 +19,9 @@
 //! the store were down.
 
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::access::AccessRecord;
@@ -37,6 +33,10 @@ use crate::metrics::{Metrics, StoreOp};
 use crate::money::UsdMicros;
 use crate::prices::ModelPrice;
 use crate::usage::{Reported, Usage};
+
+mod background;
+
+pub use background::{BackgroundSettles, Settling, Unabandoned};
 
 /// Longest wait between two attempts at a settle the store refuses.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(2);
@@ -487,157 +487,6 @@ fn log_outcome(settlement: &Settlement, outcome: &SettleOutcome) {
             status = outcome.status.as_str(),
             "settled"
         ),
-    }
-}
-
-// === impl Settling ===
-
-type SettleFuture = Pin<Box<dyn Future<Output = Option<SettleOutcome>> + Send>>;
-
-/// How long a response waits for its settlement. A store that is down or
-/// full (a settle retried for two reservation TTLs) must not hold the
-/// client for as long: past this the response goes on, answered as not
-/// settled, and the settlement finishes in the background, the call's
-/// reservation holding its whole bound meanwhile, so nothing is
-/// overspent.
-const SETTLE_WAIT: Duration = Duration::from_secs(5);
-
-/// A settlement in flight. Dropped before it is done, it is not lost: it
-/// finishes in the background. Awaited, it answers within [`SETTLE_WAIT`]:
-/// `None` when the settlement had to go on in the background.
-pub struct Settling {
-    future: Option<SettleFuture>,
-    background: BackgroundSettles,
-    /// Set on the first poll, which always happens on the runtime (a
-    /// `Settling` may be made and dropped outside it).
-    patience: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl Future for Settling {
-    type Output = Option<SettleOutcome>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(future) = self.future.as_mut() else {
-            return Poll::Ready(None);
-        };
-        if let Poll::Ready(outcome) = future.as_mut().poll(cx) {
-            self.future = None;
-            return Poll::Ready(outcome);
-        }
-        let patience = self
-            .patience
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(SETTLE_WAIT)));
-        std::task::ready!(patience.as_mut().poll(cx));
-        if let Some(future) = self.future.take() {
-            tracing::warn!(
-                waited_secs = SETTLE_WAIT.as_secs(),
-                "the budget store has not taken a settlement yet; the response goes on, and \
-                 the settlement is retried in the background (the reservation holds the \
-                 call's bound meanwhile)"
-            );
-            self.background.finish(future);
-        }
-        Poll::Ready(None)
-    }
-}
-
-impl Drop for Settling {
-    fn drop(&mut self) {
-        if let Some(future) = self.future.take() {
-            self.background.finish(future);
-        }
-    }
-}
-
-// === impl Unabandoned ===
-
-/// Work its caller drives, finished in the background if the caller goes
-/// (see [`Settler::unabandoned`]).
-pub struct Unabandoned<T: Send + 'static> {
-    work: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
-    background: BackgroundSettles,
-}
-
-impl<T: Send + 'static> Future for Unabandoned<T> {
-    type Output = T;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        let Some(work) = self.work.as_mut() else {
-            // Polled after it completed: a caller's bug, never ours.
-            return Poll::Pending;
-        };
-        let output = std::task::ready!(work.as_mut().poll(cx));
-        self.work = None;
-        Poll::Ready(output)
-    }
-}
-
-impl<T: Send + 'static> Drop for Unabandoned<T> {
-    fn drop(&mut self) {
-        if let Some(work) = self.work.take() {
-            self.background.finish(Box::pin(async move {
-                work.await;
-                None
-            }));
-        }
-    }
-}
-
-// === impl BackgroundSettles ===
-
-/// Settlements no request waits for any more, counted so that shutdown can
-/// wait for them.
-#[derive(Clone, Default)]
-pub struct BackgroundSettles {
-    shared: Arc<Pending>,
-}
-
-#[derive(Default)]
-struct Pending {
-    count: AtomicUsize,
-    idle: Notify,
-}
-
-impl BackgroundSettles {
-    /// Drives `future` to its end. A store that answers at once (the memory
-    /// store) finishes here and now; otherwise it goes on in a task.
-    fn finish(&self, mut future: SettleFuture) {
-        let mut cx = Context::from_waker(Waker::noop());
-        if future.as_mut().poll(&mut cx).is_ready() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::error!("no runtime to finish a settlement on; the reservation will expire");
-            return;
-        };
-        self.shared.count.fetch_add(1, Ordering::SeqCst);
-        let shared = self.shared.clone();
-        runtime.spawn(async move {
-            future.await;
-            if shared.count.fetch_sub(1, Ordering::SeqCst) == 1 {
-                shared.idle.notify_waiters();
-            }
-        });
-    }
-
-    /// How many settlements are running in the background.
-    pub fn pending(&self) -> usize {
-        self.shared.count.load(Ordering::SeqCst)
-    }
-
-    /// Waits until no settlement runs in the background, or `limit` passes;
-    /// returns how many are still running.
-    pub async fn drained(&self, limit: Duration) -> usize {
-        let deadline = Instant::now() + limit;
-        loop {
-            let idle = self.shared.idle.notified();
-            if self.pending() == 0 {
-                return 0;
-            }
-            if tokio::time::timeout_at(deadline, idle).await.is_err() {
-                return self.pending();
-            }
-        }
     }
 }
 

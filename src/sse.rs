@@ -6,6 +6,15 @@
 //! terminating blank line included, and the events followed by the final
 //! remainder concatenate back to the input. Each byte is looked at once, even
 //! when an event arrives in many small chunks.
+//!
+//! No SSE crate does this: they (`eventsource-stream` and its kind) are
+//! stream adapters that hand out parsed events, UTF-8 strings with their
+//! line endings gone, while the proxy must forward, drop (the usage chunk
+//! a client did not ask for) or hold back (the terminal event) each event
+//! as the very bytes the provider sent. The splitter here is a plain
+//! function over bytes that the metered body calls as chunks arrive, and
+//! [`parse_event`] reads fields from those bytes without copying them
+//! unless `data` spans several lines.
 
 use std::borrow::Cow;
 

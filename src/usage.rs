@@ -14,15 +14,16 @@
 //! (`usage.cache_creation.ephemeral_1h_input_tokens`), and the
 //! `service_tier` OpenAI reports billing the call at.
 //!
-//! Parsing uses small typed structs that name only the fields read, so the
-//! rest of a body (the generated text, tool definitions) is skipped, never
-//! built into a tree.
+//! Parsing uses small typed structs that name only the fields read
+//! (`shapes`, shared by bodies and `stream`), so the rest of a body (the
+//! generated text, tool definitions) is skipped, never built into a tree.
 //!
 //! A count no call can have (negative, fractional, 2^53 or more, not a
 //! number) makes the whole report [`AbsurdUsage`] rather than a smaller
 //! one (see `count`).
 
 mod count;
+mod shapes;
 mod stream;
 mod tool_items;
 
@@ -31,10 +32,9 @@ pub use stream::{count_output_tokens, EventAction, StreamKind, StreamMeter};
 
 use serde::Deserialize;
 
-use count::Count;
-use tool_items::ToolItems;
+use shapes::{AnthropicUsage, OpenAiUsage, ResponseObject};
 
-use crate::hosted::{HostedTool, ToolCalls};
+use crate::hosted::ToolCalls;
 
 /// Usage as the provider reported it: its counts, or the first count in it
 /// that no call can have.
@@ -162,201 +162,10 @@ fn with_tier(usage: Usage, service_tier: Option<ServiceTier>) -> Usage {
     }
 }
 
-// Token counts are `Option` so that an explicit `null`, which some
-// OpenAI-compatible servers send, reads as absent instead of failing the parse.
-
-/// `usage` of OpenAI chat completions, legacy completions and embeddings.
-#[derive(Clone, Debug, Deserialize)]
-struct OpenAiUsage {
-    prompt_tokens: Option<Count>,
-    completion_tokens: Option<Count>,
-    prompt_tokens_details: Option<CachedTokens>,
-}
-
-/// `usage` of the OpenAI Responses API.
-#[derive(Clone, Debug, Deserialize)]
-struct ResponsesUsage {
-    input_tokens: Option<Count>,
-    input_tokens_details: Option<CachedTokens>,
-    output_tokens: Option<Count>,
-}
-
-/// A Responses API response object: a body, or the `response` of a
-/// stream's terminal event.
-#[derive(Debug, Deserialize)]
-struct ResponseObject {
-    usage: Option<ResponsesUsage>,
-    /// Its output items, read only for the hosted tool calls among them.
-    output: Option<ToolItems>,
-    service_tier: Option<serde_json::Value>,
-}
-
-impl ResponseObject {
-    fn into_usage(self) -> Option<Reported> {
-        let mut usage = self.usage?.to_usage();
-        if let Ok(usage) = &mut usage {
-            if let Some(items) = self.output {
-                usage.tool_calls = items.0;
-            }
-            usage.service_tier = ServiceTier::from_reported(self.service_tier.as_ref());
-        }
-        Some(usage)
-    }
-}
-
-/// `prompt_tokens_details` / `input_tokens_details`.
-#[derive(Clone, Debug, Deserialize)]
-struct CachedTokens {
-    cached_tokens: Option<Count>,
-}
-
-/// `usage` of Anthropic Messages, in a body, `message_start` or
-/// `message_delta`.
-#[derive(Clone, Debug, Deserialize)]
-struct AnthropicUsage {
-    input_tokens: Option<Count>,
-    cache_read_input_tokens: Option<Count>,
-    cache_creation_input_tokens: Option<Count>,
-    output_tokens: Option<Count>,
-    server_tool_use: Option<ServerToolUse>,
-    cache_creation: Option<CacheCreation>,
-}
-
-/// `usage.cache_creation`: Anthropic's split of the cache writes by how
-/// long they are kept.
-#[derive(Clone, Debug, Deserialize)]
-struct CacheCreation {
-    ephemeral_1h_input_tokens: Option<Count>,
-}
-
-/// `usage.server_tool_use`: Anthropic's count of its server tools' uses.
-#[derive(Clone, Debug, Deserialize)]
-struct ServerToolUse {
-    web_search_requests: Option<Count>,
-    web_fetch_requests: Option<Count>,
-}
-
-impl ServerToolUse {
-    /// Writes the counts reported into `calls`, leaving the others.
-    fn write(&self, calls: &mut ToolCalls) -> Result<(), AbsurdUsage> {
-        let counts = [
-            (
-                HostedTool::WebSearch,
-                "server_tool_use.web_search_requests",
-                &self.web_search_requests,
-            ),
-            (
-                HostedTool::WebFetch,
-                "server_tool_use.web_fetch_requests",
-                &self.web_fetch_requests,
-            ),
-        ];
-        for (tool, field, count) in counts {
-            if count.is_some() {
-                calls.set(tool, Count::read(field, count.as_ref())?);
-            }
-        }
-        Ok(())
-    }
-}
-
-impl CachedTokens {
-    fn of(field: &'static str, details: Option<&CachedTokens>) -> Result<u64, AbsurdUsage> {
-        Count::read(field, details.and_then(|d| d.cached_tokens.as_ref()))
-    }
-}
-
-impl OpenAiUsage {
-    fn to_usage(&self) -> Reported {
-        let cached = CachedTokens::of(
-            "prompt_tokens_details.cached_tokens",
-            self.prompt_tokens_details.as_ref(),
-        )?;
-        Ok(Usage {
-            input: Count::read("prompt_tokens", self.prompt_tokens.as_ref())?
-                .saturating_sub(cached),
-            cached_input: cached,
-            cache_write: 0,
-            output: Count::read("completion_tokens", self.completion_tokens.as_ref())?,
-            ..Usage::default()
-        })
-    }
-}
-
-impl ResponsesUsage {
-    fn to_usage(&self) -> Reported {
-        let cached = CachedTokens::of(
-            "input_tokens_details.cached_tokens",
-            self.input_tokens_details.as_ref(),
-        )?;
-        Ok(Usage {
-            input: Count::read("input_tokens", self.input_tokens.as_ref())?.saturating_sub(cached),
-            cached_input: cached,
-            cache_write: 0,
-            output: Count::read("output_tokens", self.output_tokens.as_ref())?,
-            ..Usage::default()
-        })
-    }
-}
-
-impl AnthropicUsage {
-    fn to_usage(&self) -> Reported {
-        let mut tool_calls = ToolCalls::default();
-        if let Some(server) = &self.server_tool_use {
-            server.write(&mut tool_calls)?;
-        }
-        Ok(Usage {
-            input: self.input_tokens()?,
-            cached_input: self.cache_read_input_tokens()?,
-            cache_write: self.cache_creation_input_tokens()?,
-            output: self.output_tokens()?,
-            tool_calls,
-            cache_write_1h: self.cache_write_1h()?,
-            service_tier: None,
-        })
-    }
-
-    /// The hour-long part of the cache writes, when the split is reported;
-    /// never more than the writes (a larger count is billed as all of
-    /// them at the hour's rate).
-    fn cache_write_1h(&self) -> Result<Option<u64>, AbsurdUsage> {
-        self.cache_creation
-            .as_ref()
-            .map(|split| {
-                Count::read(
-                    "cache_creation.ephemeral_1h_input_tokens",
-                    split.ephemeral_1h_input_tokens.as_ref(),
-                )
-            })
-            .transpose()
-    }
-
-    fn input_tokens(&self) -> Result<u64, AbsurdUsage> {
-        Count::read("input_tokens", self.input_tokens.as_ref())
-    }
-
-    fn cache_read_input_tokens(&self) -> Result<u64, AbsurdUsage> {
-        Count::read(
-            "cache_read_input_tokens",
-            self.cache_read_input_tokens.as_ref(),
-        )
-    }
-
-    fn cache_creation_input_tokens(&self) -> Result<u64, AbsurdUsage> {
-        Count::read(
-            "cache_creation_input_tokens",
-            self.cache_creation_input_tokens.as_ref(),
-        )
-    }
-
-    fn output_tokens(&self) -> Result<u64, AbsurdUsage> {
-        Count::read("output_tokens", self.output_tokens.as_ref())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hosted::HostedTool;
 
     fn usage(input: u64, cached_input: u64, cache_write: u64, output: u64) -> Usage {
         Usage {

@@ -239,9 +239,15 @@ fn guarded(program: impl AsRef<std::ffi::OsStr>) -> Command {
 
 const SETPRIV: &str = "/usr/bin/setpriv";
 
-/// The release binary cargo built for this benchmark.
-fn tollgate() -> Command {
-    let mut command = guarded(env!("CARGO_BIN_EXE_tollgate"));
+/// The variable naming another `tollgate` binary to run as the gateways
+/// (G0, G, GS), so two builds can be compared in alternating runs of one
+/// benchmark binary; unset, the release binary cargo built with it. The
+/// mock upstream is always this build's.
+pub const GATEWAY_BIN_VAR: &str = "TOLLGATE_BENCH_GATEWAY";
+
+/// `program`, a `tollgate` binary, run as the benchmark runs it.
+fn tollgate(program: std::ffi::OsString) -> Command {
+    let mut command = guarded(program);
     // Only the listening line and warnings are read; the config names the
     // store, so no variable from the caller's shell may change it.
     command
@@ -253,7 +259,9 @@ fn tollgate() -> Command {
 
 /// `tollgate serve` on `config`.
 pub fn gateway_command(config: &Path) -> Command {
-    let mut command = tollgate();
+    let program =
+        std::env::var_os(GATEWAY_BIN_VAR).unwrap_or_else(|| env!("CARGO_BIN_EXE_tollgate").into());
+    let mut command = tollgate(program);
     command
         .arg("serve")
         .arg("--config")
@@ -265,7 +273,7 @@ pub fn gateway_command(config: &Path) -> Command {
 /// `tollgate mock-upstream` on a free port; `pace`: tokens per second of
 /// streamed replies, `None` for as fast as possible.
 pub fn mock_command(reply_tokens: u64, pace: Option<u32>) -> Command {
-    let mut command = tollgate();
+    let mut command = tollgate(env!("CARGO_BIN_EXE_tollgate").into());
     command
         .arg("mock-upstream")
         .arg("--listen")

@@ -12,7 +12,15 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 use crate::body::{full, Body};
 
 const PAGE: &str = include_str!("console/index.html");
-const SCRIPT: &str = include_str!("console/console.js");
+/// The script, served as one file (`/admin/console.js`): its parts, kept
+/// apart by what they draw, joined in order into one scope.
+const SCRIPT: &str = concat!(
+    include_str!("console/session.js"),
+    include_str!("console/format.js"),
+    include_str!("console/keys.js"),
+    include_str!("console/views.js"),
+    include_str!("console/refresh.js"),
+);
 const STYLE: &str = include_str!("console/console.css");
 
 /// Only the page's own files, and the admin API on the same origin.

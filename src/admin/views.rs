@@ -9,7 +9,7 @@ use crate::endpoints::budget::scope_json;
 use crate::gateway::Gateway;
 use crate::money::Threshold;
 
-/// A key (`KEY` in DESIGN.md).
+/// A key, as the admin API shows it (docs/admin.md).
 pub async fn key(gateway: &Gateway, entry: &KeyEntry) -> Value {
     let config = &entry.config;
     let scope = Scope {
@@ -56,7 +56,7 @@ pub async fn key(gateway: &Gateway, entry: &KeyEntry) -> Value {
     })
 }
 
-/// An org (`ORG` in DESIGN.md).
+/// An org, as the admin API shows it (docs/admin.md).
 pub async fn org(gateway: &Gateway, entry: &OrgEntry) -> Value {
     let config = &entry.config;
     let scope = Scope {

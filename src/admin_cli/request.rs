@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Uri};
 use http_body_util::Full;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{Map, Value};
 
 use super::{Adjustment, KeyList, KeyUpdate, NewKey, NewOrg, OrgUpdate, Page, SpendQuery};
@@ -233,18 +234,18 @@ fn models(globs: &[String]) -> Value {
         .collect()
 }
 
-/// Percent-encodes all but RFC 3986's unreserved characters, for a path
-/// segment or a query value.
+/// RFC 3986's unreserved characters, the only ones a path segment or a
+/// query value is sent with as they are.
+const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Percent-encodes all but the unreserved characters (a space as `%20`),
+/// for a path segment or a query value.
 fn encode(text: &str) -> String {
-    let mut encoded = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    encoded
+    utf8_percent_encode(text, UNRESERVED).to_string()
 }
 
 #[cfg(test)]

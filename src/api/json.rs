@@ -2,6 +2,12 @@
 //! disagree on a key that appears twice in one object (most keep the last,
 //! some the first), so a provider could read another `model` or output
 //! limit than the one the gateway priced: such a body is refused.
+//!
+//! serde_json still does the parsing; only the [`Value`] is built here,
+//! because serde_json's own keeps the last of a repeated key without a
+//! word and has no setting to refuse one (nor does any crate that builds
+//! a `Value`). A visitor that checks each object's keys as they are read
+//! costs no second pass over the body.
 
 use std::fmt;
 

@@ -43,7 +43,7 @@ impl AlertKind {
     }
 }
 
-/// One alert, as the webhook receives it (DESIGN.md, "Agent runs").
+/// One alert, as the webhook receives it (docs/admin.md, "Alerts").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AlertEvent {
     /// The same for every gateway and every retry that sees this crossing

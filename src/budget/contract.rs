@@ -1,4 +1,4 @@
-//! The contract every budget store passes: the budget protocol of DESIGN.md
+//! The contract every budget store passes: the budget protocol of docs/design.md
 //! written once against [`BudgetStore`] and run against each backend
 //! through a [`Fixture`] that controls the store's clock.
 //!

@@ -3,7 +3,7 @@
 //!
 //! [`BudgetStore`] is one enum with a variant per backend, so the request
 //! path calls plain async methods and each backend is an addition, not a
-//! rewrite. Every backend implements the same semantics (see DESIGN.md,
+//! rewrite. Every backend implements the same semantics (see docs/design.md,
 //! "Budget protocol") and passes the same contract tests:
 //!
 //! - `reserve` checks `spent + reserved + amount <= cap` for the key and its

@@ -21,8 +21,8 @@
 //! without its data has lost both, and the store fails closed until an
 //! operator accepts a new epoch (`meta`).
 //!
-//! DESIGN.md sketches one Redis key per reservation (`tg:{acme}:res:<id>`);
-//! the lazy expiry inside `reserve` would then touch reservation keys not
+//! One Redis key per reservation (`tg:{acme}:res:<id>`) would be simpler,
+//! but the lazy expiry inside `reserve` would then touch reservation keys not
 //! passed in `KEYS`, which a Redis Cluster forbids. A fixed set of keys per
 //! tag keeps every script in one slot with every key declared.
 //!
@@ -64,7 +64,9 @@ mod control;
 mod drain;
 mod meta;
 mod records;
+mod reports;
 mod scripts;
+mod sweep;
 #[cfg(test)]
 mod test_clock;
 #[cfg(test)]
@@ -82,10 +84,17 @@ pub use connection::RedisUrlError;
 pub use drain::StreamEntry;
 pub use meta::{accept_epoch, AcceptedEpoch, LAYOUT};
 
+/// The SHA1 Redis knows the script of `lua/<name>.lua` by, as this build
+/// sends it (EVALSHA's first argument in `MONITOR`, what `SCRIPT EXISTS`
+/// takes); `None` for no such script.
+pub fn script_sha(name: &str) -> Option<String> {
+    Scripts::new().sha(name).map(str::to_owned)
+}
+
 use super::{
-    run_key_of, tag_for, AdjustOutcome, Adjustment, Books, ClaimedReserve, LedgerEntry, OpenHold,
-    Reconciliation, Reports, ReserveOutcome, ReserveRequest, Rules, RunState, Scope, ScopeKind,
-    ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow, StoreError, Upkeep,
+    run_key_of, tag_for, AdjustOutcome, Adjustment, Books, ClaimedReserve, OpenHold,
+    ReserveOutcome, ReserveRequest, Rules, RunState, Scope, ScopeKind, ScopeState, SettleOutcome,
+    Settlement, StoreError,
 };
 use crate::config::RedisTls;
 use crate::money::{UsdMicros, MAX_USD_MICROS};
@@ -96,17 +105,6 @@ use scripts::{ReserveReply, Scripts, SettleReply, TagKeys};
 /// Due reservations one `reserve` expires (and closed records it forgets)
 /// before its own work, as in the memory store.
 const LAZY_SWEEP_LIMIT: usize = 64;
-/// Work of each kind one sweep call does, so no call blocks Redis for long.
-const SWEEP_BATCH: usize = 1_000;
-/// Sweep calls per tag per sweep before the rest waits for the next tick.
-const SWEEP_CALLS_PER_TAG: usize = 100;
-/// Tags one [`Upkeep::sweep`] visits. Each costs Redis a script call, so
-/// with more tags than this they are swept in turn, this many per call: a
-/// reserve expires what is due in its own tag before it checks the caps,
-/// so only idle tags wait longer, and the sweep's load on Redis stays
-/// bounded however many keys there are.
-const SWEEP_TAGS_PER_CALL: usize = 256;
-
 /// A handle to the Redis store; clones share one connection.
 #[derive(Clone)]
 pub struct RedisStore {
@@ -381,108 +379,6 @@ impl RedisStore {
         scripts::store_time(ms)
     }
 
-    /// Sweeps every known tag (see [`RedisStore::sweep_tags`]).
-    pub async fn sweep_expired(&self) -> Result<usize, StoreError> {
-        self.sweep_tags(&self.tags()).await
-    }
-
-    /// Expires due reservations, forgets closed records past their
-    /// retention, folds ledger entries past the ledger buffer and drops
-    /// spend aggregate rows past theirs, under each tag, in bounded
-    /// `sweep.lua` calls; returns how many expired.
-    /// Reads `tg:meta` first, so a store that lost its epoch fails closed
-    /// (and one that had an epoch accepted serves again) without waiting
-    /// for a call.
-    pub async fn sweep_tags(&self, tags: &[String]) -> Result<usize, StoreError> {
-        self.refresh_epoch(self.inner.policy).await?;
-        let mut expired = 0;
-        for tag in tags {
-            let keys = TagKeys::new(tag);
-            for _ in 0..SWEEP_CALLS_PER_TAG {
-                let args = scripts::sweep_args(
-                    SWEEP_BATCH,
-                    self.inner.rules.ledger_retention,
-                    self.inner.rules.on_expiry,
-                    self.inner.rules.aggregate_retention_days,
-                );
-                let reply = self
-                    .run(&self.inner.scripts.sweep, "sweep", &keys, &args)
-                    .await?;
-                let swept = scripts::sweep_reply(&reply)?;
-                self.log_expired(tag, swept.expired);
-                if swept.folded > 0 {
-                    tracing::warn!(
-                        tag = %tag,
-                        entries = swept.folded,
-                        "ledger entries waited store.ledger_buffer_hours without a sink taking \
-                         them: folded into their counters' sums and trimmed from Redis"
-                    );
-                }
-                expired += swept.expired;
-                if !swept.more {
-                    break;
-                }
-            }
-        }
-        Ok(expired)
-    }
-
-    /// The tag's ledger entries not yet folded, oldest first.
-    pub async fn ledger(&self, tag: &str) -> Result<Vec<LedgerEntry>, StoreError> {
-        let lines = books::read_ledger(
-            &self.inner.connection,
-            self.inner.policy,
-            &TagKeys::new(tag),
-            None,
-        )
-        .await?;
-        Ok(lines.into_iter().map(|line| line.entry).collect())
-    }
-
-    /// How many reservations are open under `tags` and the sum of their
-    /// amounts.
-    pub async fn open_reservations_in(
-        &self,
-        tags: &[String],
-    ) -> Result<(usize, UsdMicros), StoreError> {
-        let mut total: (usize, UsdMicros) = (0, 0);
-        for tag in tags {
-            let (count, sum) = books::open_reservations(
-                &self.inner.connection,
-                self.inner.policy,
-                &TagKeys::new(tag),
-            )
-            .await?;
-            total = (total.0 + count, total.1.saturating_add(sum));
-        }
-        Ok(total)
-    }
-
-    /// The spend aggregate rows under `tags` that `query` wants, by day,
-    /// key and model.
-    pub async fn spend_in(
-        &self,
-        tags: &[String],
-        query: &SpendQuery,
-    ) -> Result<Vec<SpendRow>, StoreError> {
-        aggregates::spend(&self.inner.connection, self.inner.policy, tags, query).await
-    }
-
-    /// Every scope and period under `tags` with its counter, folded sum,
-    /// ledger sum and open sum, each tag read at one consistent instant.
-    pub async fn reconcile_in(&self, tags: &[String]) -> Result<Vec<Reconciliation>, StoreError> {
-        let mut rows = Vec::new();
-        for tag in tags {
-            let keys = TagKeys::new(tag);
-            let inner = &self.inner;
-            rows.extend(
-                books::reconcile(&inner.connection, &inner.scripts, inner.policy, &keys).await?,
-            );
-        }
-        rows.sort_by(|a, b| (a.kind, &a.id, &a.period_id).cmp(&(b.kind, &b.id, &b.period_id)));
-        Ok(rows)
-    }
-
     /// Runs one script on the tag's keys; its reply is a list of strings.
     /// In a test build the clock offset goes last (`lua/test/clock.lua`
     /// takes it off before the script's body reads its ARGV).
@@ -655,75 +551,6 @@ impl Books for RedisStore {
     }
 }
 
-/// Every report reads under every tag the store knows.
-impl Reports for RedisStore {
-    async fn spend(&self, query: &SpendQuery) -> Result<Vec<SpendRow>, StoreError> {
-        self.spend_in(&self.tags(), query).await
-    }
-
-    async fn open_reservations(&self) -> Result<(usize, UsdMicros), StoreError> {
-        self.open_reservations_in(&self.tags()).await
-    }
-
-    async fn reconcile(&self) -> Result<Vec<Reconciliation>, StoreError> {
-        self.reconcile_in(&self.tags()).await
-    }
-}
-
-impl Upkeep for RedisStore {
-    /// Whether Redis answers (every primary, on a cluster) and serves
-    /// under a store epoch (`tg:meta` read again), each within one call
-    /// timeout and without retries.
-    async fn ping(&self) -> Result<(), StoreError> {
-        let once = CallPolicy {
-            attempts: 1,
-            ..self.inner.policy
-        };
-        self.inner
-            .connection
-            .call::<()>(once, "ping", Request::Command(&::redis::cmd("PING")))
-            .await?;
-        self.refresh_epoch(once).await.map(|_| ())
-    }
-
-    /// Sweeps the next [`SWEEP_TAGS_PER_CALL`] tags the store knows, in
-    /// turn (see [`RedisStore::sweep_tags`]).
-    async fn sweep(&self) -> Result<usize, StoreError> {
-        let batch = {
-            let tags = self.tags();
-            let mut next = self
-                .inner
-                .next_sweep
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            next_sweep_tags(&tags, &mut next).to_vec()
-        };
-        self.sweep_tags(&batch).await
-    }
-
-    /// Records which tag a configured key's data lives under, so
-    /// [`RedisStore::scope_state`] finds it before the key's first reserve,
-    /// and [`RedisStore::sweep_expired`] sweeps it.
-    fn track_key(&self, key: &str, org: Option<&str>) {
-        let mut tags = self.inner.tags();
-        let tag = tag_for(org, key);
-        tags.all.insert(tag.clone());
-        tags.of_key.insert(key.to_owned(), tag);
-    }
-}
-
-/// The tags the next sweep visits: up to [`SWEEP_TAGS_PER_CALL`] from
-/// `*next`, which moves on past them and starts over at the end.
-fn next_sweep_tags<'a>(tags: &'a [String], next: &mut usize) -> &'a [String] {
-    if *next >= tags.len() {
-        *next = 0;
-    }
-    let end = tags.len().min(*next + SWEEP_TAGS_PER_CALL);
-    let batch = &tags[*next..end];
-    *next = end;
-    batch
-}
-
 impl Inner {
     fn tags(&self) -> MutexGuard<'_, Tags> {
         // Nothing panics while the lock is held; a poisoned lock still
@@ -738,42 +565,5 @@ impl fmt::Debug for RedisStore {
             .field("endpoint", &self.inner.endpoint)
             .field("rules", &self.inner.rules)
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod sweep_turns {
-    use super::*;
-
-    fn tags(count: usize) -> Vec<String> {
-        (0..count).map(|i| format!("tag-{i}")).collect()
-    }
-
-    #[test]
-    fn many_tags_are_swept_in_turn() {
-        let tags = tags(SWEEP_TAGS_PER_CALL * 2 + 1);
-        let mut next = 0;
-        let mut swept = Vec::new();
-        for size in [SWEEP_TAGS_PER_CALL, SWEEP_TAGS_PER_CALL, 1] {
-            let batch = next_sweep_tags(&tags, &mut next);
-            assert_eq!(batch.len(), size);
-            swept.extend_from_slice(batch);
-        }
-        assert_eq!(swept, tags);
-        // Then the turn starts over.
-        assert_eq!(
-            next_sweep_tags(&tags, &mut next),
-            &tags[..SWEEP_TAGS_PER_CALL]
-        );
-    }
-
-    #[test]
-    fn a_few_tags_are_all_swept_every_tick() {
-        let tags = tags(3);
-        let mut next = 0;
-        for _ in 0..3 {
-            assert_eq!(next_sweep_tags(&tags, &mut next), &tags[..]);
-        }
-        assert!(next_sweep_tags(&[], &mut next).is_empty());
     }
 }

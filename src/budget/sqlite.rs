@@ -1,6 +1,6 @@
 //! The embedded store, the default for a single gateway: the books in one
 //! SQLite file that survives a restart and a `kill -9` at any instant
-//! (DESIGN.md, "Stores").
+//! (docs/design.md, "Stores").
 //!
 //! A reserve, a settle, an expiry or an adjustment is decided in memory,
 //! on the `desk`, under one lock: the desk holds every open reservation,

@@ -1,24 +1,28 @@
 //! Checking a raw config: defaults applied, every value parsed and
 //! validated, every error naming the file and the field.
+//!
+//! [`Checker`] takes the file one section at a time: `[server]` and
+//! `[alerts]` here, with the field checks every section shares; `[store]`
+//! in `store` (its Redis settings in `redis`), `[[providers]]` in
+//! `providers`, `[[orgs]]` and `[[keys]]` in `keys`, and what the HTTP
+//! layers read in `http_layers`.
 
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use glob::Pattern;
 
-use super::raw::{RawAlerts, RawConfig, RawKey, RawOrg, RawProvider, RawServer, RawStore};
-use super::{
-    hash_key, AlertsConfig, Config, ConfigError, KeyConfig, OnExpiry, OnInsufficient, OnStoreError,
-    OrgConfig, Provider, Secret, ServerConfig, StoreBackend, StoreConfig, Webhook,
-};
-use crate::money::{parse_usd, Threshold, UsdMicros};
+use super::raw::{RawAlerts, RawConfig, RawServer};
+use super::{hash_key, AlertsConfig, Config, ConfigError, Secret, ServerConfig, Webhook};
+use crate::money::{parse_usd, UsdMicros};
 use crate::period::Period;
 use crate::prices::PriceTable;
-use crate::provider::{ProviderKind, OUTPUT_LIMIT_FIELDS};
 
 mod http_layers;
+mod keys;
+mod providers;
 mod redis;
+mod store;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 const DEFAULT_MAX_REQUEST_BYTES: u64 = 10 * 1024 * 1024;
@@ -35,32 +39,8 @@ const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
 /// The least output limit a call is fitted to: enough for a short answer
 /// or a tool call.
 const DEFAULT_MIN_CLAMPED_OUTPUT_TOKENS: u64 = 256;
-/// A run is forgotten a day after its last call.
-const DEFAULT_RUN_TTL_HOURS: u64 = 24;
-/// A year.
-const MAX_RUN_TTL_HOURS: u64 = 366 * 24;
 const DEFAULT_ADMIN_KEY_ENV: &str = "TOLLGATE_ADMIN_KEY";
-const DEFAULT_RESERVATION_TTL_SECS: u64 = 900;
-const DEFAULT_SETTLE_EPSILON_USD: &str = "0.0001";
 const DEFAULT_PRICES_FILE: &str = "config/prices.toml";
-const DEFAULT_LEDGER_RETENTION_DAYS: u64 = 30;
-const DEFAULT_SQLITE_PATH: &str = "tollgate.db";
-/// As long as a retry of a call can still arrive.
-const DEFAULT_CLOSED_RECORD_SECS: u64 = 120;
-/// A day: no retry of a call comes later than that.
-const MAX_CLOSED_RECORD_SECS: u64 = 24 * 3600;
-/// Ten years: beyond that a retention is a typo.
-const MAX_LEDGER_RETENTION_DAYS: u64 = 3650;
-/// How long Redis keeps ledger entries no sink took (issue: a day of calls
-/// is what an operator sizes Redis for).
-const DEFAULT_LEDGER_BUFFER_HOURS: u64 = 24;
-/// A week: longer only piles up Redis memory a sink should hold.
-const MAX_LEDGER_BUFFER_HOURS: u64 = 7 * 24;
-/// Spend reports a year back and a bit, to compare a month with the same
-/// month a year before.
-const DEFAULT_AGGREGATE_RETENTION_DAYS: u64 = 400;
-/// Ten years, as for the ledger.
-const MAX_AGGREGATE_RETENTION_DAYS: u64 = 3650;
 
 /// Turns the raw file into a [`Config`], one section at a time.
 pub(super) struct Checker<'a> {
@@ -205,141 +185,6 @@ impl Checker<'_> {
         }
     }
 
-    fn store(&self, raw: &RawStore, server: &ServerConfig) -> Result<StoreConfig, ConfigError> {
-        let backend = match raw.backend.as_deref().unwrap_or("sqlite") {
-            "memory" => StoreBackend::Memory,
-            "sqlite" => {
-                let file = raw.sqlite_path.as_deref().unwrap_or(DEFAULT_SQLITE_PATH);
-                if file.trim().is_empty() {
-                    return Err(self.invalid("store.sqlite_path", "must not be empty"));
-                }
-                StoreBackend::Sqlite {
-                    path: self.beside_config(file),
-                }
-            }
-            "redis" => self.redis(raw)?,
-            other => {
-                return Err(self.invalid(
-                    "store.backend",
-                    format!("{other:?} is not \"sqlite\", \"redis\" or \"memory\""),
-                ))
-            }
-        };
-        let ttl_secs = raw
-            .reservation_ttl_secs
-            .unwrap_or(DEFAULT_RESERVATION_TTL_SECS);
-        let timeout_secs = server.upstream_timeout.as_secs();
-        if ttl_secs <= timeout_secs {
-            return Err(self.invalid(
-                "store.reservation_ttl_secs",
-                format!(
-                    "{ttl_secs} must exceed server.upstream_timeout_secs ({timeout_secs}), \
-                     or a reservation could expire while its call is still running"
-                ),
-            ));
-        }
-        let default_epsilon = toml::Value::String(DEFAULT_SETTLE_EPSILON_USD.to_owned());
-        let epsilon = raw.settle_epsilon_usd.as_ref().unwrap_or(&default_epsilon);
-        let on_store_error = match raw.on_store_error.as_deref().unwrap_or("reject") {
-            "reject" => OnStoreError::Reject,
-            "allow" => OnStoreError::Allow,
-            other => {
-                return Err(self.invalid(
-                    "store.on_store_error",
-                    format!("{other:?} is not \"reject\" or \"allow\""),
-                ))
-            }
-        };
-        let retention_days = raw
-            .ledger_retention_days
-            .unwrap_or(DEFAULT_LEDGER_RETENTION_DAYS);
-        if !(1..=MAX_LEDGER_RETENTION_DAYS).contains(&retention_days) {
-            return Err(self.invalid(
-                "store.ledger_retention_days",
-                format!("{retention_days} must be between 1 and {MAX_LEDGER_RETENTION_DAYS}"),
-            ));
-        }
-        let aggregate_retention_days = raw
-            .aggregate_retention_days
-            .unwrap_or(DEFAULT_AGGREGATE_RETENTION_DAYS);
-        let aggregate_retention_days = u32::try_from(aggregate_retention_days)
-            .ok()
-            .filter(|days| (1..=MAX_AGGREGATE_RETENTION_DAYS).contains(&u64::from(*days)))
-            .ok_or_else(|| {
-                self.invalid(
-                    "store.aggregate_retention_days",
-                    format!(
-                        "{aggregate_retention_days} must be between 1 and \
-                         {MAX_AGGREGATE_RETENTION_DAYS}"
-                    ),
-                )
-            })?;
-        let closed_record_secs = raw.closed_record_secs.unwrap_or(DEFAULT_CLOSED_RECORD_SECS);
-        if !(1..=MAX_CLOSED_RECORD_SECS).contains(&closed_record_secs) {
-            return Err(self.invalid(
-                "store.closed_record_secs",
-                format!("{closed_record_secs} must be between 1 and {MAX_CLOSED_RECORD_SECS}"),
-            ));
-        }
-        let run_ttl_hours = raw.run_ttl_hours.unwrap_or(DEFAULT_RUN_TTL_HOURS);
-        if !(1..=MAX_RUN_TTL_HOURS).contains(&run_ttl_hours) || run_ttl_hours * 3600 < ttl_secs {
-            return Err(self.invalid(
-                "store.run_ttl_hours",
-                format!(
-                    "{run_ttl_hours} must be between 1 and {MAX_RUN_TTL_HOURS}, and at least \
-                     store.reservation_ttl_secs ({ttl_secs} s), so a run is never forgotten \
-                     while a call of it is open"
-                ),
-            ));
-        }
-        let on_expiry = match raw.on_expiry.as_deref() {
-            None | Some("charge") => OnExpiry::Charge,
-            Some("release") => OnExpiry::Release,
-            Some(other) => {
-                return Err(self.invalid(
-                    "store.on_expiry",
-                    format!("{other:?} is not \"charge\" or \"release\""),
-                ))
-            }
-        };
-        let ledger_buffer_hours = raw
-            .ledger_buffer_hours
-            .unwrap_or(DEFAULT_LEDGER_BUFFER_HOURS);
-        if !(1..=MAX_LEDGER_BUFFER_HOURS).contains(&ledger_buffer_hours) {
-            return Err(self.invalid(
-                "store.ledger_buffer_hours",
-                format!("{ledger_buffer_hours} must be between 1 and {MAX_LEDGER_BUFFER_HOURS}"),
-            ));
-        }
-        let ledger_sink = match (&raw.ledger_sink_path, &backend) {
-            (None, _) => None,
-            (Some(file), _) if file.trim().is_empty() => {
-                return Err(self.invalid("store.ledger_sink_path", "must not be empty"))
-            }
-            (Some(file), StoreBackend::Redis { .. }) => Some(self.beside_config(file)),
-            (Some(_), _) => {
-                return Err(self.invalid(
-                    "store.ledger_sink_path",
-                    "only the redis store drains its ledger to a sink (the sqlite store's \
-                     ledger is its own file's `ledger` table): remove it, or use backend = \"redis\"",
-                ))
-            }
-        };
-        Ok(StoreConfig {
-            backend,
-            reservation_ttl: Duration::from_secs(ttl_secs),
-            settle_epsilon: self.usd("store.settle_epsilon_usd", epsilon)?,
-            on_store_error,
-            ledger_retention: Duration::from_secs(retention_days * 24 * 3600),
-            aggregate_retention_days,
-            closed_record: Duration::from_secs(closed_record_secs),
-            on_expiry,
-            run_ttl: Duration::from_secs(run_ttl_hours * 3600),
-            ledger_sink,
-            ledger_buffer: Duration::from_secs(ledger_buffer_hours * 3600),
-        })
-    }
-
     /// A relative path, resolved against the config file's directory.
     fn beside_config(&self, file: &str) -> PathBuf {
         let path = Path::new(file);
@@ -375,162 +220,6 @@ impl Checker<'_> {
         }
     }
 
-    fn providers(&self, raw: &[RawProvider]) -> Result<Vec<Provider>, ConfigError> {
-        if raw.is_empty() {
-            return Err(self.invalid(
-                "providers",
-                "no [[providers]] configured: no model could be served",
-            ));
-        }
-        let mut names = HashSet::new();
-        let mut providers = Vec::with_capacity(raw.len());
-        for (i, raw) in raw.iter().enumerate() {
-            let field = |name: &str| format!("providers[{i}].{name}");
-            if raw.name.trim().is_empty() {
-                return Err(self.invalid(field("name"), "must not be empty"));
-            }
-            if !names.insert(raw.name.as_str()) {
-                return Err(self.invalid(
-                    field("name"),
-                    format!("{:?} is already used by another provider", raw.name),
-                ));
-            }
-            let kind = match raw.kind.as_str() {
-                "openai" => ProviderKind::OpenAi,
-                "anthropic" => ProviderKind::Anthropic,
-                other => {
-                    return Err(self.invalid(
-                        field("kind"),
-                        format!("{other:?} is not \"openai\" or \"anthropic\""),
-                    ))
-                }
-            };
-            let base_url = base_url(&raw.base_url)
-                .map_err(|message| self.invalid(field("base_url"), message))?;
-            if raw.api_key_env.trim().is_empty() {
-                return Err(self.invalid(field("api_key_env"), "must name an environment variable"));
-            }
-            if raw.models.is_empty() {
-                return Err(self.invalid(
-                    field("models"),
-                    "needs at least one model pattern, like \"gpt-*\"",
-                ));
-            }
-            for name in &raw.output_limit_fields {
-                if !OUTPUT_LIMIT_FIELDS.contains(&name.as_str()) {
-                    return Err(self.invalid(
-                        field("output_limit_fields"),
-                        format!(
-                            "{name:?} is not an output-limit field: use \"max_tokens\", \
-                             \"max_completion_tokens\" or \"max_output_tokens\""
-                        ),
-                    ));
-                }
-            }
-            providers.push(Provider {
-                name: raw.name.clone(),
-                kind,
-                base_url,
-                api_key_env: raw.api_key_env.clone(),
-                api_key: self.secret_var(&raw.api_key_env),
-                models: self.patterns(&field("models"), &raw.models)?,
-                output_limit_fields: raw.output_limit_fields.clone(),
-            });
-        }
-        Ok(providers)
-    }
-
-    fn orgs(&self, raw: &[RawOrg]) -> Result<Vec<OrgConfig>, ConfigError> {
-        let mut ids = HashSet::new();
-        let mut orgs = Vec::with_capacity(raw.len());
-        for (i, raw) in raw.iter().enumerate() {
-            let field = |name: &str| format!("orgs[{i}].{name}");
-            self.id(&field("id"), &raw.id)?;
-            if !ids.insert(raw.id.as_str()) {
-                return Err(self.invalid(
-                    field("id"),
-                    format!("{:?} is already used by another org", raw.id),
-                ));
-            }
-            orgs.push(OrgConfig {
-                id: raw.id.clone(),
-                cap: self.usd(&field("cap_usd"), &raw.cap_usd)?,
-                period: self.period(&field("period"), &raw.period)?,
-                alert_at: self.alert_at(&field("alert_at"), raw.alert_at.as_deref())?,
-            });
-        }
-        Ok(orgs)
-    }
-
-    fn keys(&self, raw: &[RawKey], orgs: &[OrgConfig]) -> Result<Vec<KeyConfig>, ConfigError> {
-        let mut ids = HashSet::new();
-        let mut hashes: HashMap<[u8; 32], &str> = HashMap::new();
-        let mut keys = Vec::with_capacity(raw.len());
-        for (i, raw) in raw.iter().enumerate() {
-            let field = |name: &str| format!("keys[{i}].{name}");
-            self.id(&field("id"), &raw.id)?;
-            if !ids.insert(raw.id.as_str()) {
-                return Err(self.invalid(
-                    field("id"),
-                    format!("{:?} is already used by another key", raw.id),
-                ));
-            }
-            if let Some(org) = &raw.org {
-                if !orgs.iter().any(|o| &o.id == org) {
-                    return Err(self.invalid(
-                        field("org"),
-                        format!("{org:?} is not the id of any [[orgs]] entry"),
-                    ));
-                }
-            }
-            let (key_sha256, source_field) = self.key_hash(raw, &field)?;
-            if let Some(other) = hashes.insert(key_sha256, &raw.id) {
-                return Err(self.invalid(
-                    source_field,
-                    format!("the same key as key {other:?}; every key must be different"),
-                ));
-            }
-            let models = match &raw.models {
-                None => None,
-                Some(list) if list.is_empty() => {
-                    return Err(self.invalid(
-                        field("models"),
-                        "an empty list allows no model; remove the field to allow every model",
-                    ))
-                }
-                Some(list) => Some(self.patterns(&field("models"), list)?),
-            };
-            keys.push(KeyConfig {
-                id: raw.id.clone(),
-                org: raw.org.clone(),
-                key_sha256,
-                cap: self.usd(&field("cap_usd"), &raw.cap_usd)?,
-                period: self.period(&field("period"), &raw.period)?,
-                models,
-                on_insufficient: match raw.on_insufficient.as_deref() {
-                    None => OnInsufficient::Refuse,
-                    Some(text) => OnInsufficient::parse(text).ok_or_else(|| {
-                        self.invalid(
-                            field("on_insufficient"),
-                            format!("{text:?} is not \"refuse\" or \"clamp\""),
-                        )
-                    })?,
-                },
-                alert_at: self.alert_at(&field("alert_at"), raw.alert_at.as_deref())?,
-            });
-        }
-        Ok(keys)
-    }
-
-    fn alert_at(
-        &self,
-        field: &str,
-        texts: Option<&[String]>,
-    ) -> Result<Vec<Threshold>, ConfigError> {
-        Threshold::parse_list(texts.unwrap_or_default())
-            .map_err(|message| self.invalid(field, message))
-    }
-
     /// `[alerts]`: a webhook needs its signing secret, read here so a
     /// missing one stops the gateway at start-up, not at the first alert.
     fn alerts(&self, raw: &RawAlerts) -> Result<AlertsConfig, ConfigError> {
@@ -563,42 +252,6 @@ impl Checker<'_> {
         Ok(AlertsConfig {
             webhook: Some(Webhook { url, secret }),
         })
-    }
-
-    /// The key's hash, from exactly one of `key_sha256` or `key_env`, and
-    /// the field it came from.
-    fn key_hash(
-        &self,
-        raw: &RawKey,
-        field: &dyn Fn(&str) -> String,
-    ) -> Result<([u8; 32], String), ConfigError> {
-        match (&raw.key_sha256, &raw.key_env) {
-            (Some(hex_text), None) => {
-                let mut hash = [0u8; 32];
-                hex::decode_to_slice(hex_text.trim(), &mut hash).map_err(|_| {
-                    self.invalid(
-                        field("key_sha256"),
-                        "must be 64 hex characters, the SHA-256 of the key \
-                         (from `tollgate hash-key KEY`)",
-                    )
-                })?;
-                Ok((hash, field("key_sha256")))
-            }
-            (None, Some(var)) => match self.var(var) {
-                Some(raw_key) => Ok((hash_key(&raw_key), field("key_env"))),
-                None => Err(self.invalid(
-                    field("key_env"),
-                    format!("environment variable {var} is unset or empty"),
-                )),
-            },
-            (Some(_), Some(_)) => {
-                Err(self.invalid(field("key_sha256"), "set key_sha256 or key_env, not both"))
-            }
-            (None, None) => Err(self.invalid(
-                field("key_sha256"),
-                "missing: set key_sha256 (from `tollgate hash-key KEY`) or key_env",
-            )),
-        }
     }
 
     // --- field checks ---
@@ -685,34 +338,4 @@ fn webhook_url(text: &str) -> Result<http::Uri, String> {
         Some(authority) if !authority.host().is_empty() => Ok(uri),
         _ => Err(format!("{text:?} has no host")),
     }
-}
-
-/// Checks a provider base URL: http or https, a host, no credentials or
-/// query; a trailing slash is dropped so paths append cleanly.
-fn base_url(text: &str) -> Result<http::Uri, String> {
-    let uri: http::Uri = text
-        .parse()
-        .map_err(|e| format!("{text:?} is not a URL: {e}"))?;
-    let scheme = match uri.scheme_str() {
-        Some(scheme @ ("http" | "https")) => scheme,
-        _ => return Err(format!("{text:?} must start with http:// or https://")),
-    };
-    let authority = match uri.authority() {
-        Some(authority) if !authority.host().is_empty() => authority,
-        _ => return Err(format!("{text:?} has no host")),
-    };
-    if authority.as_str().contains('@') {
-        return Err("must not carry credentials; the key comes from api_key_env".to_owned());
-    }
-    if uri.query().is_some() {
-        return Err(format!("{text:?} must not carry a query"));
-    }
-    let prefix = uri.path().trim_end_matches('/');
-    let path = if prefix.is_empty() { "/" } else { prefix };
-    http::Uri::builder()
-        .scheme(scheme)
-        .authority(authority.as_str())
-        .path_and_query(path)
-        .build()
-        .map_err(|e| format!("{text:?} is not a URL: {e}"))
 }

@@ -86,7 +86,7 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
     /// Whether every call leaves an access log line (`tollgate::access`).
     /// Off by default: on the proxied path it costs more than the rest of
-    /// the HTTP layers together (see the README, Performance).
+    /// the HTTP layers together (see docs/performance.md).
     pub access_log: bool,
     /// Which web pages' scripts may call the proxied routes; `None`: no
     /// CORS headers at all, so a browser keeps other origins out.
@@ -205,7 +205,7 @@ pub enum OnStoreError {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OnExpiry {
     /// Charged its reserved amount: the provider may have billed the whole
-    /// call, and the cap is a promise (DESIGN.md, "Never under-charge").
+    /// call, and the cap is a promise (docs/design.md, "Never under-charge").
     #[default]
     Charge,
     /// Released, charged nothing: the old rule, for those who prefer to

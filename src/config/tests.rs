@@ -1,3 +1,8 @@
+//! The config's load and checks: a valid base config, broken one field
+//! at a time, each error naming the file and the field. The sections with
+//! many settings have their own files: `store`, `keys` (with orgs and
+//! alerts), `http_layers` and `redis_tls`.
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
@@ -5,7 +10,9 @@ use std::time::Duration;
 use super::*;
 
 mod http_layers;
+mod keys;
 mod redis_tls;
+mod store;
 
 const ORIGIN: &str = "test.toml";
 
@@ -305,36 +312,6 @@ fn validation_errors_name_file_and_field() {
 }
 
 #[test]
-fn cap_errors_read_like_the_reference() {
-    let message = error_after("cap_usd = \"25.00\"", "cap_usd = \"abc\"");
-    assert_eq!(
-        message,
-        "test.toml: keys[0].cap_usd: \"abc\" is not a decimal number like \"25.00\""
-    );
-}
-
-#[test]
-fn period_errors_list_the_periods() {
-    let message = error_after("period = \"month\"", "period = \"year\"");
-    assert_eq!(
-        message,
-        "test.toml: orgs[0].period: unknown period \"year\": \
-         expected one of hour, day, week, month, total"
-    );
-}
-
-#[test]
-fn duplicate_key_hashes_are_rejected() {
-    let duplicate = format!("key_sha256 = \"{}\"", hex::encode(hash_key("bob-raw-key")));
-    let message = error_after(&format!("key_sha256 = \"{}\"", alice_hash()), &duplicate);
-    assert!(
-        message.starts_with("test.toml: keys[1].key_env: "),
-        "{message}"
-    );
-    assert!(message.contains("\"alice\""), "{message}");
-}
-
-#[test]
 fn missing_keys_and_providers_are_rejected() {
     let no_keys = base().split("[[keys]]").next().unwrap().to_owned();
     let message = load(&no_keys).unwrap_err().to_string();
@@ -367,37 +344,6 @@ fn unknown_fields_are_rejected_with_a_position() {
         message.starts_with("test.toml: ") && message.contains("line 1"),
         "{message}"
     );
-}
-
-#[test]
-fn reservation_ttl_must_exceed_the_upstream_timeout() {
-    let message = error_after("reservation_ttl_secs = 120", "reservation_ttl_secs = 60");
-    assert!(
-        message.starts_with("test.toml: store.reservation_ttl_secs: 60 must exceed"),
-        "{message}"
-    );
-    // The defaults (900 > 600) hold; a raised timeout alone breaks them.
-    let message = error_after(
-        "upstream_timeout_secs = 60\n\n[store]\nreservation_ttl_secs = 120",
-        "upstream_timeout_secs = 900\n\n[store]",
-    );
-    assert!(
-        message.contains("store.reservation_ttl_secs: 900"),
-        "{message}"
-    );
-}
-
-#[test]
-fn key_env_is_hashed_at_load_and_must_be_set() {
-    let config = load_with(&base(), &[("BOB_KEY", "bob-raw-key")]).unwrap();
-    assert_eq!(config.keys[1].key_sha256, hash_key("bob-raw-key"));
-    for vars in [&[][..], &[("BOB_KEY", "")][..]] {
-        let message = load_with(&base(), vars).unwrap_err().to_string();
-        assert_eq!(
-            message,
-            "test.toml: keys[1].key_env: environment variable BOB_KEY is unset or empty"
-        );
-    }
 }
 
 pub(super) fn redis_url(config: &Config) -> Option<&str> {
@@ -502,26 +448,6 @@ fn provider_for_takes_the_first_matching_provider() {
 }
 
 #[test]
-fn allows_model_checks_the_key_allow_list() {
-    let config = load(&base()).unwrap();
-    let alice = &config.keys[0];
-    assert!(alice.allows_model("gpt-4o-mini"));
-    assert!(alice.allows_model("claude-sonnet-4-5"));
-    assert!(!alice.allows_model("gpt-4o"));
-    assert!(!alice.allows_model("gpt-4o-mini-2024-07-18"));
-    let bob = &config.keys[1];
-    assert!(bob.allows_model("anything-at-all"));
-}
-
-#[test]
-fn hash_key_is_sha256() {
-    assert_eq!(
-        hex::encode(hash_key("tg-demo-key")),
-        "e7aab4b439baa8c615eb31e352f5b4259085813fbcd95a65a5a346a6bdfb1bb3"
-    );
-}
-
-#[test]
 fn load_reads_the_file_and_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("absent.toml");
@@ -558,119 +484,6 @@ fn load_reads_the_file_and_names_it() {
 }
 
 #[test]
-fn ledger_retention_defaults_to_30_days_and_is_bounded() {
-    let config = load(&base()).unwrap();
-    assert_eq!(
-        config.store.ledger_retention,
-        Duration::from_secs(30 * 24 * 3600)
-    );
-    let config = load(&base().replacen(
-        "reservation_ttl_secs = 120",
-        "reservation_ttl_secs = 120\nledger_retention_days = 7",
-        1,
-    ))
-    .unwrap();
-    assert_eq!(
-        config.store.ledger_retention,
-        Duration::from_secs(7 * 24 * 3600)
-    );
-    let message = error_after(
-        "reservation_ttl_secs = 120",
-        "reservation_ttl_secs = 120\nledger_retention_days = 0",
-    );
-    assert!(
-        message.starts_with("test.toml: store.ledger_retention_days: 0 must be between"),
-        "{message}"
-    );
-}
-
-#[test]
-fn aggregate_retention_defaults_to_400_days_and_is_bounded() {
-    assert_eq!(load(&base()).unwrap().store.aggregate_retention_days, 400);
-    let text = base().replacen("[store]", "[store]\naggregate_retention_days = 90", 1);
-    assert_eq!(load(&text).unwrap().store.aggregate_retention_days, 90);
-    for bad in ["0", "3651", "99999999999"] {
-        let message = error_after(
-            "[store]",
-            &format!("[store]\naggregate_retention_days = {bad}"),
-        );
-        assert!(
-            message.starts_with(&format!(
-                "test.toml: store.aggregate_retention_days: {bad} must be between 1 and 3650"
-            )),
-            "{message}"
-        );
-    }
-}
-
-#[test]
-fn on_expiry_defaults_to_charge_and_takes_release() {
-    assert_eq!(load(&base()).unwrap().store.on_expiry, OnExpiry::Charge);
-    for (text, expected) in [("charge", OnExpiry::Charge), ("release", OnExpiry::Release)] {
-        let config = base().replacen("[store]", &format!("[store]\non_expiry = \"{text}\""), 1);
-        assert_eq!(load(&config).unwrap().store.on_expiry, expected, "{text}");
-    }
-    let error = error_after("[store]", "[store]\non_expiry = \"Release\"");
-    assert!(error.contains("store.on_expiry"), "{error}");
-    assert!(error.contains("\"charge\" or \"release\""), "{error}");
-}
-
-#[test]
-fn the_sqlite_store_is_the_default_and_its_path_is_relative_to_the_config() {
-    let text = base();
-    let env = fake_env(&[("BOB_KEY", "b")]);
-    let in_dir = Config::from_toml_str_with_env(&text, Path::new("/etc/tollgate/gw.toml"), &env);
-    match in_dir.unwrap().store.backend {
-        StoreBackend::Sqlite { path } => assert_eq!(path, Path::new("/etc/tollgate/tollgate.db")),
-        other => panic!("default store: {other:?}"),
-    }
-
-    let named = text.replacen("[store]", "[store]\nsqlite_path = \"data/books.db\"", 1);
-    let config = Config::from_toml_str_with_env(&named, Path::new("/srv/gw.toml"), &env).unwrap();
-    match config.store.backend {
-        StoreBackend::Sqlite { path } => assert_eq!(path, Path::new("/srv/data/books.db")),
-        other => panic!("{other:?}"),
-    }
-
-    let absolute = text.replacen("[store]", "[store]\nsqlite_path = \"/var/lib/tg.db\"", 1);
-    let config =
-        Config::from_toml_str_with_env(&absolute, Path::new("/srv/gw.toml"), &env).unwrap();
-    match config.store.backend {
-        StoreBackend::Sqlite { path } => assert_eq!(path, Path::new("/var/lib/tg.db")),
-        other => panic!("{other:?}"),
-    }
-
-    let empty = text.replacen("[store]", "[store]\nsqlite_path = \"\"", 1);
-    let message = load_with(&empty, &[("BOB_KEY", "b")])
-        .unwrap_err()
-        .to_string();
-    assert!(
-        message.contains("store.sqlite_path: must not be empty"),
-        "{message}"
-    );
-}
-
-#[test]
-fn closed_records_are_kept_two_minutes_unless_told_otherwise() {
-    let config = load_with(&base(), &[("BOB_KEY", "b")]).unwrap();
-    assert_eq!(config.store.closed_record, Duration::from_secs(120));
-    let text = base().replacen("[store]", "[store]\nclosed_record_secs = 30", 1);
-    let config = load_with(&text, &[("BOB_KEY", "b")]).unwrap();
-    assert_eq!(config.store.closed_record, Duration::from_secs(30));
-    for bad in ["0", "86401"] {
-        let text = base().replacen(
-            "[store]",
-            &format!("[store]\nclosed_record_secs = {bad}"),
-            1,
-        );
-        let message = load_with(&text, &[("BOB_KEY", "b")])
-            .unwrap_err()
-            .to_string();
-        assert!(message.contains("store.closed_record_secs"), "{message}");
-    }
-}
-
-#[test]
 fn the_admin_key_may_be_given_as_its_digest_and_the_admin_routes_their_own_address() {
     let digest = hex::encode(hash_key("admin-secret"));
     let text = base().replacen(
@@ -690,113 +503,4 @@ fn the_admin_key_may_be_given_as_its_digest_and_the_admin_routes_their_own_addre
     let bad = base().replacen("[server]", "[server]\nadmin_listen = \"here\"", 1);
     let error = load_with(&bad, &[]).unwrap_err().to_string();
     assert!(error.contains("server.admin_listen"), "{error}");
-}
-
-#[test]
-fn the_ledger_buffer_defaults_to_24_hours_and_is_bounded() {
-    let config = load(&base()).unwrap();
-    assert_eq!(config.store.ledger_buffer, Duration::from_secs(24 * 3600));
-    let text = base().replacen("[store]", "[store]\nledger_buffer_hours = 2", 1);
-    assert_eq!(
-        load(&text).unwrap().store.ledger_buffer,
-        Duration::from_secs(2 * 3600)
-    );
-    for bad in ["0", "169", "99999999999"] {
-        let message = error_after("[store]", &format!("[store]\nledger_buffer_hours = {bad}"));
-        assert!(
-            message.starts_with(&format!(
-                "test.toml: store.ledger_buffer_hours: {bad} must be between 1 and 168"
-            )),
-            "{message}"
-        );
-    }
-}
-
-#[test]
-fn a_ledger_sink_is_a_redis_gateways_file_beside_the_config() {
-    let redis = "[store]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:6379\"";
-    let config = load(&base()).unwrap();
-    assert_eq!(config.store.ledger_sink, None);
-    let text = base().replacen(
-        "[store]",
-        &format!("{redis}\nledger_sink_path = \"ledger.db\""),
-        1,
-    );
-    let config = Config::from_toml_str_with_env(
-        &text,
-        Path::new("/etc/tollgate/gateway.toml"),
-        &fake_env(&[("BOB_KEY", "b")]),
-    )
-    .unwrap();
-    assert_eq!(
-        config.store.ledger_sink.as_deref(),
-        Some(Path::new("/etc/tollgate/ledger.db"))
-    );
-    let absolute = text.replacen("\"ledger.db\"", "\"/var/lib/tollgate/ledger.db\"", 1);
-    assert_eq!(
-        load(&absolute).unwrap().store.ledger_sink.as_deref(),
-        Some(Path::new("/var/lib/tollgate/ledger.db"))
-    );
-
-    let empty = base().replacen("[store]", &format!("{redis}\nledger_sink_path = \" \""), 1);
-    let message = load(&empty).unwrap_err().to_string();
-    assert!(
-        message.starts_with("test.toml: store.ledger_sink_path: must not be empty"),
-        "{message}"
-    );
-    for backend in ["sqlite", "memory"] {
-        let message = error_after(
-            "[store]",
-            &format!("[store]\nbackend = \"{backend}\"\nledger_sink_path = \"ledger.db\""),
-        );
-        assert!(
-            message.starts_with("test.toml: store.ledger_sink_path: only the redis store"),
-            "{message}"
-        );
-    }
-}
-
-#[test]
-fn alerts_need_a_webhook_and_its_secret_and_thresholds_ascend() {
-    let config = load(&base()).unwrap();
-    assert!(config.alerts.webhook.is_none());
-    assert!(config.keys[0].alert_at.is_empty());
-
-    let with_alerts = format!(
-        "{}\n[alerts]\nwebhook_url = \"https://ops.example.com/hook\"\nsecret_env = \"HOOK_SECRET\"\n",
-        base()
-            .replace(
-                "models = [\"gpt-4o-mini\", \"claude-*\"]",
-                "models = [\"gpt-4o-mini\", \"claude-*\"]\nalert_at = [\"0.5\", \"0.8\"]"
-            )
-            .replace(
-                "period = \"month\"\n",
-                "period = \"month\"\nalert_at = [\"0.9\"]\n"
-            )
-    );
-    let vars = [("BOB_KEY", "bob-raw-key"), ("HOOK_SECRET", "s3cret")];
-    let config = load_with(&with_alerts, &vars).unwrap();
-    let webhook = config.alerts.webhook.as_ref().unwrap();
-    assert_eq!(webhook.url.to_string(), "https://ops.example.com/hook");
-    assert_eq!(webhook.secret.expose(), "s3cret");
-    assert!(!format!("{config:?}").contains("s3cret"));
-    let shown: Vec<&str> = config.keys[0].alert_at.iter().map(|t| t.as_str()).collect();
-    assert_eq!(shown, ["0.5", "0.8"]);
-    assert_eq!(config.orgs[0].alert_at[0].ppm(), 900_000);
-
-    let message =
-        |text: &str, vars: &[(&str, &str)]| load_with(text, vars).unwrap_err().to_string();
-    let unset = message(&with_alerts, &[("BOB_KEY", "bob-raw-key")]);
-    assert!(
-        unset.contains("alerts.secret_env") && unset.contains("HOOK_SECRET"),
-        "{unset}"
-    );
-    let no_secret = with_alerts.replace("secret_env = \"HOOK_SECRET\"\n", "");
-    assert!(message(&no_secret, &vars).contains("alerts.secret_env"));
-    let ftp = with_alerts.replace("https://ops.example.com/hook", "ftp://ops.example.com");
-    assert!(message(&ftp, &vars).contains("alerts.webhook_url"));
-    let descending = with_alerts.replace("[\"0.5\", \"0.8\"]", "[\"0.8\", \"0.5\"]");
-    assert!(message(&descending, &vars).contains("keys[0].alert_at"));
-    let too_high = with_alerts.replace("[\"0.9\"]", "[\"1.5\"]");
-    assert!(message(&too_high, &vars).contains("orgs[0].alert_at"));
 }

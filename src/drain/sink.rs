@@ -3,7 +3,7 @@
 //! transaction per page, and that operators query with `sqlite3`.
 //!
 //! Its one table, `ledger`, has the columns of the SQLite store's `ledger`
-//! table (README, "The ledger sink"), plus the run, the hash tag and the
+//! table (docs/stores.md, "The ledger sink"), plus the run, the hash tag and the
 //! stream id each entry came from. A row is unique on `(exec_id, status)`:
 //! a call has at most one entry of each status (a settle; an expiry and
 //! then a late settle; an adjustment), so a page written twice (the drain

@@ -5,12 +5,24 @@
 //! them; decoding a picture would cost far more than the whole estimate.
 //! PNG, GIF and WebP keep their size in the first 30 bytes; a JPEG keeps it
 //! in a frame header after its metadata segments, which are skipped by
-//! their lengths. Only the quartets of base64 that hold the bytes read are
-//! decoded. Every character up to the last byte read must be standard
-//! base64: a provider that drops stray characters would otherwise see the
-//! header bytes at other offsets than the gateway read them. Anything this
-//! module cannot read with certainty is `None`, and the caller bounds the
-//! image by the largest size its model accepts.
+//! their lengths. The base64 text (the `base64` crate's standard alphabet)
+//! is decoded only as far as the last byte read. Every character up to it
+//! must be standard base64: a provider that drops stray characters would
+//! otherwise see the header bytes at other offsets than the gateway read
+//! them. Anything this module cannot read with certainty is `None`, and
+//! the caller bounds the image by the largest size its model accepts.
+//!
+//! The headers are read here rather than by the `imagesize` crate because
+//! a size here is an upper bound on what a provider will charge for, and
+//! `imagesize` reads what a viewer shows: a JPEG's first frame header
+//! (decoders differ on a file with several, so the largest of them counts
+//! here), a GIF's logical screen (Pillow widens it to a first image that
+//! reaches past it, and so does this module), and no 0xFF fill bytes
+//! before a JPEG marker.
+
+use base64::alphabet;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::Engine;
 
 /// An image's pixel dimensions as its decoders report them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,42 +206,36 @@ fn webp(bytes: &mut Base64) -> Option<Size> {
 
 // === impl Base64 ===
 
-/// Random access to the bytes a base64 text encodes, decoding only the
-/// quartets asked for.
+/// Standard base64, whose stray bits after a last byte are ignored rather
+/// than refused, as decoders commonly do.
+const STANDARD: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
+
+/// Random access to the bytes a base64 text encodes, decoded only as far
+/// as the furthest byte asked for.
 struct Base64<'a> {
     text: &'a [u8],
-    /// Characters from the start known to be standard base64.
-    checked: usize,
+    /// The bytes of the text's first `quartets` quartets of characters.
+    decoded: Vec<u8>,
+    quartets: usize,
 }
 
 impl<'a> Base64<'a> {
     fn new(text: &'a str) -> Base64<'a> {
         Base64 {
             text: text.as_bytes(),
-            checked: 0,
+            decoded: Vec::new(),
+            quartets: 0,
         }
     }
 
     /// The decoded byte at `index`, if every character up to it is
     /// standard base64.
     fn byte(&mut self, index: usize) -> Option<u8> {
-        let start = index / 3 * 4;
-        let end = start.checked_add(4)?;
-        self.check(end)?;
-        let quartet = self.text.get(start..end)?;
-        let sextets = quartet.iter().map(|&c| sextet(c));
-        let mut bits = 0u32;
-        let mut present = 0usize;
-        for value in sextets {
-            bits <<= 6;
-            if let Some(value) = value {
-                bits |= u32::from(value);
-                present += 1;
-            }
-        }
-        // Padding leaves `present - 1` whole bytes in the last quartet.
-        let offset = index % 3;
-        (offset < present.saturating_sub(1)).then(|| (bits >> (16 - 8 * offset)) as u8)
+        self.decode_to((index / 3).checked_add(1)?)?;
+        self.decoded.get(index).copied()
     }
 
     fn array<const N: usize>(&mut self, index: usize) -> Option<[u8; N]> {
@@ -257,36 +263,26 @@ impl<'a> Base64<'a> {
         Some(u64::from(u32::from_le_bytes([a, b, c, 0])))
     }
 
-    /// Checks the characters before `end`: the alphabet, with `=` only as
-    /// the padding that ends a text of whole quartets.
-    fn check(&mut self, end: usize) -> Option<()> {
-        if end <= self.checked {
+    /// Decodes the text's first `quartets` quartets, if they are whole and
+    /// standard base64, with `=` only as the padding that ends the text.
+    fn decode_to(&mut self, quartets: usize) -> Option<()> {
+        if quartets <= self.quartets {
             return Some(());
         }
-        let text = self.text.get(..end)?;
-        let padded = self.text.len().is_multiple_of(4);
-        for (at, &c) in text.iter().enumerate().skip(self.checked) {
-            let padding = c == b'='
-                && padded
-                && at + 2 >= self.text.len()
-                && self.text[at..].iter().all(|&rest| rest == b'=');
-            if sextet(c).is_none() && !padding {
-                return None;
-            }
+        let end = quartets.checked_mul(4)?;
+        let more = self.text.get(self.quartets * 4..end)?;
+        // The engine sees only the start of the text and would take
+        // padding at its end for the end of the text.
+        if end < self.text.len() && more.contains(&b'=') {
+            return None;
         }
-        self.checked = end;
+        let before = self.decoded.len();
+        if STANDARD.decode_vec(more, &mut self.decoded).is_err() {
+            self.decoded.truncate(before);
+            return None;
+        }
+        self.quartets = quartets;
         Some(())
-    }
-}
-
-fn sextet(c: u8) -> Option<u8> {
-    match c {
-        b'A'..=b'Z' => Some(c - b'A'),
-        b'a'..=b'z' => Some(c - b'a' + 26),
-        b'0'..=b'9' => Some(c - b'0' + 52),
-        b'+' => Some(62),
-        b'/' => Some(63),
-        _ => None,
     }
 }
 
@@ -296,23 +292,7 @@ pub(super) mod tests {
 
     /// Standard base64 with padding, for building test images.
     pub(in crate::estimate) fn encode(bytes: &[u8]) -> String {
-        const ALPHABET: &[u8; 64] =
-            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for chunk in bytes.chunks(3) {
-            let bits = chunk
-                .iter()
-                .enumerate()
-                .fold(0u32, |bits, (i, &b)| bits | u32::from(b) << (16 - 8 * i));
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(char::from(ALPHABET[(bits >> (18 - 6 * i)) as usize & 63]));
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
+        base64::engine::general_purpose::STANDARD.encode(bytes)
     }
 
     /// A PNG signature and IHDR chunk (the CRC is not checked).
@@ -352,6 +332,20 @@ pub(super) mod tests {
         assert_eq!(bytes.byte(255), Some(255));
         assert_eq!(bytes.byte(256), None, "past the padding");
         assert_eq!(bytes.array::<3>(100), Some([100, 101, 102]));
+    }
+
+    #[test]
+    fn padding_only_ends_the_text_and_a_short_tail_is_unread() {
+        assert_eq!(Base64::new("AA==").byte(0), Some(0));
+        assert_eq!(Base64::new("AA==AAAA").byte(0), None);
+        // Stray bits after the last byte are ignored.
+        assert_eq!(Base64::new("AB==").byte(0), Some(0));
+        // Missing padding: the whole quartets before it still read.
+        let mut unpadded = Base64::new("AAAAAA");
+        assert_eq!(unpadded.byte(2), Some(0));
+        assert_eq!(unpadded.byte(3), None);
+        let png = encode(&png(64, 64));
+        assert_eq!(from_base64(png.trim_end_matches('=')), size(64, 64));
     }
 
     #[test]

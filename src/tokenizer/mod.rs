@@ -11,6 +11,14 @@
 //!   ([`pieces`]);
 //! - a piece that is not itself a token is merged the way tiktoken merges
 //!   it, counting the parts instead of collecting ranks ([`merge`]).
+//!
+//! tiktoken-rs is the reference (`build.rs` takes the vocabularies from
+//! it, and the tests check every count against it) but not what counts:
+//! it runs its split pattern on a backtracking regex engine and keeps
+//! several copies of each vocabulary, and counting was then most of the
+//! gateway's work per call. This counts the same at about a tenth of the
+//! time and memory (`cargo bench --bench micro -- token_count`;
+//! docs/performance.md), and needs only a count, never the token ids.
 
 mod merge;
 mod pieces;

@@ -128,6 +128,7 @@ fn counts_what_tiktoken_counts_on_prose_code_and_markup() {
     let sources = [
         include_str!("../../README.md"),
         include_str!("../estimate.rs"),
+        include_str!("../estimate/input.rs"),
         include_str!("../../lua/reserve.lua"),
         include_str!("../../config/prices.toml"),
     ];

@@ -4,7 +4,7 @@
 //! A count that is negative, fractional, 2^53 or more, or not a number at
 //! all is no count a call can have. Reading it as absent (0) would charge
 //! the call less than it may have cost, so it is kept apart: the call is
-//! then charged its upper bound (DESIGN.md, "Never under-charge").
+//! then charged its upper bound (docs/design.md, "Never under-charge").
 
 use std::fmt;
 

@@ -14,9 +14,8 @@ use std::marker::PhantomData;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::{
-    AbsurdUsage, AnthropicUsage, OpenAiUsage, Reported, ResponseObject, ServiceTier, Usage,
-};
+use super::shapes::{AnthropicUsage, OpenAiUsage, ResponseObject};
+use super::{AbsurdUsage, Reported, ServiceTier, Usage};
 use crate::sse;
 
 /// The event format of a streamed response.

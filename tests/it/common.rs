@@ -5,17 +5,14 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use tollgate::budget::{BudgetStore, LedgerEntry, MemoryStore, Rules};
 use tollgate::config::Config;
 // Ledger amounts are signed; tests compare them with unsigned costs.
-use tollgate::gateway::Gateway;
 #[allow(unused_imports)]
 pub use tollgate::money::delta;
 use tollgate::server;
@@ -99,7 +96,7 @@ pub struct Harness {
     pub store: MemoryStore,
     pub config_text: String,
     shutdown: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<std::io::Result<()>>>,
+    running: Option<server::Running>,
 }
 
 fn sha(raw: &str) -> String {
@@ -199,20 +196,25 @@ models = ["gpt-4o-mini"]
     let config =
         Config::from_toml_str_with_env(&config_text, Path::new("test.toml"), &env).unwrap();
     let store = MemoryStore::new(Rules::of(&config.store));
-    let gateway = Gateway::new(config, BudgetStore::Memory(store.clone())).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel::<()>();
-    let grace = setup.shutdown_grace;
     let shutdown = async move {
         let _ = rx.await;
     };
-    let server = tokio::spawn(server::run_with_grace(
+    let options = server::Options {
+        grace: setup.shutdown_grace,
+        ..server::Options::default()
+    };
+    let running = server::start(
+        config,
+        BudgetStore::Memory(store.clone()),
         listener,
-        Arc::new(gateway),
         shutdown,
-        grace,
-    ));
+        options,
+    )
+    .await
+    .unwrap();
+    let addr = running.addr();
     Harness {
         url: format!("http://{addr}"),
         addr,
@@ -220,7 +222,7 @@ models = ["gpt-4o-mini"]
         store,
         config_text,
         shutdown: Some(tx),
-        server: Some(server),
+        running: Some(running),
     }
 }
 
@@ -281,8 +283,8 @@ impl Harness {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        if let Some(server) = self.server.take() {
-            server.await.unwrap().unwrap();
+        if let Some(running) = self.running.take() {
+            running.stopped().await.unwrap();
         }
     }
 }

@@ -10,17 +10,14 @@
 
 use std::path::Path;
 use std::process::Output;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use tollgate::budget::{BudgetStore, RedisStore, Rules, Upkeep};
 use tollgate::config::Config;
-use tollgate::gateway::Gateway;
 use tollgate::server;
 use tollgate_mock::{MockOptions, MockServer};
 
@@ -184,7 +181,7 @@ struct RedisGateway {
     config_dir: tempfile::TempDir,
     _mock: MockServer,
     shutdown: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<std::io::Result<()>>>,
+    running: Option<server::Running>,
 }
 
 impl RedisGateway {
@@ -212,13 +209,21 @@ impl RedisGateway {
         for key in &config.keys {
             store.track_key(&key.id, key.org.as_deref());
         }
-        let gateway = Gateway::new(config, BudgetStore::Redis(store)).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
-        let server = tokio::spawn(server::run(listener, Arc::new(gateway), async move {
+        let shutdown = async move {
             let _ = rx.await;
-        }));
+        };
+        let running = server::start(
+            config,
+            BudgetStore::Redis(store),
+            listener,
+            shutdown,
+            server::Options::default(),
+        )
+        .await
+        .unwrap();
         RedisGateway {
             url,
             org,
@@ -227,7 +232,7 @@ impl RedisGateway {
             config_dir,
             _mock: mock,
             shutdown: Some(tx),
-            server: Some(server),
+            running: Some(running),
         }
     }
 
@@ -263,8 +268,8 @@ impl RedisGateway {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        if let Some(server) = self.server.take() {
-            server.await.unwrap().unwrap();
+        if let Some(running) = self.running.take() {
+            running.stopped().await.unwrap();
         }
         let mut redis = shared_redis().await;
         for tag in [self.org.clone(), format!("key:{}", self.solo)] {

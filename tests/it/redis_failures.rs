@@ -71,9 +71,8 @@ async fn call_until_served(gateway: &str, key: &str) -> (reqwest::header::Header
 async fn a_redis_outage_fails_closed_and_the_gateway_recovers_by_itself() {
     let started = Instant::now();
     // Persistent, as Redis must run under tollgate: it comes back with its
-    // data. Each write reaches the file before its reply: under the default
-    // `appendfsync everysec`, a busy disk postpones writes for up to 2 s,
-    // and the kill below would lose the first call's.
+    // data, every write on disk before its reply (`everysec` may hold
+    // writes back from a server killed outright).
     let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mock = mock().await;
     let config = config(&redis, mock.addr);

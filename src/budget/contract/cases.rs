@@ -1,5 +1,5 @@
 //! The cases of the contract suite: each one a piece of the budget protocol
-//! (DESIGN.md), written against [`BudgetStore`] and a [`Fixture`].
+//! (docs/design.md), written against [`BudgetStore`] and a [`Fixture`].
 
 use std::time::Duration;
 

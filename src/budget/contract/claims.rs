@@ -1,4 +1,4 @@
-//! The contract cases of idempotency claims (DESIGN.md: a client's
+//! The contract cases of idempotency claims (docs/design.md, "Budget protocol": a client's
 //! `Idempotency-Key`): a request repeating one still in flight is refused,
 //! one repeating a finished request is reserved and charged as a call of
 //! its own, and the gateway's own retries of a claimed reserve still get

@@ -1,6 +1,5 @@
 //! The contract cases of agent runs and of fitting a call to what remains
-//! (DESIGN.md, "Agent runs" and `reserve(exec_id, scopes, min_amount,
-//! max_amount, ttl)`): a run is a third scope inside its key, capped by
+//! (docs/design.md, "Agent runs" and "Budget protocol"): a run is a third scope inside its key, capped by
 //! its first call, and a reserve over a range holds the most of it that
 //! every scope has room for.
 

@@ -19,7 +19,7 @@ use super::testing::{
 use super::*;
 use crate::budget::records::{RecordKind, RecordWrite, WriteOutcome};
 use crate::budget::Records;
-use crate::budget::{LedgerStatus, Period, DEFAULT_LEDGER_RETENTION};
+use crate::budget::{LedgerStatus, Period, Upkeep, DEFAULT_LEDGER_RETENTION};
 use crate::usage::Usage;
 
 const PERIODS: [Period; 5] = [
@@ -396,11 +396,10 @@ async fn starts_while_redis_is_down_and_recovers_when_it_returns() {
         Err(StoreError::Unavailable(_) | StoreError::Timeout)
     ));
 
-    // Each write reaches the append-only file before its reply, so the kill
-    // below loses none, however busy the disk (`everysec` would postpone
-    // them).
-    let extra = ["--appendonly", "yes", "--appendfsync", "always"];
-    let mut server = RedisServer::stopped_on(port, &extra);
+    // Every write on disk before its reply: SIGKILL then loses nothing,
+    // however slow the disk (`everysec` may hold writes back).
+    let mut server =
+        RedisServer::stopped_on(port, &["--appendonly", "yes", "--appendfsync", "always"]);
     server.restart();
     await_ping(&store).await;
     let req = request(&key, 100);

@@ -12,6 +12,7 @@ use hashbrown::HashMap;
 
 use rusqlite::{Connection, OptionalExtension};
 
+use crate::budget::books::moved;
 use crate::budget::ScopeKind;
 use crate::money::{UsdMicros, UsdMicrosDelta};
 
@@ -138,15 +139,7 @@ fn entry<'a>(
     Ok(match known.entry(key_of(kind, id, period_id)) {
         Entry::Occupied(found) => found.into_mut(),
         Entry::Vacant(missing) => {
-            let stored: Option<(UsdMicros, UsdMicros)> = conn
-                .prepare_cached(
-                    "SELECT spent_usd_micros, reserved_usd_micros FROM counters
-                      WHERE scope_kind = ?1 AND scope_id = ?2 AND period_id = ?3",
-                )?
-                .query_row((kind.as_str(), id, period_id), |row| {
-                    Ok((row.get(0)?, row.get(1)?))
-                })
-                .optional()?;
+            let stored = read(conn, kind, id, period_id)?;
             let (spent, reserved) = stored.unwrap_or_default();
             missing.insert(Counter {
                 kind,
@@ -161,19 +154,31 @@ fn entry<'a>(
     })
 }
 
+/// The spent and reserved amounts the file holds for one scope and
+/// period, if it holds that counter.
+pub(super) fn read(
+    conn: &Connection,
+    kind: ScopeKind,
+    id: &str,
+    period_id: &str,
+) -> Sql<Option<(UsdMicros, UsdMicros)>> {
+    conn.prepare_cached(
+        "SELECT spent_usd_micros, reserved_usd_micros FROM counters
+          WHERE scope_kind = ?1 AND scope_id = ?2 AND period_id = ?3",
+    )?
+    .query_row((kind.as_str(), id, period_id), |row| {
+        Ok((row.get(0)?, row.get(1)?))
+    })
+    .optional()
+}
+
 /// One key per scope and period. No period id holds a NUL, so the last
 /// one splits an id from its period and no two counters share a key.
-fn key_of(kind: ScopeKind, id: &str, period_id: &str) -> String {
+pub(super) fn key_of(kind: ScopeKind, id: &str, period_id: &str) -> String {
     let kind = kind.as_str();
     let mut key = String::with_capacity(kind.len() + id.len() + period_id.len() + 2);
     for part in [kind, "\0", id, "\0", period_id] {
         key.push_str(part);
     }
     key
-}
-
-/// `MAX(value + by, 0)`, as the counters' SQL moved them.
-fn moved(value: UsdMicros, by: UsdMicrosDelta) -> UsdMicros {
-    let after = i128::from(value) + i128::from(by);
-    UsdMicros::try_from(after.max(0)).unwrap_or(UsdMicros::MAX)
 }

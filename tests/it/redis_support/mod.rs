@@ -356,6 +356,7 @@ fn listening_addr(line: &str) -> Option<String> {
 pub struct UnsweptGateway {
     pub url: String,
     _shutdown: tokio::sync::oneshot::Sender<()>,
+    _running: tollgate::server::Running,
 }
 
 impl UnsweptGateway {
@@ -380,25 +381,27 @@ impl UnsweptGateway {
         for key in &config.keys {
             store.track_key(&key.id, key.org.as_deref());
         }
-        let gateway = tokio::task::spawn_blocking(move || {
-            tollgate::gateway::Gateway::new(config, tollgate::budget::BudgetStore::Redis(store))
-        })
-        .await
-        .unwrap()
-        .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(tollgate::server::run(
+        let running = tollgate::server::start(
+            config,
+            tollgate::budget::BudgetStore::Redis(store),
             listener,
-            Arc::new(gateway),
             async move {
                 let _ = stopped.await;
             },
-        ));
+            tollgate::server::Options {
+                sweep_every: None,
+                ..tollgate::server::Options::default()
+            },
+        )
+        .await
+        .unwrap();
         UnsweptGateway {
             url,
             _shutdown: shutdown,
+            _running: running,
         }
     }
 }
@@ -604,26 +607,7 @@ pub fn chat_usage(body: &Value) -> Usage {
     }
 }
 
-/// The SHA Redis knows each script by: `lua/common.lua` and the script's
-/// body, as the store loads them (the body alone for `mark_epoch`, which
-/// stands alone).
+/// The SHA Redis knows a script by, as the gateway sends it.
 pub fn script_sha(script: &str) -> String {
-    if script == "mark_epoch" {
-        let body = include_str!("../../../lua/mark_epoch.lua");
-        return redis::Script::new(body).get_hash().to_owned();
-    }
-    let common = include_str!("../../../lua/common.lua");
-    // The scripts that trim the ledger have fold.lua between the two.
-    let fold = format!("\n{}", include_str!("../../../lua/fold.lua"));
-    let (fold, body) = match script {
-        "reserve" => ("", include_str!("../../../lua/reserve.lua")),
-        "settle" => ("", include_str!("../../../lua/settle.lua")),
-        "sweep" => (fold.as_str(), include_str!("../../../lua/sweep.lua")),
-        "drain" => (fold.as_str(), include_str!("../../../lua/drain.lua")),
-        "state" => ("", include_str!("../../../lua/state.lua")),
-        other => panic!("no script {other}"),
-    };
-    redis::Script::new(&format!("{common}{fold}\n{body}"))
-        .get_hash()
-        .to_owned()
+    tollgate::budget::redis::script_sha(script).unwrap_or_else(|| panic!("no script {script}"))
 }
