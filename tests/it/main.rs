@@ -21,6 +21,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::path::Path;
+
 mod common;
 mod limits;
 mod redis_support;
@@ -58,3 +60,39 @@ mod redis_tls;
 mod routes;
 mod sqlite_crash;
 mod sqlite_disk_full;
+
+/// Every integration test is a module of this binary. Cargo builds no
+/// other (`autotests = false`), and a file no `mod` names is not compiled:
+/// either would leave tests out without a word.
+#[test]
+fn every_test_file_is_a_module_of_this_binary() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let outside = modules_in(&tests);
+    assert!(outside.is_empty(), "tests outside tests/it: {outside:?}");
+    let main = include_str!("main.rs");
+    let unnamed: Vec<String> = modules_in(&tests.join("it"))
+        .into_iter()
+        .filter(|name| name != "main" && !main.contains(&format!("\nmod {name};\n")))
+        .collect();
+    assert!(unnamed.is_empty(), "no `mod` in main.rs names {unnamed:?}");
+}
+
+/// The Rust modules in `dir`: its `.rs` files and its folders with a
+/// `mod.rs`, by name.
+fn modules_in(dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let is_module = if path.is_dir() {
+            path.join("mod.rs").exists()
+        } else {
+            path.extension().is_some_and(|ext| ext == "rs")
+        };
+        if is_module {
+            let stem = path.file_stem().unwrap();
+            names.push(stem.to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    names
+}
