@@ -22,9 +22,9 @@ use tokio::time::{Instant, Sleep};
 
 use crate::body::BoxError;
 use crate::estimate::ToolBound;
+use crate::family::{Frames, StreamKind, StreamMeter};
 use crate::settle::{Read, SettleTicket, Settling};
-use crate::sse::SseSplitter;
-use crate::usage::{EventAction, StreamKind, StreamMeter};
+use crate::usage::EventAction;
 
 // === impl MeteredBody ===
 
@@ -35,7 +35,7 @@ pin_project! {
         upstream: Option<Incoming>,
         #[pin]
         deadline: Sleep,
-        splitter: SseSplitter,
+        splitter: Frames,
         meter: StreamMeter,
         // How the hosted tool uses the stream reports are billed.
         tools: ToolBound,
@@ -95,7 +95,7 @@ impl MeteredBody {
         MeteredBody {
             upstream: Some(upstream),
             deadline: tokio::time::sleep(timeout),
-            splitter: SseSplitter::new(),
+            splitter: kind.frames(),
             meter: StreamMeter::new(kind),
             tools,
             ticket,
@@ -118,7 +118,7 @@ const VISIBLE_DRAIN: Duration = Duration::from_millis(250);
 /// usage it reports, or what was seen of it.
 async fn read_rest(
     mut upstream: Incoming,
-    mut splitter: SseSplitter,
+    mut splitter: Frames,
     mut meter: StreamMeter,
     tools: ToolBound,
     limit: Instant,

@@ -208,11 +208,11 @@ impl<'a> Iterator for Lines<'a> {
 mod tests {
     use super::*;
 
-    const OPENAI_CHAT: &[u8] = include_bytes!("usage/fixtures/openai_chat.sse");
-    const OPENAI_TOOLS: &[u8] = include_bytes!("usage/fixtures/openai_chat_tools.sse");
-    const OPENAI_COMPLETIONS: &[u8] = include_bytes!("usage/fixtures/openai_completions.sse");
-    const RESPONSES: &[u8] = include_bytes!("usage/fixtures/responses.sse");
-    const ANTHROPIC: &[u8] = include_bytes!("usage/fixtures/anthropic.sse");
+    const OPENAI_CHAT: &[u8] = include_bytes!("family/fixtures/openai_chat.sse");
+    const OPENAI_TOOLS: &[u8] = include_bytes!("family/fixtures/openai_chat_tools.sse");
+    const OPENAI_COMPLETIONS: &[u8] = include_bytes!("family/fixtures/openai_completions.sse");
+    const RESPONSES: &[u8] = include_bytes!("family/fixtures/responses.sse");
+    const ANTHROPIC: &[u8] = include_bytes!("family/fixtures/anthropic.sse");
 
     const FIXTURES: [&[u8]; 5] = [
         OPENAI_CHAT,

@@ -17,7 +17,6 @@ use serde_json::{Map, Value};
 use crate::error::{GatewayError, Shape};
 use crate::prices::PricedOptions;
 use crate::provider::OUTPUT_LIMIT_FIELDS;
-use crate::usage::{ApiKind, StreamKind};
 
 pub(crate) use json::parse_unambiguous;
 pub use rules::{check_api_matches, check_headers, check_hosted_tools, check_priced_options};
@@ -66,16 +65,6 @@ impl Api {
         match self {
             Api::Messages => Shape::Anthropic,
             _ => Shape::OpenAi,
-        }
-    }
-
-    pub fn usage_kind(self) -> ApiKind {
-        match self {
-            Api::ChatCompletions => ApiKind::ChatCompletions,
-            Api::Completions => ApiKind::Completions,
-            Api::Responses => ApiKind::Responses,
-            Api::Embeddings => ApiKind::Embeddings,
-            Api::Messages => ApiKind::Messages,
         }
     }
 
@@ -205,17 +194,6 @@ impl Call {
     /// output limit must stay above: such a call's limit is never lowered.
     pub fn has_thinking_budget(&self) -> bool {
         self.thinking_budget > 0
-    }
-
-    /// How the stream's usage is read.
-    pub fn stream_kind(&self) -> StreamKind {
-        match self.api {
-            Api::Responses => StreamKind::OpenAiResponses,
-            Api::Messages => StreamKind::AnthropicMessages,
-            _ => StreamKind::OpenAiChat {
-                hide_usage_chunk: self.hide_usage_chunk,
-            },
-        }
     }
 
     /// The body to forward.

@@ -18,11 +18,11 @@ use crate::api::Call;
 use crate::body::{full, Body, BoxError};
 use crate::error::GatewayError;
 use crate::estimate::Estimate;
+use crate::family::{self, body_usage};
 use crate::gateway::Gateway;
 use crate::metered::MeteredBody;
 use crate::settle::SettleTicket;
 use crate::upstream::UpstreamClient;
-use crate::usage::parse_body_usage;
 
 use super::admit::Admitted;
 
@@ -111,8 +111,13 @@ impl Exchange {
         }
         if call.stream && is_event_stream(&head.headers) {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let metered =
-                MeteredBody::new(body, call.stream_kind(), estimate.tools, ticket, remaining);
+            let metered = MeteredBody::new(
+                body,
+                family::stream_kind(&call),
+                estimate.tools,
+                ticket,
+                remaining,
+            );
             return Ok(Response::from_parts(head, metered.boxed_unsync()));
         }
 
@@ -124,7 +129,7 @@ impl Exchange {
             }
             Err(_) => return Err(cut(ticket, Failure::TimedOut, provider, timeout).await),
         };
-        let settling = match parse_body_usage(call.api.usage_kind(), &body) {
+        let settling = match body_usage(call.api, &body) {
             Some(reported) => {
                 ticket.settle_reported(reported.map(|usage| estimate.tools.reported(usage)))
             }

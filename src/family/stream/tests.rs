@@ -3,7 +3,7 @@
 //! their own files.
 
 use super::*;
-use crate::sse::SseSplitter;
+use crate::usage::count_output_tokens;
 
 mod anthropic;
 mod responses;
@@ -31,7 +31,7 @@ struct Metered {
 }
 
 fn meter<'a>(kind: StreamKind, chunks: impl IntoIterator<Item = &'a [u8]>) -> Metered {
-    let mut splitter = SseSplitter::new();
+    let mut splitter = kind.frames();
     let mut meter = StreamMeter::new(kind);
     let mut actions = Vec::new();
     for chunk in chunks {
@@ -99,7 +99,7 @@ fn forwards(count: usize, exceptions: &[(usize, EventAction)]) -> Vec<EventActio
 
 /// The events of `input` up to, not including, the `cut`-th blank line.
 fn cut_before_event(input: &[u8], cut: usize) -> &[u8] {
-    let mut splitter = SseSplitter::new();
+    let mut splitter = crate::sse::SseSplitter::new();
     splitter.push(input);
     let kept: usize = (0..cut)
         .map(|_| splitter.next_event().map_or(0, |e| e.len()))

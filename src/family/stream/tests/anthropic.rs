@@ -105,9 +105,9 @@ fn anthropic_stream_cut_after_start_keeps_reported_input() {
     );
 
     let mut meter = StreamMeter::new(StreamKind::AnthropicMessages);
-    assert!(!meter.input_reported());
+    assert!(!meter.seen.input_reported);
     meter.observe(MESSAGE_START);
-    assert!(meter.input_reported());
+    assert!(meter.seen.input_reported);
     // Nothing generated yet: the output reported at the start stands.
     assert_eq!(meter.partial_usage(), usage(25, 0, 0, 1));
 }

@@ -1,61 +1,17 @@
-//! The `usage` objects of each API shape as the providers send them, in
-//! bodies and stream events alike: small typed structs that name only the
-//! fields read, and how each becomes a [`Usage`].
+//! Anthropic's `usage` object, in a body, `message_start` or
+//! `message_delta`: `input_tokens` already excludes cache reads and
+//! writes, which are classes of their own; the split of the writes by
+//! lifetime moves their rate; `server_tool_use` counts the server tools'
+//! billed uses.
 
 use serde::Deserialize;
 
-use super::count::Count;
-use super::tool_items::ToolItems;
-use super::{AbsurdUsage, Reported, ServiceTier, Usage};
 use crate::hosted::{HostedTool, ToolCalls};
+use crate::usage::count::Count;
+use crate::usage::{AbsurdUsage, Reported, Usage};
 
-// Token counts are `Option` so that an explicit `null`, which some
-// OpenAI-compatible servers send, reads as absent instead of failing the parse.
-
-/// `usage` of OpenAI chat completions, legacy completions and embeddings.
-#[derive(Clone, Debug, Deserialize)]
-pub(super) struct OpenAiUsage {
-    prompt_tokens: Option<Count>,
-    completion_tokens: Option<Count>,
-    prompt_tokens_details: Option<CachedTokens>,
-}
-
-/// `usage` of the OpenAI Responses API.
-#[derive(Clone, Debug, Deserialize)]
-struct ResponsesUsage {
-    input_tokens: Option<Count>,
-    input_tokens_details: Option<CachedTokens>,
-    output_tokens: Option<Count>,
-}
-
-/// A Responses API response object: a body, or the `response` of a
-/// stream's terminal event.
-#[derive(Debug, Deserialize)]
-pub(super) struct ResponseObject {
-    usage: Option<ResponsesUsage>,
-    /// Its output items, read only for the hosted tool calls among them.
-    output: Option<ToolItems>,
-    service_tier: Option<serde_json::Value>,
-}
-
-impl ResponseObject {
-    pub(super) fn into_usage(self) -> Option<Reported> {
-        let mut usage = self.usage?.to_usage();
-        if let Ok(usage) = &mut usage {
-            if let Some(items) = self.output {
-                usage.tool_calls = items.0;
-            }
-            usage.service_tier = ServiceTier::from_reported(self.service_tier.as_ref());
-        }
-        Some(usage)
-    }
-}
-
-/// `prompt_tokens_details` / `input_tokens_details`.
-#[derive(Clone, Debug, Deserialize)]
-struct CachedTokens {
-    cached_tokens: Option<Count>,
-}
+// Token counts are `Option` so that an explicit `null` reads as absent
+// instead of failing the parse.
 
 /// `usage` of Anthropic Messages, in a body, `message_start` or
 /// `message_delta`.
@@ -104,45 +60,6 @@ impl ServerToolUse {
             }
         }
         Ok(())
-    }
-}
-
-impl CachedTokens {
-    fn of(field: &'static str, details: Option<&CachedTokens>) -> Result<u64, AbsurdUsage> {
-        Count::read(field, details.and_then(|d| d.cached_tokens.as_ref()))
-    }
-}
-
-impl OpenAiUsage {
-    pub(super) fn to_usage(&self) -> Reported {
-        let cached = CachedTokens::of(
-            "prompt_tokens_details.cached_tokens",
-            self.prompt_tokens_details.as_ref(),
-        )?;
-        Ok(Usage {
-            input: Count::read("prompt_tokens", self.prompt_tokens.as_ref())?
-                .saturating_sub(cached),
-            cached_input: cached,
-            cache_write: 0,
-            output: Count::read("completion_tokens", self.completion_tokens.as_ref())?,
-            ..Usage::default()
-        })
-    }
-}
-
-impl ResponsesUsage {
-    pub(super) fn to_usage(&self) -> Reported {
-        let cached = CachedTokens::of(
-            "input_tokens_details.cached_tokens",
-            self.input_tokens_details.as_ref(),
-        )?;
-        Ok(Usage {
-            input: Count::read("input_tokens", self.input_tokens.as_ref())?.saturating_sub(cached),
-            cached_input: cached,
-            cache_write: 0,
-            output: Count::read("output_tokens", self.output_tokens.as_ref())?,
-            ..Usage::default()
-        })
     }
 }
 
@@ -199,4 +116,17 @@ impl AnthropicUsage {
     pub(super) fn output_tokens(&self) -> Result<u64, AbsurdUsage> {
         Count::read("output_tokens", self.output_tokens.as_ref())
     }
+}
+
+/// The usage of a plain (non-streamed) Messages body; `None` when the
+/// body is not JSON or carries no `usage` object.
+pub(crate) fn body_usage(body: &[u8]) -> Option<Reported> {
+    #[derive(Deserialize)]
+    struct WithUsage {
+        usage: Option<AnthropicUsage>,
+    }
+    serde_json::from_slice::<WithUsage>(body)
+        .ok()?
+        .usage
+        .map(|usage| usage.to_usage())
 }
