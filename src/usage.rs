@@ -22,7 +22,7 @@
 //! number) makes the whole report [`AbsurdUsage`] rather than a smaller
 //! one (see `count`).
 
-mod count;
+pub(crate) mod count;
 mod shapes;
 mod stream;
 mod tool_items;

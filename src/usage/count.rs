@@ -36,11 +36,11 @@ impl fmt::Display for AbsurdUsage {
 /// One count as read: a believable number of tokens, or the value that was
 /// there instead.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Count(Result<u64, String>);
+pub(crate) struct Count(Result<u64, String>);
 
 impl Count {
     /// The count of `field`, 0 when absent (or `null`).
-    pub(super) fn read(field: &'static str, count: Option<&Count>) -> Result<u64, AbsurdUsage> {
+    pub(crate) fn read(field: &'static str, count: Option<&Count>) -> Result<u64, AbsurdUsage> {
         match count {
             None => Ok(0),
             Some(Count(Ok(tokens))) => Ok(*tokens),
