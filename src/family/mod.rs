@@ -7,6 +7,7 @@
 //! - [`anthropic`]: Anthropic's Messages API.
 
 pub mod anthropic;
+pub mod gemini;
 pub mod openai;
 mod stream;
 

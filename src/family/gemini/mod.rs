@@ -1,0 +1,2 @@
+pub mod frames;
+pub mod usage;
