@@ -57,6 +57,7 @@ pub mod drain;
 pub mod endpoints;
 pub mod error;
 pub mod estimate;
+pub mod family;
 pub mod gateway;
 pub mod hosted;
 pub mod logging;

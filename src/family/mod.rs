@@ -1,0 +1,3 @@
+//! The provider families beyond OpenAI and Anthropic.
+
+pub mod vertex;
