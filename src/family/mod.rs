@@ -10,6 +10,7 @@ pub mod anthropic;
 pub mod gemini;
 pub mod openai;
 mod stream;
+pub mod vertex;
 
 pub use stream::{Frames, StreamKind, StreamMeter};
 

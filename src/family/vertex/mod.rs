@@ -1,0 +1,3 @@
+//! Google Cloud Vertex AI.
+
+pub mod token;
