@@ -1,7 +1,8 @@
 //! tollgate's own price file: `[models."name"]` tables with prices as
 //! decimal strings in USD per million tokens (an integer is taken as
 //! written; a float is refused, since it cannot say an exact price),
-//! token limits, and `tool_call_usd` per hosted tool use.
+//! token limits (output, context window, thinking), and `tool_call_usd`
+//! per hosted tool use.
 
 use std::collections::BTreeMap;
 
@@ -36,6 +37,7 @@ struct RawModelPrice {
     long_context_output_per_mtok: Option<toml::Value>,
     max_output_tokens: Option<toml::Value>,
     context_window: Option<toml::Value>,
+    max_thinking_tokens: Option<toml::Value>,
     #[serde(default)]
     reasoning: bool,
     #[serde(default)]
@@ -144,6 +146,7 @@ pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
         };
         let max_output_tokens = tokens("max_output_tokens", raw.max_output_tokens.as_ref())?;
         let context_window = tokens("context_window", raw.context_window.as_ref())?;
+        let max_thinking_tokens = tokens("max_thinking_tokens", raw.max_thinking_tokens.as_ref())?;
         let mut tool_call_usd = BTreeMap::new();
         for (name, value) in &raw.tool_call_usd {
             let field = format!("tool_call_usd.{name}");
@@ -167,6 +170,7 @@ pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
             long_context,
             max_output_tokens,
             context_window,
+            max_thinking_tokens,
             reasoning: raw.reasoning,
             tool_call_usd,
         };
@@ -284,6 +288,17 @@ mod tests {
             tokens.contains("context_window") && tokens.contains("\"m1\""),
             "{tokens}"
         );
+
+        let thinking =
+            toml_error("input_per_mtok = \"1\"\noutput_per_mtok = \"1\"\nmax_thinking_tokens = 0");
+        assert!(
+            thinking.contains("max_thinking_tokens") && thinking.contains("positive token count"),
+            "{thinking}"
+        );
+        let thinking = toml_error(
+            "input_per_mtok = \"1\"\noutput_per_mtok = \"1\"\nmax_thinking_tokens = \"dynamic\"",
+        );
+        assert!(thinking.contains("max_thinking_tokens"), "{thinking}");
 
         let missing = toml_error("input_per_mtok = \"1\"");
         assert!(missing.contains("output_per_mtok"), "{missing}");
