@@ -345,6 +345,35 @@ mod tests {
             sonnet_4_5.long_context.map(|long| long.threshold_tokens),
             Some(200_000)
         );
+        let pro = table.get("gemini-2.5-pro").unwrap();
+        assert_eq!(pro.max_thinking_tokens, Some(32_768));
+        assert_eq!(pro.tool_call(HostedTool::GoogleSearch), Some(35_000));
+        assert_eq!(
+            pro.long_context
+                .map(|long| (long.threshold_tokens, long.input)),
+            Some((200_000, price("2.5")))
+        );
+        for (model, thinking) in [
+            ("gemini-2.5-flash", 24_576),
+            ("gemini-2.5-flash-lite", 24_576),
+        ] {
+            assert_eq!(
+                table.get(model).unwrap().max_thinking_tokens,
+                Some(thinking)
+            );
+        }
+        let gemini_3 = table.get("gemini-3.1-pro-preview").unwrap();
+        assert_eq!(gemini_3.tool_call(HostedTool::GoogleSearch), Some(14_000));
+        assert_eq!(gemini_3.max_thinking_tokens, gemini_3.max_output_tokens);
+        // Claude under its Vertex AI ids, priced as on Anthropic's API.
+        for (vertex, anthropic) in [
+            ("claude-sonnet-4-5@20250929", "claude-sonnet-4-5"),
+            ("claude-haiku-4-5@20251001", "claude-haiku-4-5"),
+            ("claude-opus-4-1@20250805", "claude-opus-4-1"),
+            ("claude-opus-4-5@20251101", "claude-opus-4-5"),
+        ] {
+            assert_eq!(table.get(vertex), table.get(anthropic), "{vertex}");
+        }
         let o3 = table.get("o3").unwrap();
         assert_eq!(o3.tool_call(HostedTool::WebSearchPreview), Some(10_000));
         assert_eq!(
