@@ -1,12 +1,12 @@
 //! Hosted tools: tools a provider runs itself in the middle of a call (web
-//! search, file search, code execution, image generation, MCP calls) and
-//! bills per use, outside the token counts.
+//! search, file search, code execution, image generation, MCP calls,
+//! Google Search grounding) and bills per use, outside the token counts.
 //!
 //! Each provider names its tools its own way (`web_search_20250305`,
-//! `web_search_preview`, `file_search_call`, …); the API modules map those
-//! names onto the small fixed set here, which is what the price table
-//! prices (`tool_call_usd`) and what [`ToolCalls`] counts. A leaf: it
-//! imports nothing of ours.
+//! `web_search_preview`, `file_search_call`, `google_search`, …); the API
+//! modules map those names onto the small fixed set here, which is what
+//! the price table prices (`tool_call_usd`) and what [`ToolCalls`] counts.
+//! A leaf: it imports nothing of ours.
 
 use std::fmt;
 
@@ -32,10 +32,17 @@ pub enum HostedTool {
     ImageGeneration,
     /// OpenAI's remote `mcp` tool: one unit per call.
     Mcp,
+    /// Grounding with Google Search on Gemini and Vertex AI's Gemini models
+    /// (the `google_search` tool): one unit per grounded request, as Google
+    /// bills Gemini 2.x models (per grounded prompt, however many searches
+    /// it ran). Newer models (Gemini 3 and later) are billed per search
+    /// query, and one request may run several: their unit is one query,
+    /// and the operator prices it accordingly (Google's price per query).
+    GoogleSearch,
 }
 
 impl HostedTool {
-    pub const ALL: [HostedTool; 7] = [
+    pub const ALL: [HostedTool; 8] = [
         HostedTool::WebSearch,
         HostedTool::WebSearchPreview,
         HostedTool::WebFetch,
@@ -43,6 +50,7 @@ impl HostedTool {
         HostedTool::CodeInterpreter,
         HostedTool::ImageGeneration,
         HostedTool::Mcp,
+        HostedTool::GoogleSearch,
     ];
 
     /// The name the price table and messages use.
@@ -55,6 +63,7 @@ impl HostedTool {
             HostedTool::CodeInterpreter => "code_interpreter",
             HostedTool::ImageGeneration => "image_generation",
             HostedTool::Mcp => "mcp",
+            HostedTool::GoogleSearch => "google_search",
         }
     }
 
@@ -134,6 +143,18 @@ mod tests {
             assert_eq!(HostedTool::from_name(tool.name()), Some(tool));
         }
         assert_eq!(HostedTool::from_name("code_execution"), None);
+        assert_eq!(
+            HostedTool::from_name("google_search"),
+            Some(HostedTool::GoogleSearch)
+        );
+    }
+
+    #[test]
+    fn all_lists_every_tool_at_its_index() {
+        // `ToolCalls` keeps a tool's count at its index in `ALL`.
+        for (index, tool) in HostedTool::ALL.into_iter().enumerate() {
+            assert_eq!(tool.index(), index, "{tool}");
+        }
     }
 
     #[test]

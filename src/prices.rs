@@ -24,6 +24,7 @@ use crate::usage::Usage;
 
 pub mod import;
 mod litellm;
+mod litellm_names;
 mod tiers;
 mod toml_file;
 
@@ -51,6 +52,10 @@ pub struct ModelPrice {
     pub max_output_tokens: Option<u64>,
     /// Bounds input the gateway cannot see (server-side conversation state).
     pub context_window: Option<u64>,
+    /// The most thinking tokens the model may spend when a request leaves
+    /// its thinking budget unset or dynamic (Gemini's `thinkingBudget` -1),
+    /// which the gateway then reserves as output.
+    pub max_thinking_tokens: Option<u64>,
     /// Output may be hidden: reasoning tokens are billed but not streamed,
     /// so what a client saw of a stream says nothing of what it cost.
     pub reasoning: bool,

@@ -191,7 +191,9 @@ impl ToolBound {
 /// The most tokens one use of `declared` can feed back.
 fn result_tokens(declared: &crate::api::DeclaredTool, context_window: u64) -> u64 {
     match declared.tool {
-        HostedTool::WebSearch | HostedTool::WebSearchPreview => WEB_SEARCH_RESULT_TOKENS,
+        HostedTool::WebSearch | HostedTool::WebSearchPreview | HostedTool::GoogleSearch => {
+            WEB_SEARCH_RESULT_TOKENS
+        }
         HostedTool::FileSearch => declared
             .result_limit
             .unwrap_or(FILE_SEARCH_MAX_RESULTS)

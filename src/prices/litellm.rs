@@ -2,14 +2,23 @@
 //! name → costs in USD per token as JSON numbers, converted to exact
 //! [`Price`]s by shifting decimal digits, never by float arithmetic.
 //!
+//! Google's models are listed under the names clients send
+//! (`gemini/gemini-2.5-pro` → `gemini-2.5-pro`), one entry a name
+//! (`litellm_names`). Reasoning tokens are billed as output, so an entry's
+//! output price is the dearer of `output_cost_per_token` and
+//! `output_cost_per_reasoning_token`. LiteLLM records no thinking budget,
+//! so its entries have no `max_thinking_tokens`.
+//!
 //! Hosted tools: `search_context_cost_per_query` (USD per web search, by
 //! search context size: the dearest size prices every search, since a
-//! request may ask for any), `file_search_cost_per_1k_calls` and
+//! request may ask for any; on a Gemini model, per Google Search
+//! grounding), `file_search_cost_per_1k_calls` and
 //! `code_interpreter_cost_per_session`. An entry without them prices no
 //! hosted tool, so the gateway refuses those tools for its model.
 
 use std::collections::BTreeMap;
 
+use super::litellm_names::{self, GEMINI_PROVIDERS};
 use super::{non_empty, LongContextPrices, ModelPrice, PriceError, PriceTable, PriorityPrices};
 use crate::hosted::HostedTool;
 use crate::money::{Price, UsdMicros};
@@ -18,17 +27,18 @@ use crate::money::{Price, UsdMicros};
 const LITELLM_SAMPLE_ENTRY: &str = "sample_spec";
 
 pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
-    let models = entries(text, file)?
+    let entries = entries(text, file)?
         .into_iter()
-        .map(|entry| (entry.model, entry.price))
-        .collect();
-    non_empty(models, file)
+        .map(|entry| (entry.model, entry.price));
+    non_empty(litellm_names::by_name(entries), file)
 }
 
 /// One priced entry of a LiteLLM file, with what LiteLLM says of its
 /// provider and kind (`chat`, `embedding`, …).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LiteLlmEntry {
+    /// The name clients send: the entry's key, without the Gemini API's or
+    /// Vertex AI's prefix. Several entries may have one name.
     pub model: String,
     pub price: ModelPrice,
     pub provider: Option<String>,
@@ -36,7 +46,7 @@ pub(crate) struct LiteLlmEntry {
 }
 
 /// Every entry of a LiteLLM file that prices tokens, in the file's order
-/// of names.
+/// of keys.
 pub(crate) fn entries(text: &str, file: &str) -> Result<Vec<LiteLlmEntry>, PriceError> {
     let entries: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(text).map_err(|e| PriceError::Parse {
@@ -69,6 +79,17 @@ pub(crate) fn entries(text: &str, file: &str) -> Result<Vec<LiteLlmEntry>, Price
         ) else {
             continue;
         };
+        let output = output.max(cost("output_cost_per_reasoning_token")?.unwrap_or(output));
+        let text_of = |field: &str| {
+            entry
+                .get(field)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        let provider = text_of("litellm_provider");
+        let is_gemini = provider
+            .as_deref()
+            .is_some_and(|provider| GEMINI_PROVIDERS.contains(&provider));
         let tokens = |field: &str| {
             entry
                 .get(field)
@@ -97,23 +118,18 @@ pub(crate) fn entries(text: &str, file: &str) -> Result<Vec<LiteLlmEntry>, Price
                 .map_err(|(field, message)| field_error(&field, message))?,
             max_output_tokens: tokens("max_output_tokens"),
             context_window: tokens("max_input_tokens").or_else(|| tokens("max_tokens")),
+            max_thinking_tokens: None,
             reasoning: entry
                 .get("supports_reasoning")
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(false),
-            tool_call_usd: tool_prices(entry)
+            tool_call_usd: tool_prices(entry, is_gemini)
                 .map_err(|(field, message)| field_error(field, message))?,
         };
-        let text_of = |field: &str| {
-            entry
-                .get(field)
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_owned)
-        };
         priced.push(LiteLlmEntry {
-            model: model.clone(),
+            model: litellm_names::client_name(model, provider.as_deref()).to_owned(),
             price: entry_price,
-            provider: text_of("litellm_provider"),
+            provider,
             mode: text_of("mode"),
         });
     }
@@ -162,9 +178,14 @@ fn long_context(
     Ok(tier)
 }
 
-/// The hosted tool prices of one entry, in µUSD per use.
+/// The hosted tool prices of one entry, in µUSD per use. A Gemini model's
+/// search is Grounding with Google Search, whose price LiteLLM gives per
+/// grounded request or per search query as Google bills the model (its
+/// `web_search_billing_unit`), which is the tool's unit either way;
+/// anyone else's is a web search.
 fn tool_prices(
     entry: &serde_json::Value,
+    is_gemini: bool,
 ) -> Result<BTreeMap<HostedTool, UsdMicros>, (&'static str, String)> {
     const SEARCH: &str = "search_context_cost_per_query";
     const FILE_SEARCH: &str = "file_search_cost_per_1k_calls";
@@ -182,9 +203,15 @@ fn tool_prices(
             })?,
         Some(value) => Some(per_use_micros(value, 1).map_err(|message| (SEARCH, message))?),
     };
-    if let Some(fee) = search {
-        prices.insert(HostedTool::WebSearch, fee);
-        prices.insert(HostedTool::WebSearchPreview, fee);
+    match search {
+        Some(fee) if is_gemini => {
+            prices.insert(HostedTool::GoogleSearch, fee);
+        }
+        Some(fee) => {
+            prices.insert(HostedTool::WebSearch, fee);
+            prices.insert(HostedTool::WebSearchPreview, fee);
+        }
+        None => {}
     }
     for (field, tool, uses) in [
         (FILE_SEARCH, HostedTool::FileSearch, 1_000),

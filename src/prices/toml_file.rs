@@ -1,7 +1,8 @@
 //! tollgate's own price file: `[models."name"]` tables with prices as
 //! decimal strings in USD per million tokens (an integer is taken as
 //! written; a float is refused, since it cannot say an exact price),
-//! token limits, and `tool_call_usd` per hosted tool use.
+//! token limits (output, context window, thinking), and `tool_call_usd`
+//! per hosted tool use.
 
 use std::collections::BTreeMap;
 
@@ -36,6 +37,7 @@ struct RawModelPrice {
     long_context_output_per_mtok: Option<toml::Value>,
     max_output_tokens: Option<toml::Value>,
     context_window: Option<toml::Value>,
+    max_thinking_tokens: Option<toml::Value>,
     #[serde(default)]
     reasoning: bool,
     #[serde(default)]
@@ -144,6 +146,7 @@ pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
         };
         let max_output_tokens = tokens("max_output_tokens", raw.max_output_tokens.as_ref())?;
         let context_window = tokens("context_window", raw.context_window.as_ref())?;
+        let max_thinking_tokens = tokens("max_thinking_tokens", raw.max_thinking_tokens.as_ref())?;
         let mut tool_call_usd = BTreeMap::new();
         for (name, value) in &raw.tool_call_usd {
             let field = format!("tool_call_usd.{name}");
@@ -167,6 +170,7 @@ pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
             long_context,
             max_output_tokens,
             context_window,
+            max_thinking_tokens,
             reasoning: raw.reasoning,
             tool_call_usd,
         };
@@ -285,6 +289,17 @@ mod tests {
             "{tokens}"
         );
 
+        let thinking =
+            toml_error("input_per_mtok = \"1\"\noutput_per_mtok = \"1\"\nmax_thinking_tokens = 0");
+        assert!(
+            thinking.contains("max_thinking_tokens") && thinking.contains("positive token count"),
+            "{thinking}"
+        );
+        let thinking = toml_error(
+            "input_per_mtok = \"1\"\noutput_per_mtok = \"1\"\nmax_thinking_tokens = \"dynamic\"",
+        );
+        assert!(thinking.contains("max_thinking_tokens"), "{thinking}");
+
         let missing = toml_error("input_per_mtok = \"1\"");
         assert!(missing.contains("output_per_mtok"), "{missing}");
 
@@ -330,6 +345,35 @@ mod tests {
             sonnet_4_5.long_context.map(|long| long.threshold_tokens),
             Some(200_000)
         );
+        let pro = table.get("gemini-2.5-pro").unwrap();
+        assert_eq!(pro.max_thinking_tokens, Some(32_768));
+        assert_eq!(pro.tool_call(HostedTool::GoogleSearch), Some(35_000));
+        assert_eq!(
+            pro.long_context
+                .map(|long| (long.threshold_tokens, long.input)),
+            Some((200_000, price("2.5")))
+        );
+        for (model, thinking) in [
+            ("gemini-2.5-flash", 24_576),
+            ("gemini-2.5-flash-lite", 24_576),
+        ] {
+            assert_eq!(
+                table.get(model).unwrap().max_thinking_tokens,
+                Some(thinking)
+            );
+        }
+        let gemini_3 = table.get("gemini-3.1-pro-preview").unwrap();
+        assert_eq!(gemini_3.tool_call(HostedTool::GoogleSearch), Some(14_000));
+        assert_eq!(gemini_3.max_thinking_tokens, gemini_3.max_output_tokens);
+        // Claude under its Vertex AI ids, priced as on Anthropic's API.
+        for (vertex, anthropic) in [
+            ("claude-sonnet-4-5@20250929", "claude-sonnet-4-5"),
+            ("claude-haiku-4-5@20251001", "claude-haiku-4-5"),
+            ("claude-opus-4-1@20250805", "claude-opus-4-1"),
+            ("claude-opus-4-5@20251101", "claude-opus-4-5"),
+        ] {
+            assert_eq!(table.get(vertex), table.get(anthropic), "{vertex}");
+        }
         let o3 = table.get("o3").unwrap();
         assert_eq!(o3.tool_call(HostedTool::WebSearchPreview), Some(10_000));
         assert_eq!(
