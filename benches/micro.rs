@@ -22,10 +22,11 @@ use tollgate::budget::{
     Settlement, SqliteStore,
 };
 use tollgate::estimate::{estimate, TokenCounter};
+use tollgate::family::{body_usage, StreamKind, StreamMeter};
 use tollgate::prices::{ModelPrice, PriceTable};
 use tollgate::provider::ProviderKind;
 use tollgate::sse::SseSplitter;
-use tollgate::usage::{parse_body_usage, ApiKind, EventAction, StreamKind, StreamMeter, Usage};
+use tollgate::usage::{EventAction, Usage};
 
 use fixtures::{STREAM_TOKENS, *};
 
@@ -106,20 +107,20 @@ fn sse_scanning(c: &mut Criterion) {
 fn usage_parsing(c: &mut Criterion) {
     let embeddings = embeddings_body();
     let cases = [
-        ("chat_completions", ApiKind::ChatCompletions, CHAT_BODY),
-        ("completions", ApiKind::Completions, COMPLETIONS_BODY),
-        ("responses", ApiKind::Responses, RESPONSES_BODY),
-        ("messages", ApiKind::Messages, MESSAGES_BODY),
-        ("embeddings_1536d", ApiKind::Embeddings, embeddings.as_str()),
+        ("chat_completions", Api::ChatCompletions, CHAT_BODY),
+        ("completions", Api::Completions, COMPLETIONS_BODY),
+        ("responses", Api::Responses, RESPONSES_BODY),
+        ("messages", Api::Messages, MESSAGES_BODY),
+        ("embeddings_1536d", Api::Embeddings, embeddings.as_str()),
     ];
     let mut group = c.benchmark_group("usage_body");
     for (name, api, body) in cases {
-        if parse_body_usage(api, body.as_bytes()).is_none() {
+        if body_usage(api, body.as_bytes()).is_none() {
             unreachable!("{name}: the body carries usage");
         }
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_function(name, |b| {
-            b.iter(|| parse_body_usage(api, black_box(body.as_bytes())))
+            b.iter(|| body_usage(api, black_box(body.as_bytes())))
         });
     }
     group.finish();

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use http_body_util::BodyExt;
+use tollgate::api::Api;
+use tollgate::family::body_usage;
 use tollgate::prices::ModelPrice;
 use tollgate::sse::{parse_event, SseSplitter};
-use tollgate::usage::{parse_body_usage, ApiKind};
 
 use crate::calls::Calls;
 use crate::client::{Conn, Target};
@@ -226,7 +227,7 @@ async fn one_stream(
                 outcome.cost = usage.map(|usage| price.cost(&usage));
             } else if usage.is_none() {
                 // The mock's usage is always sane: an absurd one reads as none.
-                usage = parse_body_usage(ApiKind::ChatCompletions, data).and_then(Result::ok);
+                usage = body_usage(Api::ChatCompletions, data).and_then(Result::ok);
             }
         }
     }
