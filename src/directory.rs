@@ -349,7 +349,13 @@ impl Directory {
     /// it gets "store unavailable", not "invalid key", which would tell its
     /// holder it was revoked.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<KeyConfig>, GatewayError> {
-        let presented = presented_key(headers).ok_or(GatewayError::MissingKey)?;
+        self.authenticate_key(presented_key(headers))
+    }
+
+    /// The key `presented` (where the caller's family sends it), if it is
+    /// one of this gateway's and usable now.
+    pub fn authenticate_key(&self, presented: Option<&str>) -> Result<Arc<KeyConfig>, GatewayError> {
+        let presented = presented.ok_or(GatewayError::MissingKey)?;
         let digest = hash_key(presented);
         let snapshot = self.current.load();
         let entry = snapshot

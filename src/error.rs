@@ -15,13 +15,16 @@ use crate::body::{full, Body};
 use crate::budget::{run_id_of, run_key_of, Denial, ScopeKind};
 use crate::money::{format_usd, UsdMicros};
 
-/// The error body shapes of the two provider families.
+/// The error body shapes of the provider families.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     /// `{"error":{"message","type","param","code"}}`
     OpenAi,
     /// `{"type":"error","error":{"type","message"}}`
     Anthropic,
+    /// Google's (the Gemini API, Vertex AI):
+    /// `{"error":{"code","message","status"}}`.
+    Google,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +62,10 @@ pub enum GatewayError {
     IdempotencyConflict,
     #[error("provider `{provider}` has no API key: the gateway operator must set the environment variable {env}")]
     ProviderKeyMissing { provider: String, env: String },
+    /// The provider's own credential could not be had (Vertex AI's token
+    /// endpoint failed): nothing was sent or charged.
+    #[error("provider `{provider}` could not be signed in to, so the call was not sent and costs nothing; retry shortly")]
+    ProviderAuthFailed { provider: String },
     #[error("the budget store is unavailable, so the call was not sent; retry shortly")]
     StoreUnavailable,
     /// `charged`: what the call was charged when the request may have
@@ -105,8 +112,8 @@ fn budget_message(refusal: &BudgetRefusal) -> String {
     };
     let fit = match refusal.fitting_output_limit {
         Some(limit) => format!(
-            ". An output limit (max_tokens, max_completion_tokens or max_output_tokens) of \
-             {limit} tokens or fewer fits what remains"
+            ". An output limit (max_tokens, max_completion_tokens, max_output_tokens or \
+             generationConfig.maxOutputTokens) of {limit} tokens or fewer fits what remains"
         ),
         None => ". Not even a small output limit fits what remains".to_owned(),
     };
@@ -153,9 +160,9 @@ impl GatewayError {
             GatewayError::IdempotencyConflict | GatewayError::RunCapConflict { .. } => {
                 StatusCode::CONFLICT
             }
-            GatewayError::ProviderKeyMissing { .. } | GatewayError::StoreUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            GatewayError::ProviderKeyMissing { .. }
+            | GatewayError::ProviderAuthFailed { .. }
+            | GatewayError::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
@@ -182,6 +189,9 @@ impl GatewayError {
             GatewayError::ProviderKeyMissing { .. } => {
                 ("server_error", Some("provider_not_configured"))
             }
+            GatewayError::ProviderAuthFailed { .. } => {
+                ("server_error", Some("provider_auth_failed"))
+            }
             GatewayError::StoreUnavailable => ("server_error", Some("budget_store_unavailable")),
             GatewayError::UpstreamUnreachable { .. } => {
                 ("server_error", Some("upstream_unreachable"))
@@ -204,8 +214,31 @@ impl GatewayError {
             GatewayError::BudgetExceeded(_) => "billing_error",
             GatewayError::UpstreamTimeout { .. } => "timeout_error",
             GatewayError::ProviderKeyMissing { .. }
+            | GatewayError::ProviderAuthFailed { .. }
             | GatewayError::StoreUnavailable
             | GatewayError::UpstreamUnreachable { .. } => "api_error",
+        }
+    }
+
+    /// Google's `status` for this error: its canonical code for the HTTP
+    /// status. A budget refusal is `FAILED_PRECONDITION` (the account's
+    /// state refuses the call, as Google says of billing), never the
+    /// `RESOURCE_EXHAUSTED` that clients retry.
+    fn google_status(&self) -> &'static str {
+        match self {
+            GatewayError::MissingKey | GatewayError::InvalidKey => "UNAUTHENTICATED",
+            GatewayError::BadRequest { .. } | GatewayError::BodyTooLarge { .. } => {
+                "INVALID_ARGUMENT"
+            }
+            GatewayError::ModelNotAllowed { .. } => "PERMISSION_DENIED",
+            GatewayError::UnknownModel { .. } | GatewayError::NotFound { .. } => "NOT_FOUND",
+            GatewayError::BudgetExceeded(_) => "FAILED_PRECONDITION",
+            GatewayError::IdempotencyConflict | GatewayError::RunCapConflict { .. } => "ABORTED",
+            GatewayError::ProviderKeyMissing { .. }
+            | GatewayError::ProviderAuthFailed { .. }
+            | GatewayError::StoreUnavailable
+            | GatewayError::UpstreamUnreachable { .. } => "UNAVAILABLE",
+            GatewayError::UpstreamTimeout { .. } => "DEADLINE_EXCEEDED",
         }
     }
 
@@ -227,6 +260,11 @@ impl GatewayError {
             Shape::Anthropic => {
                 json!({"type": "error", "error": {"type": self.anthropic_type(), "message": message}})
             }
+            Shape::Google => json!({"error": {
+                "code": self.status().as_u16(),
+                "message": message,
+                "status": self.google_status(),
+            }}),
         };
         Bytes::from(value.to_string())
     }

@@ -8,6 +8,7 @@ use crate::alerts::Alerts;
 use crate::budget::BudgetStore;
 use crate::config::Config;
 use crate::directory::Directory;
+use crate::family::Credentials;
 use crate::metrics::Metrics;
 use crate::settle::Settler;
 use crate::upstream::{self, UpstreamClient};
@@ -19,6 +20,8 @@ pub struct Gateway {
     pub directory: Arc<Directory>,
     pub store: BudgetStore,
     pub client: UpstreamClient,
+    /// The gateway's credential to each provider.
+    pub credentials: Credentials,
     pub metrics: Arc<Metrics>,
     /// Issues the ticket that settles each call, and keeps count of the
     /// settlements still finishing after their request is gone, which
@@ -32,7 +35,7 @@ pub struct Gateway {
 impl Gateway {
     pub fn new(config: Config, store: BudgetStore) -> std::io::Result<Gateway> {
         for provider in &config.providers {
-            if provider.api_key.is_none() {
+            if provider.api_key.is_none() && provider.vertex.is_none() {
                 tracing::warn!(
                     provider = %provider.name,
                     "provider has no API key: set {} (calls routed to it are refused until then)",
@@ -44,10 +47,13 @@ impl Gateway {
         let metrics = Arc::new(Metrics::new());
         let settler = Settler::new(store.clone(), metrics.clone(), config.store.reservation_ttl);
         let alerts = Alerts::new(&config, store.clone(), metrics.clone());
+        let client = upstream::client()?;
+        let credentials = Credentials::new(&config, &client).map_err(std::io::Error::other)?;
         Ok(Gateway {
             alerts,
             directory: Arc::new(Directory::new(&config)),
-            client: upstream::client()?,
+            client,
+            credentials,
             store,
             metrics,
             settler,

@@ -1,15 +1,45 @@
-//! Which API family a provider speaks. The config names it, the upstream
-//! client shapes requests by it, and the estimate picks a tokenizer by it;
-//! and the body fields through which providers limit output.
+//! Which API family a provider speaks. The config names it, the families
+//! (`crate::family`) shape requests by it, and the estimate picks a
+//! tokenizer by it; and the body fields through which providers limit
+//! output.
 
-/// The API shape a provider speaks.
+/// The API family a provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProviderKind {
     /// OpenAI or any OpenAI-compatible API.
     OpenAi,
     Anthropic,
+    /// Google's Gemini API.
+    Gemini,
+    /// Google Cloud's Vertex AI: Gemini and Claude models.
+    Vertex,
 }
 
-/// Every body field through which the provider APIs limit output tokens.
+impl ProviderKind {
+    /// Every kind, by its name in the config.
+    pub const ALL: [(ProviderKind, &'static str); 4] = [
+        (ProviderKind::OpenAi, "openai"),
+        (ProviderKind::Anthropic, "anthropic"),
+        (ProviderKind::Gemini, "gemini"),
+        (ProviderKind::Vertex, "vertex"),
+    ];
+
+    pub fn from_name(name: &str) -> Option<ProviderKind> {
+        Self::ALL
+            .iter()
+            .find(|(_, known)| *known == name)
+            .map(|(kind, _)| *kind)
+    }
+
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(kind, _)| *kind == self)
+            .map_or("", |(_, name)| name)
+    }
+}
+
+/// Every body field through which the OpenAI and Anthropic APIs limit
+/// output tokens.
 pub const OUTPUT_LIMIT_FIELDS: [&str; 3] =
     ["max_tokens", "max_completion_tokens", "max_output_tokens"];

@@ -16,6 +16,7 @@
 //! headers, request id, a span), and every call but a health probe or a
 //! scrape leaves one line in the access log ([`crate::access`]).
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -36,11 +37,13 @@ use tower::ServiceExt;
 use tower_http::cors::CorsLayer;
 
 use crate::access::AccessRecord;
-use crate::api::Api;
 use crate::body::{close_connection, drain, Body};
 use crate::endpoints;
 use crate::error::{GatewayError, Shape};
 use crate::gateway::Gateway;
+use crate::directory::presented_key;
+use crate::family::{self, Action};
+use crate::provider::ProviderKind;
 use crate::proxy::count_tokens;
 
 mod layers;
@@ -299,18 +302,19 @@ async fn with_cors(
 /// The `route` label of a path: one of the gateway's own, or `other`, so
 /// the label's values stay few whatever clients ask for.
 fn route_label(path: &str) -> &'static str {
-    if let Some(api) = Api::from_path(path) {
-        return api.path();
+    if let Some(route) = family::route(path, None) {
+        return route.label;
     }
     match path {
         "/healthz" => "/healthz",
         "/readyz" => "/readyz",
         "/metrics" => "/metrics",
         "/v1/models" => "/v1/models",
+        "/v1beta/models" => "/v1beta/models",
         "/v1/budget" => "/v1/budget",
-        count_tokens::PATH => count_tokens::PATH,
         _ if crate::admin::is_admin_path(path) => "/admin",
         _ if model_id(path).is_some() => "/v1/models/{id}",
+        _ if google_model_id(path).is_some() => "/v1beta/models/{id}",
         _ => "other",
     }
 }
@@ -321,30 +325,42 @@ fn model_id(path: &str) -> Option<&str> {
     path.strip_prefix("/v1/models/").filter(|id| !id.is_empty())
 }
 
+/// The model id of Google's `/v1beta/models/{id}`.
+fn google_model_id(path: &str) -> Option<&str> {
+    path.strip_prefix("/v1beta/models/").filter(|id| !id.is_empty())
+}
+
 /// Answers a request on the proxied and the gateway's own routes.
 async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path();
     if request.method() == Method::POST {
-        if let Some(api) = Api::from_path(path) {
-            return crate::proxy::handle(gateway, api, request).await;
-        }
-        if path == count_tokens::PATH {
-            return count_tokens::handle(gateway, request).await;
+        if let Some(route) = family::route(path, request.uri().query()) {
+            return match route.action {
+                Action::Call => crate::proxy::handle(gateway, route, request).await,
+                Action::CountTokens => count_tokens::handle(gateway, route, request).await,
+            };
         }
     }
     let shape = caller_shape(&request);
     let (parts, mut body) = request.into_parts();
     let headers = &parts.headers;
     let path = parts.uri.path();
+    let presented = match shape {
+        Shape::Google => family::gateway_key(ProviderKind::Gemini, headers, &parts.uri),
+        _ => presented_key(headers).map(Cow::Borrowed),
+    };
+    let presented = presented.as_deref();
     let result = match (&parts.method, path) {
         (&Method::GET, "/healthz") => Ok(endpoints::health::healthz()),
         (&Method::GET, "/readyz") => Ok(endpoints::health::readyz(gateway).await),
         (&Method::GET, "/metrics") => Ok(endpoints::health::scrape(gateway).await),
-        (&Method::GET, "/v1/models") => endpoints::models::list(gateway, headers, shape),
+        (&Method::GET, "/v1/models" | "/v1beta/models") => {
+            endpoints::models::list(gateway, presented, shape)
+        }
         (&Method::GET, "/v1/budget") => endpoints::budget::show(gateway, headers).await,
-        (&Method::GET, path) if model_id(path).is_some() => {
-            let id = model_id(path).unwrap_or_default();
-            endpoints::models::retrieve(gateway, headers, shape, id)
+        (&Method::GET, path) if model_id(path).or(google_model_id(path)).is_some() => {
+            let id = model_id(path).or(google_model_id(path)).unwrap_or_default();
+            endpoints::models::retrieve(gateway, presented, shape, id)
         }
         (method, path) => Err(GatewayError::NotFound {
             method: method.to_string(),
@@ -360,13 +376,20 @@ async fn respond(gateway: &Arc<Gateway>, request: Request<Incoming>) -> Response
     response
 }
 
-/// Anthropic's SDK always sends `anthropic-version`; anything else is
-/// answered in OpenAI's shape.
+/// Anthropic's SDK always sends `anthropic-version`; Google's clients
+/// call `/v1beta/` or send their key as `x-goog-api-key` or `?key=`;
+/// anything else is answered in OpenAI's shape.
 fn caller_shape<B>(request: &Request<B>) -> Shape {
-    if request.headers().contains_key("anthropic-version")
-        || request.uri().path().starts_with("/v1/messages")
+    let uri = request.uri();
+    let google_key = request.headers().contains_key("x-goog-api-key")
+        || uri.query().is_some_and(|query| {
+            form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "key")
+        });
+    if request.headers().contains_key("anthropic-version") || uri.path().starts_with("/v1/messages")
     {
         Shape::Anthropic
+    } else if google_key || uri.path().starts_with("/v1beta/") || uri.path().starts_with("/v1beta1/") {
+        Shape::Google
     } else {
         Shape::OpenAi
     }

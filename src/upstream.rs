@@ -1,7 +1,8 @@
-//! The one pooled HTTP client to every provider, and how a checked call
-//! becomes the provider's request: the provider's credential replaces the
-//! client's, and nothing that could change the response's encoding (so
-//! usage could not be read) is passed on.
+//! The one pooled HTTP client to every provider, and the provider's
+//! request for a checked call: the client's headers without its
+//! credential (each family adds the provider's, `crate::family`) and
+//! without anything that could change the response's encoding, so usage
+//! can still be read.
 
 use std::time::Duration;
 
@@ -14,14 +15,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::api::Api;
-use crate::config::{Provider, Secret};
-use crate::provider::ProviderKind;
-
 pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-/// Anthropic's API version when the client sends none.
-const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// Builds the shared client: TCP_NODELAY so streamed tokens are not held
 /// back by Nagle's algorithm, HTTP/2 where the provider offers it.
@@ -54,6 +48,7 @@ const DROPPED_REQUEST_HEADERS: &[&str] = &[
     "host",
     "authorization",
     "x-api-key",
+    "x-goog-api-key",
     "content-length",
     "accept-encoding",
     "connection",
@@ -71,29 +66,17 @@ const DROPPED_REQUEST_HEADERS: &[&str] = &[
     "openai-project",
 ];
 
-/// The provider's request for a call.
-pub fn request(
-    provider: &Provider,
-    key: &Secret,
-    api: Api,
-    client_headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Request<Full<Bytes>>, http::Error> {
-    request_to(provider, key, api.path(), client_headers, body)
-}
-
-/// The provider's `POST` request to `path`, for a route that is not an
-/// [`Api`] (Anthropic's token counting).
+/// The provider's `POST` request to `path_and_query` under `base_url`,
+/// carrying the client's headers but no credential.
 pub fn request_to(
-    provider: &Provider,
-    key: &Secret,
-    path: &str,
+    base_url: &Uri,
+    path_and_query: &str,
     client_headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Request<Full<Bytes>>, http::Error> {
     let mut request = Request::new(Full::new(body));
     *request.method_mut() = Method::POST;
-    *request.uri_mut() = provider_uri(&provider.base_url, path)?;
+    *request.uri_mut() = provider_uri(base_url, path_and_query)?;
     let headers = request.headers_mut();
     let hop_by_hop = connection_options(client_headers);
     for (name, value) in client_headers {
@@ -112,21 +95,6 @@ pub fn request_to(
         header::ACCEPT_ENCODING,
         HeaderValue::from_static("identity"),
     );
-    match provider.kind {
-        ProviderKind::OpenAi => {
-            let mut value = HeaderValue::try_from(format!("Bearer {}", key.expose()))?;
-            value.set_sensitive(true);
-            headers.insert(header::AUTHORIZATION, value);
-        }
-        ProviderKind::Anthropic => {
-            let mut value = HeaderValue::try_from(key.expose())?;
-            value.set_sensitive(true);
-            headers.insert(HeaderName::from_static("x-api-key"), value);
-            headers
-                .entry(HeaderName::from_static("anthropic-version"))
-                .or_insert(HeaderValue::from_static(ANTHROPIC_VERSION));
-        }
-    }
     Ok(request)
 }
 
@@ -196,25 +164,17 @@ mod tests {
 
     #[test]
     fn the_gateways_own_headers_stay_at_the_gateway() {
-        let provider = Provider {
-            name: "p".to_owned(),
-            kind: ProviderKind::OpenAi,
-            base_url: "http://127.0.0.1:9".parse().unwrap(),
-            api_key_env: "K".to_owned(),
-            api_key: None,
-            models: Vec::new(),
-            output_limit_fields: Vec::new(),
-        };
         let mut client = HeaderMap::new();
         client.insert("x-tollgate-run", HeaderValue::from_static("run-1"));
         client.insert("x-tollgate-run-cap-usd", HeaderValue::from_static("2.00"));
+        client.insert("x-goog-api-key", HeaderValue::from_static("tg-key"));
         client.insert("x-request-tag", HeaderValue::from_static("kept"));
-        let key = Secret::new("sk".to_owned());
-        let sent = request(&provider, &key, Api::ChatCompletions, &client, Bytes::new()).unwrap();
+        let base = "http://127.0.0.1:9".parse().unwrap();
+        let sent = request_to(&base, "/v1/chat/completions", &client, Bytes::new()).unwrap();
         assert!(!sent
             .headers()
             .keys()
-            .any(|n| n.as_str().starts_with("x-tollgate-")));
+            .any(|n| n.as_str().starts_with("x-tollgate-") || n == "x-goog-api-key"));
         assert_eq!(sent.headers()["x-request-tag"], "kept");
     }
 

@@ -19,7 +19,7 @@ use crate::prices::PricedOptions;
 use crate::provider::OUTPUT_LIMIT_FIELDS;
 
 pub(crate) use json::parse_unambiguous;
-pub use rules::{check_api_matches, check_headers, check_hosted_tools, check_priced_options};
+pub use rules::{check_headers, check_hosted_tools, check_priced_options};
 pub use tools::{DeclaredTool, HostedTools, DEFAULT_MAX_TOOL_CALLS, DEFAULT_MAX_USES};
 
 /// A proxied route.
@@ -30,6 +30,10 @@ pub enum Api {
     Responses,
     Embeddings,
     Messages,
+    /// Gemini's `generateContent` (and `streamGenerateContent`), on the
+    /// Gemini API and on Vertex AI: the model and whether it streams are
+    /// in the path, the output limit in `generationConfig`.
+    GenerateContent,
 }
 
 /// The OpenAI API's default output limit of the legacy completions route:
@@ -58,12 +62,14 @@ impl Api {
             Api::Responses => "/v1/responses",
             Api::Embeddings => "/v1/embeddings",
             Api::Messages => "/v1/messages",
+            Api::GenerateContent => "generateContent",
         }
     }
 
     pub fn shape(self) -> Shape {
         match self {
             Api::Messages => Shape::Anthropic,
+            Api::GenerateContent => Shape::Google,
             _ => Shape::OpenAi,
         }
     }
@@ -75,6 +81,8 @@ impl Api {
             Api::ChatCompletions => &["max_completion_tokens", "max_tokens"],
             Api::Completions | Api::Messages => &["max_tokens"],
             Api::Responses => &["max_output_tokens"],
+            // Inside `generationConfig` (see `Call::limit_at`).
+            Api::GenerateContent => &["maxOutputTokens"],
             Api::Embeddings => &[],
         }
     }
@@ -91,10 +99,24 @@ pub struct Call {
     /// ([`Call::bound_output`]).
     pub output_limit: u64,
     /// Whether the client set the output limit.
-    limit_given: bool,
-    /// Anthropic's `thinking.budget_tokens`: thinking is output, and a
-    /// provider may honour a budget above `max_tokens`.
-    thinking_budget: u64,
+    pub(crate) limit_given: bool,
+    /// Thinking tokens one choice may spend (Anthropic's
+    /// `thinking.budget_tokens`, Gemini's `thinkingBudget`): thinking is
+    /// output, and a provider may honour a budget above the output limit.
+    pub(crate) thinking_budget: u64,
+    /// The thinking budget comes on top of the output limit (Gemini)
+    /// rather than inside it (Anthropic, where `max_tokens` must exceed
+    /// it).
+    pub(crate) thinking_beside_limit: bool,
+    /// The call leaves its thinking to the model (Gemini's dynamic
+    /// thinking): its budget is the model's most, set once the model's
+    /// price is known.
+    pub(crate) thinking_unbudgeted: bool,
+    /// Where a nested output limit lives: the object and field names, as
+    /// the client spelled them (Gemini's `generationConfig` /
+    /// `generation_config` and `maxOutputTokens` / `max_output_tokens`);
+    /// `None`: the API's top-level fields.
+    pub(crate) limit_at: Option<(String, String)>,
     /// Choices generated (`n`, or `best_of` for legacy completions).
     pub choices: u64,
     /// The hosted tools it declares, each with the most uses the forwarded
@@ -110,33 +132,60 @@ pub struct Call {
     pub body: Map<String, Value>,
     /// The bytes to forward: the client's own, unless the gateway changed
     /// the body.
-    original: Bytes,
-    changed: bool,
+    pub(crate) original: Bytes,
+    pub(crate) changed: bool,
 }
 
 impl Call {
     /// Parses and checks a request body. Its output limit is bounded once
     /// the provider is known ([`Call::bound_output`]).
     pub fn parse(api: Api, bytes: Bytes) -> Result<Call, GatewayError> {
-        let body = match json::parse_unambiguous(&bytes) {
-            Ok(Value::Object(map)) => map,
-            Ok(_) => return Err(bad("the request body must be a JSON object", None)),
-            Err(e) => {
+        Call::parse_routed(api, bytes, None, None)
+    }
+
+    /// [`Call::parse`] for a route that names the model, or whether the
+    /// call streams, in its path (Claude on Vertex AI): a body that says
+    /// otherwise is refused.
+    pub fn parse_routed(
+        api: Api,
+        bytes: Bytes,
+        path_model: Option<&str>,
+        path_stream: Option<bool>,
+    ) -> Result<Call, GatewayError> {
+        let body = json_object(&bytes)?;
+        let model = match (body.get("model"), path_model) {
+            (Some(Value::String(m)), None) if !m.is_empty() => m.clone(),
+            (Some(_), None) => {
+                return Err(bad("`model` must be a non-empty string", Some("model")))
+            }
+            (None, None) => return Err(bad("`model` is required", Some("model"))),
+            (None, Some(model)) => model.to_owned(),
+            (Some(Value::String(m)), Some(model)) if m == model => model.to_owned(),
+            (Some(_), Some(model)) => {
                 return Err(bad(
-                    &format!("the request body is not valid JSON: {e}"),
-                    None,
+                    &format!(
+                        "the model is named in the path (`{model}`): remove `model` from the body"
+                    ),
+                    Some("model"),
                 ))
             }
         };
-        let model = match body.get("model") {
-            Some(Value::String(m)) if !m.is_empty() => m.clone(),
-            Some(_) => return Err(bad("`model` must be a non-empty string", Some("model"))),
-            None => return Err(bad("`model` is required", Some("model"))),
-        };
-        let stream = match body.get("stream") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(bad("`stream` must be true or false", Some("stream"))),
+        let stream = match (body.get("stream"), path_stream) {
+            (None | Some(Value::Null), None) => false,
+            (Some(Value::Bool(b)), None) => *b,
+            (None | Some(Value::Null), Some(stream)) => stream,
+            (Some(Value::Bool(b)), Some(stream)) if *b == stream => stream,
+            (Some(Value::Bool(_)), Some(stream)) => {
+                return Err(bad(
+                    &format!(
+                        "`stream` disagrees with the route, which {}: remove it or call the \
+                         other route",
+                        if stream { "streams" } else { "does not stream" }
+                    ),
+                    Some("stream"),
+                ))
+            }
+            (Some(_), _) => return Err(bad("`stream` must be true or false", Some("stream"))),
         };
         if stream && api == Api::Embeddings {
             return Err(bad(
@@ -160,6 +209,9 @@ impl Call {
             output_limit: client_limit.unwrap_or(0),
             limit_given: client_limit.is_some(),
             thinking_budget,
+            thinking_beside_limit: false,
+            thinking_unbudgeted: false,
+            limit_at: None,
             choices,
             tools,
             options,
@@ -182,7 +234,11 @@ impl Call {
 
     /// The output bound the call would have with `limit` as its limit.
     pub fn output_bound_at(&self, limit: u64) -> u64 {
-        limit.max(self.thinking_budget)
+        if self.thinking_beside_limit {
+            limit.saturating_add(self.thinking_budget)
+        } else {
+            limit.max(self.thinking_budget)
+        }
     }
 
     /// Whether the client set the output limit.
@@ -190,10 +246,10 @@ impl Call {
         self.limit_given
     }
 
-    /// Whether the call sets a thinking budget (Anthropic), which its
-    /// output limit must stay above: such a call's limit is never lowered.
+    /// Whether the call sets a thinking budget its output limit must stay
+    /// above (Anthropic): such a call's limit is never lowered.
     pub fn has_thinking_budget(&self) -> bool {
-        self.thinking_budget > 0
+        self.thinking_budget > 0 && !self.thinking_beside_limit
     }
 
     /// The body to forward.
@@ -255,8 +311,24 @@ impl Call {
     /// Writes the output limit into `targets` and removes it from the API's
     /// other limit fields.
     fn write_output_limit(&mut self, targets: &[&'static str]) {
-        let fields = self.api.output_limit_fields();
         let limit = Value::from(self.output_limit);
+        if let Some((object, field)) = &self.limit_at {
+            let entry = self
+                .body
+                .entry(object.clone())
+                .or_insert_with(|| Value::Object(Map::new()));
+            if entry.is_null() {
+                *entry = Value::Object(Map::new());
+            }
+            if let Value::Object(config) = entry {
+                if config.get(field) != Some(&limit) {
+                    config.insert(field.clone(), limit);
+                    self.changed = true;
+                }
+            }
+            return;
+        }
+        let fields = self.api.output_limit_fields();
         for field in fields {
             let wanted = targets.contains(field);
             let present = self.body.get(*field);
@@ -304,7 +376,19 @@ impl Call {
     }
 }
 
-fn bad(message: &str, param: Option<&'static str>) -> GatewayError {
+/// A request body: one JSON object that names no key twice.
+pub(crate) fn json_object(bytes: &[u8]) -> Result<Map<String, Value>, GatewayError> {
+    match json::parse_unambiguous(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(bad("the request body must be a JSON object", None)),
+        Err(e) => Err(bad(
+            &format!("the request body is not valid JSON: {e}"),
+            None,
+        )),
+    }
+}
+
+pub(crate) fn bad(message: &str, param: Option<&'static str>) -> GatewayError {
     GatewayError::BadRequest {
         message: message.to_owned(),
         param,
@@ -474,6 +558,8 @@ fn check_input(api: Api, body: &Map<String, Value>) -> Result<(), GatewayError> 
             Some(_) => Err(bad("`input` must be a string or an array", Some("input"))),
             None => Err(bad("`input` is required", Some("input"))),
         },
+        // Checked by its family (`crate::family::gemini::request`).
+        Api::GenerateContent => Ok(()),
     }
 }
 

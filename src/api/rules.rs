@@ -1,5 +1,5 @@
-//! Request rules beyond each field's type: which provider family a route
-//! can reach, work the gateway could not settle, and options providers
+//! Request rules beyond each field's type: work the gateway could not
+//! settle, and options providers
 //! bill at rates the price table does not hold, which would charge a call
 //! less than it costs (hosted tools the model's entry does not price among
 //! them). Options billed at other rates (the priority tier, the hour-long
@@ -15,30 +15,6 @@ use serde_json::{Map, Value};
 use super::{bad, Api, Call};
 use crate::error::GatewayError;
 use crate::prices::{ModelPrice, PricedOptions, TierRequest};
-use crate::provider::ProviderKind;
-
-/// An OpenAI-shaped route can only reach an OpenAI-compatible provider, and
-/// `/v1/messages` only Anthropic.
-pub fn check_api_matches(api: Api, kind: ProviderKind, model: &str) -> Result<(), GatewayError> {
-    let (expected, hint) = match kind {
-        ProviderKind::Anthropic => (Api::Messages == api, "/v1/messages"),
-        ProviderKind::OpenAi => (
-            Api::Messages != api,
-            "/v1/chat/completions, /v1/responses, /v1/completions or /v1/embeddings",
-        ),
-    };
-    if expected {
-        Ok(())
-    } else {
-        Err(bad(
-            &format!(
-                "model `{model}` is not served on {}: call {hint}",
-                api.path()
-            ),
-            Some("model"),
-        ))
-    }
-}
 
 /// Refuses a hosted tool the model's price entry does not price: the
 /// provider would bill its uses while the gateway charged nothing for them.

@@ -55,7 +55,7 @@ pub struct DeclaredTool {
     pub name: String,
     /// Where it is in the request's `tools` (none for Chat Completions'
     /// `web_search_options`).
-    index: Option<usize>,
+    pub index: Option<usize>,
     /// The most uses of this tool alone (Anthropic's `max_uses`).
     pub max_uses: Option<u64>,
     /// Units billed once per request whatever the model does, if the tool
@@ -79,7 +79,10 @@ impl HostedTools {
             Api::Responses => responses(body),
             Api::Messages => messages(body),
             Api::ChatCompletions => chat(body),
-            Api::Completions | Api::Embeddings => Ok(HostedTools::default()),
+            // Gemini's tools are read by its family (`crate::family::gemini`).
+            Api::Completions | Api::Embeddings | Api::GenerateContent => {
+                Ok(HostedTools::default())
+            }
         }
     }
 }

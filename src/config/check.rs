@@ -186,7 +186,7 @@ impl Checker<'_> {
     }
 
     /// A relative path, resolved against the config file's directory.
-    fn beside_config(&self, file: &str) -> PathBuf {
+    pub(super) fn beside_config(&self, file: &str) -> PathBuf {
         let path = Path::new(file);
         match self.origin.parent() {
             Some(dir) if path.is_relative() => dir.join(path),

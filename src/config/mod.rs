@@ -231,14 +231,29 @@ pub struct Provider {
     /// without a trailing slash (`/openai`), so request paths append to
     /// `base_url.path().trim_end_matches('/')`.
     pub base_url: http::Uri,
+    /// Empty for `vertex`, which signs in with its service account.
     pub api_key_env: String,
     /// `None` when the variable is unset or empty: the gateway still starts
     /// and reports the provider as unusable.
     pub api_key: Option<Secret>,
+    /// A `vertex` provider's project, location and service account.
+    pub vertex: Option<VertexSettings>,
     pub models: Vec<Pattern>,
     /// The body field(s) the provider reads its output limit from, where
     /// the gateway puts the limit; empty: each API's own field.
     pub output_limit_fields: Vec<String>,
+}
+
+/// Where a `vertex` provider sends calls, and who it is to Google.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VertexSettings {
+    /// Replaces the project a client names in its path.
+    pub project: String,
+    /// Replaces the location a client names in its path.
+    pub location: String,
+    /// The service account's JSON key file, resolved against the config
+    /// file's directory; read when the gateway starts.
+    pub credentials_file: PathBuf,
 }
 
 #[derive(Clone, Debug)]
@@ -396,5 +411,13 @@ impl Config {
         self.providers
             .iter()
             .find(|provider| provider.models.iter().any(|p| p.matches(model)))
+    }
+
+    /// The provider of `kind` serving `model`: the first of that kind
+    /// whose patterns match.
+    pub fn provider_of_kind(&self, kind: ProviderKind, model: &str) -> Option<&Provider> {
+        self.providers.iter().find(|provider| {
+            provider.kind == kind && provider.models.iter().any(|p| p.matches(model))
+        })
     }
 }

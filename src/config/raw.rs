@@ -86,11 +86,17 @@ pub(super) struct RawProvider {
     pub name: String,
     pub kind: String,
     pub base_url: String,
-    pub api_key_env: String,
+    /// Every kind but `vertex`, which signs in with `credentials_file`.
+    pub api_key_env: Option<String>,
     #[serde(default)]
     pub models: Vec<String>,
     #[serde(default)]
     pub output_limit_fields: Vec<String>,
+    /// `vertex`: the Google Cloud project and location calls go to.
+    pub project: Option<String>,
+    pub location: Option<String>,
+    /// `vertex`: the service account's JSON key file.
+    pub credentials_file: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

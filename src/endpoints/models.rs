@@ -1,31 +1,36 @@
-//! `GET /v1/models` and `GET /v1/models/{id}`: the models the calling key
-//! may use — priced, routed to a provider and on the key's allow-list — in
-//! the caller's API shape.
+//! `GET /v1/models` and `GET /v1/models/{id}` (and Google's
+//! `GET /v1beta/models[/{id}]`): the models the calling key may use —
+//! priced, routed to a provider and on the key's allow-list — in the
+//! caller's API shape. Google's lists only the models a Gemini API
+//! provider serves.
 
-use http::{HeaderMap, Response, StatusCode};
+use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::body::{json_response, Body};
 use crate::config::KeyConfig;
 use crate::error::{GatewayError, Shape};
 use crate::gateway::Gateway;
+use crate::prices::ModelPrice;
+use crate::provider::ProviderKind;
 
 /// `GET /v1/models`.
 pub fn list(
     gateway: &Gateway,
-    headers: &HeaderMap,
+    presented: Option<&str>,
     shape: Shape,
 ) -> Result<Response<Body>, GatewayError> {
-    let key = gateway.directory.authenticate(headers)?;
+    let key = gateway.directory.authenticate_key(presented)?;
     let data: Vec<Value> = gateway
         .config
         .prices
         .models()
-        .filter_map(|(model, _)| available(gateway, &key, model))
-        .map(|(model, provider)| entry(shape, model, provider))
+        .filter_map(|(model, _)| available(gateway, &key, model, shape))
+        .map(|(model, provider, price)| entry(shape, model, provider, price))
         .collect();
     let body = match shape {
         Shape::OpenAi => json!({"object": "list", "data": data}),
+        Shape::Google => json!({"models": data}),
         Shape::Anthropic => {
             let first = data.first().and_then(|m| m.get("id")).cloned();
             let last = data.last().and_then(|m| m.get("id")).cloned();
@@ -40,38 +45,59 @@ pub fn list(
 /// answers for a model the account cannot see.
 pub fn retrieve(
     gateway: &Gateway,
-    headers: &HeaderMap,
+    presented: Option<&str>,
     shape: Shape,
     id: &str,
 ) -> Result<Response<Body>, GatewayError> {
-    let key = gateway.directory.authenticate(headers)?;
-    let (model, provider) =
-        available(gateway, &key, id).ok_or_else(|| GatewayError::UnknownModel {
+    let key = gateway.directory.authenticate_key(presented)?;
+    // Google's clients may name a model with its resource prefix.
+    let id = match shape {
+        Shape::Google => id.strip_prefix("models/").unwrap_or(id),
+        _ => id,
+    };
+    let (model, provider, price) =
+        available(gateway, &key, id, shape).ok_or_else(|| GatewayError::UnknownModel {
             model: id.to_owned(),
         })?;
     Ok(json_response(
         StatusCode::OK,
-        &entry(shape, model, provider),
+        &entry(shape, model, provider, price),
     ))
 }
 
-/// The model and its provider's name, if `key` may use `model`.
+/// The model, its provider's name and its price, if `key` may use
+/// `model` in the caller's shape.
 fn available<'g>(
     gateway: &'g Gateway,
     key: &KeyConfig,
     model: &'g str,
-) -> Option<(&'g str, &'g str)> {
+    shape: Shape,
+) -> Option<(&'g str, &'g str, &'g ModelPrice)> {
     if !key.allows_model(model) {
         return None;
     }
-    gateway.config.prices.get(model)?;
-    let provider = gateway.config.provider_for(model)?;
-    Some((model, provider.name.as_str()))
+    let price = gateway.config.prices.get(model)?;
+    let provider = match shape {
+        Shape::Google => gateway
+            .config
+            .provider_of_kind(ProviderKind::Gemini, model)?,
+        _ => gateway.config.provider_for(model)?,
+    };
+    Some((model, provider.name.as_str(), price))
 }
 
 /// One model in the caller's shape.
-fn entry(shape: Shape, model: &str, provider: &str) -> Value {
+fn entry(shape: Shape, model: &str, provider: &str, price: &ModelPrice) -> Value {
     match shape {
+        Shape::Google => json!({
+            "name": format!("models/{model}"),
+            "displayName": model,
+            "description": format!("{model}, served through provider {provider}"),
+            "inputTokenLimit": price.context_window,
+            "outputTokenLimit": price.max_output_tokens,
+            "supportedGenerationMethods": ["generateContent", "countTokens"],
+            "thinking": price.reasoning,
+        }),
         Shape::OpenAi => {
             json!({"id": model, "object": "model", "created": 0, "owned_by": provider})
         }

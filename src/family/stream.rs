@@ -9,7 +9,9 @@
 
 use bytes::Bytes;
 
-use super::{anthropic, openai};
+use super::gemini::frames::{element_json, JsonArraySplitter};
+use super::gemini::stream::GeminiSeen;
+use super::{anthropic, gemini, openai};
 use crate::sse::{self, SseSplitter};
 use crate::usage::{AbsurdUsage, EventAction, Reported, StreamSeen, Usage};
 
@@ -25,12 +27,18 @@ pub enum StreamKind {
     OpenAiResponses,
     /// Anthropic Messages stream (also Vertex AI's `streamRawPredict`).
     AnthropicMessages,
+    /// Gemini's `streamGenerateContent` of `candidates` candidates, as
+    /// server-sent events (`sse`) or one JSON array.
+    Gemini { sse: bool, candidates: u64 },
 }
 
 impl StreamKind {
     /// How the stream's bytes are cut into events.
     pub fn frames(self) -> Frames {
-        Frames::Sse(SseSplitter::new())
+        match self {
+            StreamKind::Gemini { sse: false, .. } => Frames::JsonArray(JsonArraySplitter::new()),
+            _ => Frames::Sse(SseSplitter::new()),
+        }
     }
 }
 
@@ -40,6 +48,8 @@ impl StreamKind {
 pub enum Frames {
     /// Server-sent events.
     Sse(SseSplitter),
+    /// The elements of one JSON array (Gemini without `alt=sse`).
+    JsonArray(JsonArraySplitter),
 }
 
 impl Default for Frames {
@@ -52,6 +62,7 @@ impl Frames {
     pub fn push(&mut self, bytes: &[u8]) {
         match self {
             Frames::Sse(splitter) => splitter.push(bytes),
+            Frames::JsonArray(splitter) => splitter.push(bytes),
         }
     }
 
@@ -59,6 +70,7 @@ impl Frames {
     pub fn next_event(&mut self) -> Option<Bytes> {
         match self {
             Frames::Sse(splitter) => splitter.next_event(),
+            Frames::JsonArray(splitter) => splitter.next_element(),
         }
     }
 
@@ -67,6 +79,7 @@ impl Frames {
     pub fn take_rest(&mut self) -> Bytes {
         match self {
             Frames::Sse(splitter) => splitter.take_rest(),
+            Frames::JsonArray(splitter) => splitter.take_rest(),
         }
     }
 }
@@ -75,7 +88,9 @@ impl Frames {
 #[derive(Clone, Debug)]
 pub struct StreamMeter {
     kind: StreamKind,
-    seen: StreamSeen,
+    pub(crate) seen: StreamSeen,
+    /// What a Gemini stream showed besides its usage.
+    gemini: GeminiSeen,
 }
 
 impl StreamMeter {
@@ -83,6 +98,7 @@ impl StreamMeter {
         Self {
             kind,
             seen: StreamSeen::default(),
+            gemini: GeminiSeen::default(),
         }
     }
 
@@ -103,6 +119,15 @@ impl StreamMeter {
             StreamKind::AnthropicMessages => {
                 let event = sse::parse_event(raw_event);
                 anthropic::stream::messages(seen, event.event, &event.data)
+            }
+            StreamKind::Gemini { sse, candidates } => {
+                let gemini = &mut self.gemini;
+                if sse {
+                    let event = sse::parse_event(raw_event);
+                    gemini::stream::chunk(seen, gemini, &event.data, candidates)
+                } else {
+                    gemini::stream::chunk(seen, gemini, element_json(raw_event), candidates)
+                }
             }
         }
     }

@@ -10,17 +10,15 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
-use crate::api::{
-    check_api_matches, check_headers, check_hosted_tools, check_priced_options, Api, Call,
-};
+use crate::api::{check_headers, check_hosted_tools, check_priced_options, Api, Call};
 use crate::budget::RunScope;
-use crate::config::{KeyConfig, OnInsufficient, Provider, Secret};
+use crate::config::{KeyConfig, OnInsufficient, Provider};
 use crate::error::GatewayError;
 use crate::estimate::{bound, estimate, Estimate, TokenCounter};
+use crate::family::{self, Credential, Route};
 use crate::gateway::Gateway;
 use crate::money::{parse_usd, UsdMicros, MAX_USD_MICROS};
 use crate::prices::ModelPrice;
-use crate::upstream;
 
 /// Output allowance for a model whose price entry gives no maximum.
 const DEFAULT_OUTPUT_LIMIT: u64 = 4_096;
@@ -57,8 +55,11 @@ pub struct Admitted<'g> {
     /// `None`: its bound is fixed.
     pub fit: Option<Fit>,
     pub call: Call,
+    pub route: &'g Route,
     pub price: &'g ModelPrice,
     pub provider: &'g Provider,
+    /// What signs the call in to its provider.
+    pub credential: Credential,
     pub estimate: Estimate,
     /// The provider's request, built before reserving: a request that
     /// cannot be sent costs nothing.
@@ -67,17 +68,19 @@ pub struct Admitted<'g> {
 
 pub async fn admit<'g>(
     gateway: &'g Gateway,
-    api: Api,
+    route: &'g Route,
     headers: &HeaderMap,
+    uri: &http::Uri,
     body: &mut Incoming,
 ) -> Result<Admitted<'g>, GatewayError> {
-    let key = gateway.directory.authenticate(headers)?;
+    let presented = family::gateway_key(route.family, headers, uri);
+    let key = gateway.directory.authenticate_key(presented.as_deref())?;
     let claim = idempotency_claim(headers, &key.id)?;
     let run = run_scope(headers, &key.id)?;
     let body = read_body(headers, body, gateway.config.server.max_request_bytes).await?;
     let body_len = body.len();
     let prices = &gateway.config.prices;
-    let mut call = Call::parse(api, body)?;
+    let mut call = family::parse(route, body)?;
     if !key.allows_model(&call.model) {
         return Err(GatewayError::ModelNotAllowed {
             model: call.model,
@@ -88,19 +91,18 @@ pub async fn admit<'g>(
         model: call.model.clone(),
     };
     let price = prices.get(&call.model).ok_or_else(unknown)?;
-    let provider = gateway
-        .config
-        .provider_for(&call.model)
-        .ok_or_else(unknown)?;
-    check_api_matches(api, provider.kind, &call.model)?;
-    call.options.long_context = check_headers(api, headers)?;
+    let provider = family::provider_for(&gateway.config.providers, route, &call.model)?;
+    if route.api == Api::Messages {
+        call.options.long_context = check_headers(route.api, headers)?;
+    }
     check_priced_options(&call, price)?;
     check_hosted_tools(&call, price)?;
+    family::bound_by_price(&mut call, price);
     call.bound_output(
         price.max_output_tokens.unwrap_or(DEFAULT_OUTPUT_LIMIT),
         &provider.output_limit_fields,
     );
-    let provider_key = provider_key(provider)?;
+    let credential = gateway.credentials.of(provider).await?;
 
     let counter = TokenCounter::for_model(provider.kind, &call.model);
     let (call, estimate) = if body_len > BLOCKING_ESTIMATE_BYTES {
@@ -123,15 +125,17 @@ pub async fn admit<'g>(
         &estimate,
         gateway.config.server.min_clamped_output_tokens,
     );
-    let upstream = upstream_request(provider, provider_key, api, headers, &call)?;
+    let upstream = upstream_request(provider, &credential, route, headers, &call)?;
     Ok(Admitted {
         key,
         claim,
         run,
         fit,
         call,
+        route,
         price,
         provider,
+        credential,
         estimate,
         upstream,
     })
@@ -140,12 +144,13 @@ pub async fn admit<'g>(
 /// The provider's request for `call`.
 fn upstream_request(
     provider: &Provider,
-    provider_key: &Secret,
-    api: Api,
+    credential: &Credential,
+    route: &Route,
     headers: &HeaderMap,
     call: &Call,
 ) -> Result<Request<Full<Bytes>>, GatewayError> {
-    upstream::request(provider, provider_key, api, headers, call.forward_body()).map_err(|error| {
+    let body = call.forward_body();
+    family::upstream_request(provider, credential, route, &call.model, headers, body).map_err(|error| {
         tracing::error!(provider = %provider.name, %error, "could not build the provider request");
         GatewayError::UpstreamUnreachable {
             provider: provider.name.clone(),
@@ -203,7 +208,6 @@ impl Admitted<'_> {
     pub fn fit_to(
         &mut self,
         reserved: UsdMicros,
-        api: Api,
         headers: &HeaderMap,
     ) -> Result<Option<u64>, GatewayError> {
         let Some(fit) = self.fit else {
@@ -229,8 +233,13 @@ impl Admitted<'_> {
             self.estimate.seen_input_tokens,
             self.call.output_bound(),
         );
-        let key = provider_key(self.provider)?;
-        self.upstream = upstream_request(self.provider, key, api, headers, &self.call)?;
+        self.upstream = upstream_request(
+            self.provider,
+            &self.credential,
+            self.route,
+            headers,
+            &self.call,
+        )?;
         Ok(Some(limit))
     }
 
@@ -335,18 +344,6 @@ pub fn run_scope(headers: &HeaderMap, key_id: &str) -> Result<Option<RunScope>, 
         ),
     };
     Ok(Some(RunScope::new(key_id, run, cap)))
-}
-
-/// The provider's credential, or a 503 naming the variable that holds it
-/// when the operator has not set it.
-pub(super) fn provider_key(provider: &Provider) -> Result<&Secret, GatewayError> {
-    provider
-        .api_key
-        .as_ref()
-        .ok_or_else(|| GatewayError::ProviderKeyMissing {
-            provider: provider.name.clone(),
-            env: provider.api_key_env.clone(),
-        })
 }
 
 /// Reads the request body, refusing one over `limit` before reading it when

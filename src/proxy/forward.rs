@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use http::header::HeaderValue;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use tokio::time::{timeout_at, Instant};
@@ -18,7 +18,7 @@ use crate::api::Call;
 use crate::body::{full, Body, BoxError};
 use crate::error::GatewayError;
 use crate::estimate::Estimate;
-use crate::family::{self, body_usage};
+use crate::family::{self, body_usage, Route};
 use crate::gateway::Gateway;
 use crate::metered::MeteredBody;
 use crate::settle::SettleTicket;
@@ -32,6 +32,7 @@ struct Exchange {
     client: UpstreamClient,
     request: Request<Full<Bytes>>,
     call: Call,
+    route: Route,
     estimate: Estimate,
     ticket: SettleTicket,
     provider: String,
@@ -59,6 +60,7 @@ pub async fn forward(
         client: gateway.client.clone(),
         request: admitted.upstream,
         call: admitted.call,
+        route: admitted.route.clone(),
         estimate: admitted.estimate,
         ticket,
         provider: admitted.provider.name.clone(),
@@ -77,6 +79,7 @@ impl Exchange {
             client,
             request,
             call,
+            route,
             estimate,
             mut ticket,
             provider,
@@ -109,11 +112,11 @@ impl Exchange {
                 body.map_err(BoxError::from).boxed_unsync(),
             ));
         }
-        if call.stream && is_event_stream(&head.headers) {
+        if call.stream && family::is_stream(&route, &head.headers) {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let metered = MeteredBody::new(
                 body,
-                family::stream_kind(&call),
+                family::stream_kind(&route, &call),
                 estimate.tools,
                 ticket,
                 remaining,
@@ -184,11 +187,4 @@ async fn cut(
             }
         }
     }
-}
-
-fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"))
 }

@@ -30,15 +30,15 @@ mod reserve;
 
 use std::sync::Arc;
 
-use http::header::{HeaderMap, HeaderValue};
+use http::header::HeaderValue;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use uuid::Uuid;
 
 use crate::access::{AccessRecord, REQUEST_ID};
-use crate::api::Api;
 use crate::body::{close_connection, drain, Body};
 use crate::error::GatewayError;
+use crate::family::Route;
 use crate::gateway::Gateway;
 use admit::admit;
 pub use admit::run_scope;
@@ -52,7 +52,7 @@ const OUTPUT_LIMIT_CLAMPED: &str = "x-tollgate-output-limit-clamped";
 
 pub async fn handle(
     gateway: &Arc<Gateway>,
-    api: Api,
+    route: Route,
     request: Request<Incoming>,
 ) -> Response<Body> {
     // The server sets the request id on every request (and the response
@@ -63,11 +63,11 @@ pub async fn handle(
     };
     let (parts, mut body) = request.into_parts();
     let access = parts.extensions.get::<AccessRecord>();
-    match proxy(gateway, api, &parts.headers, &mut body, &exec_id, access).await {
+    match proxy(gateway, &route, &parts, &mut body, &exec_id, access).await {
         Ok(response) => response,
         Err(error) => {
             tracing::info!(%exec_id, status = error.status().as_u16(), %error, "refused");
-            let mut response = error.into_response(api.shape(), &exec_id);
+            let mut response = error.into_response(route.shape(), &exec_id);
             // Refused before or while reading the body: read the rest, or
             // the next request on the connection would be read from it.
             if !drain(&mut body).await {
@@ -80,13 +80,14 @@ pub async fn handle(
 
 async fn proxy(
     gateway: &Gateway,
-    api: Api,
-    headers: &HeaderMap,
+    route: &Route,
+    parts: &http::request::Parts,
     body: &mut Incoming,
     exec_id: &str,
     access: Option<&AccessRecord>,
 ) -> Result<Response<Body>, GatewayError> {
-    let mut admitted = admit(gateway, api, headers, body).await?;
+    let headers = &parts.headers;
+    let mut admitted = admit(gateway, route, headers, &parts.uri, body).await?;
     let mut ticket = gateway.settler.ticket(
         exec_id,
         &admitted.key,
@@ -102,7 +103,7 @@ async fn proxy(
     // Fitted to what remains: sent with the output limit the reserved
     // amount pays for, and settled against the bound that limit gives.
     let fitted = match reserved {
-        Some(amount) => admitted.fit_to(amount, api, headers)?,
+        Some(amount) => admitted.fit_to(amount, headers)?,
         None => None,
     };
     if fitted.is_some() {

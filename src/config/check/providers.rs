@@ -1,10 +1,11 @@
-//! Checking `[[providers]]`: each provider's name, API shape, base URL,
-//! key variable and model patterns.
+//! Checking `[[providers]]`: each provider's name, API family, base URL,
+//! key variable (or, for `vertex`, project, location and service account
+//! file) and model patterns.
 
 use std::collections::HashSet;
 
 use super::super::raw::RawProvider;
-use super::super::{ConfigError, Provider};
+use super::super::{ConfigError, Provider, VertexSettings};
 use super::Checker;
 use crate::provider::{ProviderKind, OUTPUT_LIMIT_FIELDS};
 
@@ -29,21 +30,34 @@ impl Checker<'_> {
                     format!("{:?} is already used by another provider", raw.name),
                 ));
             }
-            let kind = match raw.kind.as_str() {
-                "openai" => ProviderKind::OpenAi,
-                "anthropic" => ProviderKind::Anthropic,
-                other => {
-                    return Err(self.invalid(
-                        field("kind"),
-                        format!("{other:?} is not \"openai\" or \"anthropic\""),
-                    ))
-                }
-            };
+            let kind = ProviderKind::from_name(&raw.kind).ok_or_else(|| {
+                self.invalid(
+                    field("kind"),
+                    format!(
+                        "{:?} is not \"openai\", \"anthropic\", \"gemini\" or \"vertex\"",
+                        raw.kind
+                    ),
+                )
+            })?;
             let base_url = base_url(&raw.base_url)
                 .map_err(|message| self.invalid(field("base_url"), message))?;
-            if raw.api_key_env.trim().is_empty() {
-                return Err(self.invalid(field("api_key_env"), "must name an environment variable"));
-            }
+            let vertex = self.vertex(raw, kind, &field)?;
+            let api_key_env = match (&raw.api_key_env, kind) {
+                (Some(_), ProviderKind::Vertex) => {
+                    return Err(self.invalid(
+                        field("api_key_env"),
+                        "a vertex provider signs in with its service account: set \
+                         credentials_file instead",
+                    ))
+                }
+                (None, ProviderKind::Vertex) => String::new(),
+                (Some(env), _) if !env.trim().is_empty() => env.clone(),
+                _ => {
+                    return Err(
+                        self.invalid(field("api_key_env"), "must name an environment variable")
+                    )
+                }
+            };
             if raw.models.is_empty() {
                 return Err(self.invalid(
                     field("models"),
@@ -65,13 +79,60 @@ impl Checker<'_> {
                 name: raw.name.clone(),
                 kind,
                 base_url,
-                api_key_env: raw.api_key_env.clone(),
-                api_key: self.secret_var(&raw.api_key_env),
+                api_key: self.secret_var(&api_key_env),
+                api_key_env,
+                vertex,
                 models: self.patterns(&field("models"), &raw.models)?,
                 output_limit_fields: raw.output_limit_fields.clone(),
             });
         }
         Ok(providers)
+    }
+}
+
+impl Checker<'_> {
+    /// A `vertex` provider's project, location and service account file;
+    /// none of them for any other kind.
+    fn vertex(
+        &self,
+        raw: &RawProvider,
+        kind: ProviderKind,
+        field: &dyn Fn(&str) -> String,
+    ) -> Result<Option<VertexSettings>, ConfigError> {
+        let given = [
+            ("project", &raw.project),
+            ("location", &raw.location),
+            ("credentials_file", &raw.credentials_file),
+        ];
+        if kind != ProviderKind::Vertex {
+            return match given.iter().find(|(_, value)| value.is_some()) {
+                Some((name, _)) => Err(self.invalid(field(name), "is a setting of vertex providers")),
+                None => Ok(None),
+            };
+        }
+        let mut values = Vec::with_capacity(given.len());
+        for (name, value) in given {
+            let value = value.as_deref().map(str::trim).unwrap_or_default();
+            if value.is_empty() {
+                return Err(self.invalid(field(name), "is required for a vertex provider"));
+            }
+            values.push(value);
+        }
+        // A project or location becomes a path segment of every call.
+        let segment = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        for (name, value) in [("project", values[0]), ("location", values[1])] {
+            if !value.chars().all(segment) {
+                return Err(self.invalid(
+                    field(name),
+                    format!("{value:?} must be letters, digits, '-', '_' or '.'"),
+                ));
+            }
+        }
+        Ok(Some(VertexSettings {
+            project: values[0].to_owned(),
+            location: values[1].to_owned(),
+            credentials_file: self.beside_config(values[2]),
+        }))
     }
 }
 
