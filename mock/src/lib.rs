@@ -131,6 +131,9 @@
 mod anthropic;
 mod embeddings;
 mod function;
+mod gemini;
+mod gemini_request;
+mod gemini_stream;
 mod handler;
 mod openai;
 mod reply;
@@ -138,9 +141,17 @@ mod responses;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod token;
 mod usage;
+mod vertex;
 
+pub use token::{
+    service_account_json, TokenEndpoint, CLOUD_PLATFORM_SCOPE, DEFAULT_TOKEN_LIFETIME,
+    SERVICE_ACCOUNT_EMAIL, SERVICE_ACCOUNT_KEY_ID, SERVICE_ACCOUNT_PRIVATE_KEY,
+    SERVICE_ACCOUNT_PROJECT,
+};
 pub use usage::Usage;
+pub use vertex::VertexTarget;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -200,15 +211,46 @@ impl Default for MockOptions {
 #[derive(Clone, Debug)]
 pub struct RecordedRequest {
     pub path: String,
+    /// The query string as received (without `?`), if any.
+    pub query: Option<String>,
     pub headers: http::HeaderMap,
     /// The parsed JSON body; `null` when the body was empty or not JSON.
     pub body: serde_json::Value,
+}
+
+impl RecordedRequest {
+    /// The path and query as received, e.g.
+    /// `/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse`.
+    pub fn path_and_query(&self) -> String {
+        match &self.query {
+            Some(query) => format!("{}?{query}", self.path),
+            None => self.path.clone(),
+        }
+    }
+
+    /// A query parameter, decoded.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        gemini::query_param(self.query.as_deref(), name)
+    }
+
+    /// The Google API key the request carried: `x-goog-api-key`, else
+    /// `?key=`.
+    pub fn google_api_key(&self) -> Option<String> {
+        gemini::api_key(&self.headers, self.query.as_deref())
+    }
+
+    /// Project, location, publisher, model and method of a Vertex AI
+    /// call; `None` for any other path.
+    pub fn vertex_target(&self) -> Option<VertexTarget> {
+        VertexTarget::parse(&self.path)
+    }
 }
 
 /// The raw form kept per request: parsing happens only when a test asks.
 #[derive(Debug)]
 struct Received {
     path: String,
+    query: Option<String>,
     headers: http::HeaderMap,
     body: Bytes,
 }
@@ -223,16 +265,18 @@ pub struct MockStats {
 }
 
 impl MockStats {
-    /// Requests received, on any path.
+    /// Requests received, on any path but the token endpoint's (see
+    /// [`TokenEndpoint::requests`]).
     pub fn requests(&self) -> u64 {
         self.requests.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// The most recent request, with its body parsed.
+    /// The most recent request (token grants aside), with its body parsed.
     pub fn last_request(&self) -> Option<RecordedRequest> {
         let last = lock(&self.last);
         last.as_ref().map(|received| RecordedRequest {
             path: received.path.clone(),
+            query: received.query.clone(),
             headers: received.headers.clone(),
             body: serde_json::from_slice(&received.body).unwrap_or(serde_json::Value::Null),
         })
@@ -271,6 +315,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct MockServer {
     pub addr: SocketAddr,
     pub stats: Arc<MockStats>,
+    /// The OAuth2 token endpoint (`/token`): its knobs and counts.
+    pub tokens: Arc<TokenEndpoint>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -279,6 +325,12 @@ impl MockServer {
     /// The base URL, e.g. `http://127.0.0.1:41234`; OpenAI clients add `/v1`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The token endpoint's URL, the `token_uri` of
+    /// [`service_account_json`].
+    pub fn token_url(&self) -> String {
+        format!("{}/token", self.url())
     }
 
     /// Stops accepting, lets in-flight requests finish and waits for that.
@@ -303,29 +355,50 @@ pub async fn spawn(opts: MockOptions) -> std::io::Result<MockServer> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let stats = Arc::new(MockStats::default());
+    let tokens = Arc::new(TokenEndpoint::default());
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve(listener, opts, stats.clone(), async move {
+    let shared = Arc::new(handler::Shared {
+        opts,
+        stats: stats.clone(),
+        tokens: tokens.clone(),
+    });
+    let task = tokio::spawn(serve_shared(listener, shared, async move {
         let _ = stopped.await;
     }));
     Ok(MockServer {
         addr,
         stats,
+        tokens,
         stop: Some(stop),
         task: Some(task),
     })
 }
 
 /// Serves the mock on `listener` until `shutdown` resolves, then lets
-/// in-flight requests finish for a few seconds.
+/// in-flight requests finish for a few seconds. Its token endpoint keeps
+/// the default settings.
 pub async fn serve(
     listener: TcpListener,
     opts: MockOptions,
     stats: Arc<MockStats>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let tokens = Arc::new(TokenEndpoint::default());
+    let shared = Arc::new(handler::Shared {
+        opts,
+        stats,
+        tokens,
+    });
+    serve_shared(listener, shared, shutdown).await
+}
+
+async fn serve_shared(
+    listener: TcpListener,
+    shared: Arc<handler::Shared>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     // Build the tokenizer off the runtime before the first request needs it.
     tokio::task::spawn_blocking(reply::tokenizer);
-    let shared = Arc::new(handler::Shared { opts, stats });
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new());
     builder.http2().timer(TokioTimer::new());
