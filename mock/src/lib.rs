@@ -40,7 +40,9 @@
 //!   `.../publishers/anthropic/models/{m}:rawPredict|streamRawPredict`:
 //!   Anthropic Messages with the path's model, `anthropic_version`
 //!   required in the body (else 400 in Anthropic's shape),
-//!   `streamRawPredict` always streamed, errors in Anthropic's shape. Every
+//!   `streamRawPredict` always streamed, errors in Anthropic's shape;
+//!   `.../publishers/anthropic/models/count-tokens:rawPredict` (the model
+//!   in the body) answers `{"input_tokens": N}`, billed nothing. Every
 //!   Vertex route wants `Authorization: Bearer` with a token the mock's
 //!   `/token` issued and that has not expired; anything else is 401
 //!   `UNAUTHENTICATED` in Google's shape (reason `CREDENTIALS_MISSING`,

@@ -2,7 +2,7 @@
 //! publisher and model, the bearer check against the tokens the mock's own
 //! `/token` issued, and Claude's `rawPredict` / `streamRawPredict`
 //! (Anthropic Messages with the model in the path and `anthropic_version`
-//! in the body). Gemini models under `publishers/google` are answered by
+//! in the body; `count-tokens:rawPredict` counts tokens). Gemini models under `publishers/google` are answered by
 //! `gemini`, as on the Gemini API.
 
 use http::header::AUTHORIZATION;
@@ -91,9 +91,15 @@ pub(crate) fn authorize(headers: &HeaderMap, tokens: &TokenEndpoint) -> Result<(
     Err(ApiError::new(StatusCode::UNAUTHORIZED, message).with_code(reason))
 }
 
+/// The model path Vertex counts Claude tokens at
+/// (`.../publishers/anthropic/models/count-tokens:rawPredict`), the body
+/// naming the model.
+const COUNT_TOKENS_MODEL: &str = "count-tokens";
+
 /// `rawPredict` (`stream` false: streamed only if the body asks) and
 /// `streamRawPredict` (`stream` true): an Anthropic Messages call whose
-/// model is the path's, answered by `anthropic` in its own shapes.
+/// model is the path's, answered by `anthropic` in its own shapes; on the
+/// `count-tokens` model, Anthropic's token count (billed nothing).
 pub(crate) fn raw_predict(
     target: &VertexTarget,
     body: &Value,
@@ -121,6 +127,9 @@ pub(crate) fn raw_predict(
                 "anthropic_version",
             ))
         }
+    }
+    if target.model == COUNT_TOKENS_MODEL && !stream {
+        return anthropic::count_tokens(&messages);
     }
     fields.insert("model".to_owned(), Value::String(target.model.clone()));
     if stream {

@@ -234,6 +234,19 @@ async fn raw_predict_answers_anthropic_messages_with_the_path_model() {
             "message": "anthropic_version: Field required"}})
     );
 
+    let counting = CLAUDE.replace("claude-sonnet-4-5@20250929", "count-tokens");
+    let mut count = message("hello");
+    count["model"] = json!("claude-sonnet-4-5@20250929");
+    let response = call(
+        &server,
+        &format!("{counting}:rawPredict"),
+        Some(&token),
+        count,
+    )
+    .await;
+    let counted: Value = response.json().await.unwrap();
+    assert_eq!(counted, json!({"input_tokens": input}));
+
     let response = call(
         &server,
         &format!("{CLAUDE}:rawPredict"),
