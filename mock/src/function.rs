@@ -1,5 +1,6 @@
 //! Function tools: tools the client declares and runs itself (OpenAI's
-//! `function` tools, Anthropic's custom tools). When a request declares one,
+//! `function` tools, Anthropic's custom tools, Gemini's
+//! `functionDeclarations`, which `gemini` finds). When a request declares one,
 //! its `tool_choice` allows it, and the conversation ends with the user's
 //! own message (not a tool result), the mock calls the tool instead of
 //! replying; once the client sends the result back, the mock replies with
@@ -37,7 +38,8 @@ pub(crate) struct FunctionCall {
 }
 
 impl FunctionCall {
-    fn new(id_prefix: &str, name: &str, parameters: Option<&Value>) -> Self {
+    /// A call of `name` with arguments made from its `parameters` schema.
+    pub(crate) fn new(id_prefix: &str, name: &str, parameters: Option<&Value>) -> Self {
         let arguments = parameters
             .map(|schema| example(schema, 0))
             .filter(Value::is_object)
@@ -215,7 +217,7 @@ fn example(schema: &Value, depth: usize) -> Value {
         Some(Value::Array(kinds)) => kinds
             .iter()
             .filter_map(Value::as_str)
-            .find(|k| *k != "null"),
+            .find(|k| !k.eq_ignore_ascii_case("null")),
         _ => None,
     };
     let kind = kind.unwrap_or(if schema.get("properties").is_some() {
@@ -223,7 +225,8 @@ fn example(schema: &Value, depth: usize) -> Value {
     } else {
         "string"
     });
-    match kind {
+    // Gemini's schema names its types in capitals (`OBJECT`, `STRING`).
+    match kind.to_ascii_lowercase().as_str() {
         "object" => {
             let properties = schema.get("properties").and_then(Value::as_object);
             let object: Map<String, Value> = properties
@@ -295,6 +298,17 @@ mod tests {
             example(&schema, 0),
             json!({"city": "lorem", "unit": "celsius", "days": 3, "exact": true,
                 "tags": ["lorem"], "where": {"lat": 1}})
+        );
+    }
+
+    #[test]
+    fn gemini_schema_types_in_capitals_are_understood() {
+        let schema = json!({"type": "OBJECT", "properties": {
+            "city": {"type": "STRING"}, "days": {"type": "INTEGER"},
+            "hot": {"type": "BOOLEAN", "nullable": true}}});
+        assert_eq!(
+            example(&schema, 0),
+            json!({"city": "lorem", "days": 1, "hot": true})
         );
     }
 

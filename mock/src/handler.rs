@@ -1,8 +1,10 @@
 //! One request, from its bytes to a response: read the body (bounded),
-//! record it, wait the configured latency, check the key, parse the JSON,
-//! let the route's provider module answer, and turn that answer into a
-//! JSON response, an event stream, an error in the provider's shape, or a
-//! closed connection.
+//! record it, wait the configured latency, check the key (or the Vertex
+//! access token), parse the JSON, let the route's provider module answer,
+//! and turn that answer into a JSON response, an event stream, an error in
+//! the provider's shape, or a closed connection. Token grants (`POST
+//! /token`) are the auth server's traffic, not calls: they are counted by
+//! the token endpoint, not recorded, and never delayed.
 
 use std::error::Error as StdError;
 use std::sync::Arc;
@@ -14,9 +16,13 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use serde_json::Value;
 
+use super::gemini::{GeminiRoute, ModelMethod, Surface};
 use super::reply::{Directives, Tally};
 use super::stream::{self, EventStream, MockBody};
-use super::{anthropic, embeddings, openai, responses, MockOptions, MockStats, Received};
+use super::token::TokenEndpoint;
+use super::vertex::{self, VertexTarget};
+use super::{anthropic, embeddings, gemini, openai, responses, token};
+use super::{MockOptions, MockStats, Received};
 
 /// Largest request body the mock reads.
 const MAX_BODY_BYTES: usize = 32 << 20;
@@ -29,10 +35,11 @@ const INLINE_BODY_BYTES: usize = 256 << 10;
 pub(crate) struct Shared {
     pub opts: MockOptions,
     pub stats: Arc<MockStats>,
+    pub tokens: Arc<TokenEndpoint>,
 }
 
 /// The endpoints the mock serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Route {
     Chat,
     Completions,
@@ -41,11 +48,37 @@ enum Route {
     Messages,
     CountTokens,
     Models,
+    Gemini(GeminiRoute),
+    /// A Gemini model under Vertex's `publishers/google`.
+    VertexGemini(VertexTarget, ModelMethod),
+    /// Claude under Vertex's `publishers/anthropic`; `true` for
+    /// `streamRawPredict`.
+    VertexClaude(VertexTarget, bool),
+    Token,
 }
 
 impl Route {
-    fn of(method: &Method, path: &str) -> Option<Self> {
+    fn of(method: &Method, path: &str, query: Option<&str>, headers: &HeaderMap) -> Option<Self> {
+        let has_key = gemini::api_key(headers, query).is_some();
+        if let Some(route) = GeminiRoute::of(method, path, query, has_key) {
+            return Some(Self::Gemini(route));
+        }
+        if let Some(target) = VertexTarget::parse(path) {
+            if *method != Method::POST {
+                return None;
+            }
+            return match (target.publisher.as_str(), target.method.as_str()) {
+                ("google", verb) => {
+                    let method = ModelMethod::of(verb, query)?;
+                    Some(Self::VertexGemini(target, method))
+                }
+                ("anthropic", "rawPredict") => Some(Self::VertexClaude(target, false)),
+                ("anthropic", "streamRawPredict") => Some(Self::VertexClaude(target, true)),
+                _ => None,
+            };
+        }
         let route = match path {
+            "/token" => Self::Token,
             "/v1/chat/completions" => Self::Chat,
             "/v1/completions" => Self::Completions,
             "/v1/responses" => Self::Responses,
@@ -66,16 +99,30 @@ impl Route {
 
 /// Whose wire format a response uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Provider {
+pub(crate) enum Provider {
     OpenAi,
     Anthropic,
+    /// The Gemini API and Vertex AI.
+    Google,
+    /// The OAuth2 token endpoint.
+    OAuth,
 }
 
 impl Provider {
-    fn of(route: Option<Route>, headers: &HeaderMap) -> Self {
+    /// The route's shape; a path no route serves gets Google's when it
+    /// looks like a Google API's, else OpenAI's.
+    fn of(route: Option<&Route>, path: &str, headers: &HeaderMap) -> Self {
         match route {
-            Some(Route::Messages | Route::CountTokens) => Self::Anthropic,
+            Some(Route::Messages | Route::CountTokens | Route::VertexClaude(..)) => Self::Anthropic,
             Some(Route::Models) if headers.contains_key("anthropic-version") => Self::Anthropic,
+            Some(Route::Gemini(_) | Route::VertexGemini(..)) => Self::Google,
+            Some(Route::Token) => Self::OAuth,
+            None if ["/v1beta/", "/v1beta1/", "/v1/projects/"]
+                .iter()
+                .any(|prefix| path.starts_with(prefix)) =>
+            {
+                Self::Google
+            }
             _ => Self::OpenAi,
         }
     }
@@ -96,8 +143,12 @@ pub(crate) struct ApiError {
     pub status: StatusCode,
     pub message: String,
     pub param: Option<&'static str>,
-    /// OpenAI's `code`; when `None` the status decides it.
+    /// OpenAI's `code`; when `None` the status decides it. Google's
+    /// `ErrorInfo` reason, OAuth's `error`.
     pub code: Option<&'static str>,
+    /// The shape to answer in when not the route's: Vertex refuses a token
+    /// in Google's shape on the Claude routes too.
+    pub shape: Option<Provider>,
 }
 
 impl ApiError {
@@ -107,6 +158,7 @@ impl ApiError {
             message: message.into(),
             param: None,
             code: None,
+            shape: None,
         }
     }
 
@@ -136,7 +188,7 @@ impl ApiError {
         )
     }
 
-    fn with_code(self, code: &'static str) -> Self {
+    pub(crate) fn with_code(self, code: &'static str) -> Self {
         Self {
             code: Some(code),
             ..self
@@ -151,6 +203,9 @@ pub(crate) enum Answer {
         tally: Tally,
     },
     Stream(EventStream),
+    /// A stream that is one JSON array written an element at a time
+    /// (Gemini's `streamGenerateContent` without `alt=sse`).
+    JsonStream(EventStream),
     /// Close the connection without a response, billing `tally`.
     Hangup {
         tally: Tally,
@@ -193,11 +248,15 @@ pub(crate) async fn handle(
     request: Request<Incoming>,
     shared: Arc<Shared>,
 ) -> Result<Response<MockBody>, Hangup> {
-    shared.stats.count_request();
     let (parts, body) = request.into_parts();
     let path = parts.uri.path();
-    let route = Route::of(&parts.method, path);
-    let provider = Provider::of(route, &parts.headers);
+    let query = parts.uri.query();
+    let route = Route::of(&parts.method, path, query, &parts.headers);
+    let provider = Provider::of(route.as_ref(), path, &parts.headers);
+    let call = route != Some(Route::Token);
+    if call {
+        shared.stats.count_request();
+    }
     let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.is::<LengthLimitError>() => Err(ApiError::new(
@@ -206,13 +265,16 @@ pub(crate) async fn handle(
         )),
         Err(error) => return Err(Hangup::Body(error)),
     };
-    shared.stats.record(Received {
-        path: path.to_owned(),
-        headers: parts.headers.clone(),
-        body: bytes.clone().unwrap_or_default(),
-    });
-    if !shared.opts.latency.is_zero() {
-        tokio::time::sleep(shared.opts.latency).await;
+    if call {
+        shared.stats.record(Received {
+            path: path.to_owned(),
+            query: query.map(str::to_owned),
+            headers: parts.headers.clone(),
+            body: bytes.clone().unwrap_or_default(),
+        });
+        if !shared.opts.latency.is_zero() {
+            tokio::time::sleep(shared.opts.latency).await;
+        }
     }
     let answer = match (route, bytes) {
         (None, _) => Err(ApiError::new(
@@ -222,7 +284,11 @@ pub(crate) async fn handle(
         .with_code("unknown_url")),
         (Some(_), Err(too_large)) => Err(too_large),
         (Some(route), Ok(bytes)) => {
-            authorized_answer(route, &parts.headers, bytes, &shared.opts).await
+            let request = RequestParts {
+                headers: parts.headers.clone(),
+                query: query.map(str::to_owned),
+            };
+            authorized_answer(route, request, bytes, shared.clone()).await
         }
     };
     match answer {
@@ -234,26 +300,55 @@ pub(crate) async fn handle(
             let body = stream::spawn(events, shared.stats.clone());
             Ok(respond(provider, StatusCode::OK, "text/event-stream", body))
         }
+        Ok(Answer::JsonStream(events)) => {
+            let body = stream::spawn(events, shared.stats.clone());
+            Ok(respond(provider, StatusCode::OK, json_type(provider), body))
+        }
         Ok(Answer::Hangup { tally }) => {
             shared.stats.bill(tally.usage());
             Err(Hangup::Cut)
         }
         Err(error) => {
-            let body = match provider {
+            let shape = error.shape.unwrap_or(provider);
+            let body = match shape {
                 Provider::OpenAi => openai::error_body(&error),
                 Provider::Anthropic => anthropic::error_body(&error),
+                Provider::Google => gemini::error_body(&error),
+                Provider::OAuth => token::error_body(&error),
             };
-            Ok(json_response(provider, error.status, &body))
+            Ok(json_response(shape, error.status, &body))
         }
     }
 }
 
+/// What a route's answer reads of the request besides its body.
+struct RequestParts {
+    headers: HeaderMap,
+    query: Option<String>,
+}
+
 /// Checks the key when the mock expects one, where each provider's SDK
-/// sends it.
-fn authorize(route: Route, headers: &HeaderMap, opts: &MockOptions) -> Result<(), ApiError> {
-    let Some(expected) = opts.expect_key.as_deref() else {
+/// sends it; a Gemini API call always needs a key, and a Vertex call an
+/// access token the mock's `/token` issued.
+fn authorize(route: &Route, request: &RequestParts, shared: &Shared) -> Result<(), ApiError> {
+    let expected = shared.opts.expect_key.as_deref();
+    match route {
+        Route::Token => return Ok(()),
+        Route::Gemini(_) => {
+            return gemini::authorize(&request.headers, request.query.as_deref(), expected)
+        }
+        Route::VertexGemini(..) | Route::VertexClaude(..) => {
+            return vertex::authorize(&request.headers, &shared.tokens).map_err(|error| ApiError {
+                shape: Some(Provider::Google),
+                ..error
+            })
+        }
+        _ => {}
+    }
+    let Some(expected) = expected else {
         return Ok(());
     };
+    let headers = &request.headers;
     let header = |name| {
         headers
             .get(name)
@@ -263,6 +358,7 @@ fn authorize(route: Route, headers: &HeaderMap, opts: &MockOptions) -> Result<()
     let api_key = header("x-api-key");
     // Anthropic's API takes `x-api-key` or a bearer token, and its current
     // Python SDK sends the key as a bearer token.
+    let anthropic = matches!(route, Route::Messages | Route::CountTokens);
     let (presented, missing) = match route {
         Route::Messages | Route::CountTokens => {
             (api_key.or(bearer), "x-api-key header is required")
@@ -276,9 +372,7 @@ fn authorize(route: Route, headers: &HeaderMap, opts: &MockOptions) -> Result<()
     };
     match presented {
         Some(key) if key == expected => Ok(()),
-        Some(_) if matches!(route, Route::Messages | Route::CountTokens) => {
-            Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid x-api-key"))
-        }
+        Some(_) if anthropic => Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid x-api-key")),
         Some(_) => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "Incorrect API key provided.",
@@ -291,16 +385,15 @@ fn authorize(route: Route, headers: &HeaderMap, opts: &MockOptions) -> Result<()
 /// pool.
 async fn authorized_answer(
     route: Route,
-    headers: &HeaderMap,
+    request: RequestParts,
     bytes: Bytes,
-    opts: &MockOptions,
+    shared: Arc<Shared>,
 ) -> Result<Answer, ApiError> {
-    authorize(route, headers, opts)?;
+    authorize(&route, &request, &shared)?;
     if bytes.len() <= INLINE_BODY_BYTES {
-        return answer(route, headers, &bytes, opts);
+        return answer(&route, &request, &bytes, &shared);
     }
-    let (headers, opts) = (headers.clone(), opts.clone());
-    tokio::task::spawn_blocking(move || answer(route, &headers, &bytes, &opts))
+    tokio::task::spawn_blocking(move || answer(&route, &request, &bytes, &shared))
         .await
         .unwrap_or_else(|join| {
             tracing::error!(error = %join, "mock: answering a large request failed");
@@ -313,29 +406,60 @@ async fn authorized_answer(
 
 /// Parses the body and lets the route's provider module answer.
 fn answer(
-    route: Route,
-    headers: &HeaderMap,
+    route: &Route,
+    request: &RequestParts,
     bytes: &[u8],
-    opts: &MockOptions,
+    shared: &Shared,
 ) -> Result<Answer, ApiError> {
+    let opts = &shared.opts;
     let parsed = || parse_object(bytes);
+    let listed = |body| {
+        Ok(Answer::Json {
+            body,
+            tally: Tally::default(),
+        })
+    };
     match route {
-        Route::Models => {
-            let body = match Provider::of(Some(route), headers) {
-                Provider::OpenAi => openai::models(),
-                Provider::Anthropic => anthropic::models(),
-            };
-            Ok(Answer::Json {
-                body,
-                tally: Tally::default(),
-            })
-        }
+        Route::Models => listed(match Provider::of(Some(route), "", &request.headers) {
+            Provider::Anthropic => anthropic::models(),
+            _ => openai::models(),
+        }),
         Route::Chat => openai::chat(&parsed()?, opts),
         Route::Completions => openai::completions(&parsed()?, opts),
         Route::Embeddings => embeddings::embeddings(&parsed()?),
         Route::Responses => responses::create(&parsed()?, opts),
         Route::Messages => anthropic::messages(&parsed()?, opts),
         Route::CountTokens => anthropic::count_tokens(&parsed()?),
+        Route::Gemini(GeminiRoute::ListModels) => listed(gemini::models()),
+        Route::Gemini(GeminiRoute::GetModel { version, model }) => {
+            listed(gemini::model(version, model)?)
+        }
+        Route::Gemini(GeminiRoute::Model { model, method }) => {
+            model_call(Surface::GeminiApi, model, *method, &parsed()?, opts)
+        }
+        Route::VertexGemini(target, method) => {
+            model_call(Surface::Vertex, &target.model, *method, &parsed()?, opts)
+        }
+        Route::VertexClaude(target, stream) => {
+            vertex::raw_predict(target, &parsed()?, *stream, opts)
+        }
+        Route::Token => listed(shared.tokens.grant(bytes)?),
+    }
+}
+
+/// A Gemini model's `generateContent`, `streamGenerateContent` or
+/// `countTokens`, on either API.
+fn model_call(
+    surface: Surface,
+    model: &str,
+    method: ModelMethod,
+    body: &Value,
+    opts: &MockOptions,
+) -> Result<Answer, ApiError> {
+    match method {
+        ModelMethod::Generate => gemini::generate(surface, model, body, None, opts),
+        ModelMethod::Stream(framing) => gemini::generate(surface, model, body, Some(framing), opts),
+        ModelMethod::CountTokens => gemini::count_tokens(body),
     }
 }
 
@@ -356,11 +480,20 @@ fn parse_object(bytes: &[u8]) -> Result<Value, ApiError> {
     }
 }
 
+/// The JSON content type each provider sends.
+fn json_type(provider: Provider) -> &'static str {
+    match provider {
+        Provider::OpenAi | Provider::Anthropic => "application/json",
+        Provider::Google => "application/json; charset=UTF-8",
+        Provider::OAuth => "application/json; charset=utf-8",
+    }
+}
+
 fn json_response(provider: Provider, status: StatusCode, body: &Value) -> Response<MockBody> {
     respond(
         provider,
         status,
-        "application/json",
+        json_type(provider),
         stream::full(body.to_string()),
     )
 }
@@ -379,11 +512,14 @@ fn respond(
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     }
     let request_id_header = match provider {
-        Provider::OpenAi => "x-request-id",
-        Provider::Anthropic => "request-id",
+        Provider::OpenAi => Some("x-request-id"),
+        Provider::Anthropic => Some("request-id"),
+        Provider::Google | Provider::OAuth => None,
     };
-    if let Ok(id) = HeaderValue::from_str(&new_id("req_")) {
-        headers.insert(request_id_header, id);
+    if let Some(name) = request_id_header {
+        if let Ok(id) = HeaderValue::from_str(&new_id("req_")) {
+            headers.insert(name, id);
+        }
     }
     response
 }

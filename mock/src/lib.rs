@@ -1,8 +1,8 @@
-//! tollgate-mock: a fake OpenAI + Anthropic provider for tollgate's tests,
-//! demos and load runs (`tollgate mock-upstream` serves it). It speaks the
-//! providers' wire formats closely enough for the official SDKs, answers
-//! deterministically, reports usage that reflects the request, and records
-//! what it was sent.
+//! tollgate-mock: a fake OpenAI, Anthropic and Google (Gemini API, Vertex
+//! AI) provider for tollgate's tests, demos and load runs (`tollgate
+//! mock-upstream` serves it). It speaks the providers' wire formats closely
+//! enough for the official SDKs, answers deterministically, reports usage
+//! that reflects the request, and records what it was sent.
 //!
 //! # Routes
 //!
@@ -12,7 +12,59 @@
 //! - `POST /v1/messages`: Anthropic, JSON or SSE, `max_tokens` required,
 //!   errors as `{"type":"error","error":{"type","message"}}`.
 //! - `GET /v1/models`: a fixed model list, in Anthropic's shape when the
-//!   request carries `anthropic-version`, else OpenAI's.
+//!   request carries `anthropic-version`, Gemini's when it carries a Google
+//!   API key, else OpenAI's.
+//! - Gemini API, under `/v1beta` and `/v1` alike:
+//!   `POST /v1beta/models/{model}:generateContent`,
+//!   `:streamGenerateContent` (with `?alt=sse`: `data: {json}\r\n\r\n`
+//!   events, `text/event-stream`; without: one JSON array
+//!   `[{...}\n,\r\n{...}\n]`, `application/json`, written an element at a
+//!   time), `:countTokens` (`{contents}` or `{generateContentRequest}` →
+//!   `{"totalTokens": N}`, billed nothing), `GET /v1beta/models` and
+//!   `GET /v1beta/models/{model}` (404 for a model not listed; any model
+//!   name is answered on the other routes). The key goes in
+//!   `x-goog-api-key` or `?key=`: without one 403 `PERMISSION_DENIED`;
+//!   with [`MockOptions::expect_key`] set, another key is 400
+//!   `INVALID_ARGUMENT` (reason `API_KEY_INVALID`). Errors as
+//!   `{"error":{"code","message","status"}}`, `status` from the HTTP
+//!   status (400 `INVALID_ARGUMENT`, 401 `UNAUTHENTICATED`, 403
+//!   `PERMISSION_DENIED`, 404 `NOT_FOUND`, 409 `ABORTED`, 429
+//!   `RESOURCE_EXHAUSTED`, 499 `CANCELLED`, 500 `INTERNAL`, 501
+//!   `UNIMPLEMENTED`, 503 `UNAVAILABLE`, 504 `DEADLINE_EXCEEDED`, other
+//!   5xx `UNKNOWN`, other 4xx `INVALID_ARGUMENT`); an unknown path under
+//!   `/v1beta/`, `/v1beta1/` or `/v1/projects/` is 404 in this shape too.
+//! - Vertex AI, under `/v1` and `/v1beta1`:
+//!   `POST /v1/projects/{p}/locations/{l}/publishers/google/models/{m}:`
+//!   `generateContent|streamGenerateContent|countTokens`, answered as on
+//!   the Gemini API (the usage adds `trafficType: "ON_DEMAND"`), and
+//!   `.../publishers/anthropic/models/{m}:rawPredict|streamRawPredict`:
+//!   Anthropic Messages with the path's model, `anthropic_version`
+//!   required in the body (else 400 in Anthropic's shape),
+//!   `streamRawPredict` always streamed, errors in Anthropic's shape;
+//!   `.../publishers/anthropic/models/count-tokens:rawPredict` (the model
+//!   in the body) answers `{"input_tokens": N}`, billed nothing. Every
+//!   Vertex route wants `Authorization: Bearer` with a token the mock's
+//!   `/token` issued and that has not expired; anything else is 401
+//!   `UNAUTHENTICATED` in Google's shape (reason `CREDENTIALS_MISSING`,
+//!   `ACCESS_TOKEN_EXPIRED` or `ACCESS_TOKEN_TYPE_UNSUPPORTED`), on the
+//!   Claude routes too, as Google's front end answers before the model.
+//!   [`RecordedRequest::vertex_target`] reads project, location, publisher
+//!   and model back.
+//! - `POST /token`: Google's OAuth2 token endpoint for the JWT-bearer grant
+//!   of a service account (see [`service_account_json`]). The JWT must be
+//!   RS256-signed by the fixture key (`mock/fixtures/`, a test key), name
+//!   its `kid` if any, have `iss` the account's email, an `aud` ending in
+//!   `/token`, a `scope` containing [`CLOUD_PLATFORM_SCOPE`], `exp` in the
+//!   future, `exp - iat` at most 3600 s and `iat` at most 60 s ahead. The
+//!   answer is `{"access_token":"ya29.…","expires_in":N,"token_type":"Bearer"}`,
+//!   a fresh random token each time; a bad grant is 400
+//!   `{"error":"invalid_grant","error_description":…}` (`invalid_scope`
+//!   for the scope, `unsupported_grant_type`, `invalid_request` for a
+//!   missing field). [`MockServer::tokens`] sets the token lifetime, fails
+//!   the next N requests with 500, revokes every token, and counts
+//!   requests and refusals. Grants are not counted in
+//!   [`MockStats::requests`] nor recorded as [`MockStats::last_request`],
+//!   and the configured latency does not delay them.
 //! - Anything else: 404 in OpenAI's shape.
 //!
 //! # Replies and usage
@@ -36,25 +88,57 @@
 //! A `/v1/messages` stream reports the input in `message_start` and repeats
 //! every count, cumulative, in `message_delta`, as the API does.
 //!
+//! Gemini's `promptTokenCount` is, over `systemInstruction` and each of
+//! `contents`, 3 per content plus ceil(bytes / 4) of each of its parts'
+//! texts (a part's `text`; a `functionCall`'s name and `args` JSON; a
+//! `functionResponse`'s name and `response` JSON), each rounded up on its
+//! own. Request fields are read by JSON or proto name (`generationConfig`
+//! or `generation_config`) and integers as numbers or strings, as Google
+//! reads them.
+//!
+//! On Gemini, `generationConfig.maxOutputTokens` caps each candidate (cut:
+//! `finishReason: "MAX_TOKENS"`, else `STOP`) and `candidateCount` (1 to 8;
+//! 0 or absent is 1) gives that many equal candidates, their tokens summed
+//! in `candidatesTokenCount`. `usageMetadata` has `promptTokenCount`,
+//! `candidatesTokenCount`, `totalTokenCount` (prompt + candidates +
+//! thoughts + tool-use prompt) and, when not zero, `cachedContentTokenCount`
+//! (part of the prompt), `thoughtsTokenCount` and `toolUsePromptTokenCount`
+//! (apart from the prompt); zero counts are left out, as proto3 JSON does.
+//! A stream sends one chunk per token, one word of every candidate in each,
+//! every chunk carrying the usage so far (`candidatesTokenCount` counts
+//! what is out), then a closing chunk with an empty text part, every
+//! candidate's `finishReason`, the grounding and the final usage; every
+//! chunk names `modelVersion` (the path's model) and the same
+//! `responseId`. A thought summary, when asked for, streams first in a
+//! chunk of its own. The bill maps onto [`Usage`]: input is the prompt
+//! less the cached tokens plus the tool-use prompt, cached input the
+//! cached tokens, output the candidates plus the thoughts, and one tool
+//! call per Google Search query.
+//!
 //! # Test directives
 //!
 //! Words of the form `mock:NAME=N` in the text of the last user message (the
-//! last prompt or input string on completions and embeddings) change the
+//! last prompt or input string on completions and embeddings; on Gemini,
+//! the last user content that is not a `functionResponse`) change the
 //! answer:
 //!
 //! - `mock:tokens=N`: reply with N tokens per choice.
 //! - `mock:status=CODE`: answer with that status (400..=599) and a realistic
-//!   error body in the route's shape; OpenAI types: 429 `requests` with code
-//!   `rate_limit_exceeded`, 5xx `server_error`, 401 code `invalid_api_key`,
-//!   other 4xx `invalid_request_error`; Anthropic types: 401
+//!   error body in the route's shape; OpenAI types: 429 `requests` with
+//!   code `rate_limit_exceeded`, 5xx `server_error`, 401 code
+//!   `invalid_api_key`, other 4xx `invalid_request_error`; Google's
+//!   `status` as listed under "Routes"; Anthropic types: 401
 //!   `authentication_error`, 403 `permission_error`, 404 `not_found_error`,
 //!   413 `request_too_large`, 429 `rate_limit_error`, 529
 //!   `overloaded_error`, other 5xx `api_error`, other 4xx
 //!   `invalid_request_error`.
 //! - `mock:cut=N`: a stream sends N content tokens, then the connection is
 //!   dropped with no terminal event and no usage; a non-stream request gets
-//!   its connection closed without a response.
-//! - `mock:cached=N`: report N input tokens (at most all) as cache reads.
+//!   its connection closed without a response. A Gemini chunk carries a
+//!   token of every candidate and is sent whole: the stream stops before
+//!   the first chunk that starts once N tokens are out.
+//! - `mock:cached=N`: report N input tokens (at most all) as cache reads
+//!   (Gemini: `cachedContentTokenCount`, part of `promptTokenCount`).
 //! - `mock:cache_write=N`: report N input tokens as cache writes
 //!   (`/v1/messages` only); when the request asks for a `cache_control`
 //!   ttl of `"1h"` they are all reported as hour-long
@@ -73,7 +157,16 @@
 //! - `mock:tool_calls=N`: use the request's first hosted tool N times
 //!   before replying, at most as often as the request allows
 //!   (`max_tool_calls` on `/v1/responses`, the tool's `max_uses` on
-//!   `/v1/messages`); see "Hosted tools".
+//!   `/v1/messages`); see "Hosted tools". On Gemini, with a `googleSearch`
+//!   (or `google_search`, `googleSearchRetrieval`) tool declared, the
+//!   candidates carry `groundingMetadata` with N `webSearchQueries`.
+//! - `mock:thoughts=N` (Gemini): N thinking tokens, `thoughtsTokenCount`,
+//!   at most `thinkingConfig.thinkingBudget` when that is 0 or more; billed
+//!   as output, also when a stream is cut (they come first). With
+//!   `thinkingConfig.includeThoughts` each candidate shows a thought part
+//!   `{"text": …, "thought": true}` (N reply words) before its answer.
+//! - `mock:tool_prompt=N` (Gemini): `toolUsePromptTokenCount` N, billed as
+//!   input, not part of `promptTokenCount`.
 //!
 //! # Hosted tools
 //!
@@ -92,21 +185,25 @@
 //! # Function tools
 //!
 //! When a request declares a tool the client runs itself (a chat or
-//! Responses `function` tool, an Anthropic custom tool), `tool_choice`
-//! allows it, and the conversation ends with the user's own message rather
+//! Responses `function` tool, an Anthropic custom tool, a Gemini
+//! `functionDeclarations` entry), `tool_choice` (Gemini:
+//! `toolConfig.functionCallingConfig`, mode `NONE` or
+//! `allowedFunctionNames`) allows it, and the conversation ends with the user's own message rather
 //! than a tool result, the mock calls the tool instead of replying: a chat
 //! message with `tool_calls` (`finish_reason: "tool_calls"`; streamed as
 //! `delta.tool_calls` chunks), a Responses `function_call` output item
 //! (streamed with `response.output_item.added` and
 //! `response.function_call_arguments.delta` / `.done`), or an Anthropic
 //! `tool_use` block (`stop_reason: "tool_use"`; streamed as
-//! `input_json_delta`s). The tool is the one `tool_choice` names, else the
+//! `input_json_delta`s), or a Gemini `functionCall` part (`finishReason:
+//! "STOP"`; streamed as one chunk that ends the stream). The tool is the one `tool_choice` names, else the
 //! first; its arguments are made from its parameter schema; the call's
 //! output tokens are the o200k_base tokens of the arguments, one per
 //! streamed delta, whatever `mock:tokens` or the output limit say. Once
 //! the client sends the tool's result back, the mock replies with text as
 //! usual, under the directives of the user's prompt (on `/v1/messages`, the
-//! last `user` message that carries no `tool_result`).
+//! last `user` message that carries no `tool_result`; on Gemini, the last
+//! user content that is not a `functionResponse`).
 //!
 //! [`MockStats::billed`] sums the usage each answer reported; a stream bills
 //! when its generation ends (also when the client did not ask for usage),
@@ -118,7 +215,11 @@
 //!
 //! This file is the public API and the accept loop; `handler` reads,
 //! checks and routes one request; `openai`, `embeddings`, `responses` and
-//! `anthropic` build each provider's bodies and events; `reply` decides the
+//! `anthropic` build each provider's bodies and events; `gemini` answers
+//! Gemini models (reading requests with `gemini_request`, streaming with
+//! `gemini_stream`); `vertex` reads Vertex paths, checks access tokens and
+//! adapts Claude's routes to `anthropic`; `token` is the OAuth2 endpoint
+//! and the test service account; `reply` decides the
 //! reply and counts tokens; `function` decides when and how a function tool
 //! is called; `stream` writes event streams; `usage` is what an answer
 //! bills.
@@ -131,6 +232,9 @@
 mod anthropic;
 mod embeddings;
 mod function;
+mod gemini;
+mod gemini_request;
+mod gemini_stream;
 mod handler;
 mod openai;
 mod reply;
@@ -138,9 +242,17 @@ mod responses;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod token;
 mod usage;
+mod vertex;
 
+pub use token::{
+    service_account_json, TokenEndpoint, CLOUD_PLATFORM_SCOPE, DEFAULT_TOKEN_LIFETIME,
+    SERVICE_ACCOUNT_EMAIL, SERVICE_ACCOUNT_KEY_ID, SERVICE_ACCOUNT_PRIVATE_KEY,
+    SERVICE_ACCOUNT_PROJECT,
+};
 pub use usage::Usage;
+pub use vertex::VertexTarget;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -200,15 +312,46 @@ impl Default for MockOptions {
 #[derive(Clone, Debug)]
 pub struct RecordedRequest {
     pub path: String,
+    /// The query string as received (without `?`), if any.
+    pub query: Option<String>,
     pub headers: http::HeaderMap,
     /// The parsed JSON body; `null` when the body was empty or not JSON.
     pub body: serde_json::Value,
+}
+
+impl RecordedRequest {
+    /// The path and query as received, e.g.
+    /// `/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse`.
+    pub fn path_and_query(&self) -> String {
+        match &self.query {
+            Some(query) => format!("{}?{query}", self.path),
+            None => self.path.clone(),
+        }
+    }
+
+    /// A query parameter, decoded.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        gemini::query_param(self.query.as_deref(), name)
+    }
+
+    /// The Google API key the request carried: `x-goog-api-key`, else
+    /// `?key=`.
+    pub fn google_api_key(&self) -> Option<String> {
+        gemini::api_key(&self.headers, self.query.as_deref())
+    }
+
+    /// Project, location, publisher, model and method of a Vertex AI
+    /// call; `None` for any other path.
+    pub fn vertex_target(&self) -> Option<VertexTarget> {
+        VertexTarget::parse(&self.path)
+    }
 }
 
 /// The raw form kept per request: parsing happens only when a test asks.
 #[derive(Debug)]
 struct Received {
     path: String,
+    query: Option<String>,
     headers: http::HeaderMap,
     body: Bytes,
 }
@@ -223,16 +366,18 @@ pub struct MockStats {
 }
 
 impl MockStats {
-    /// Requests received, on any path.
+    /// Requests received, on any path but the token endpoint's (see
+    /// [`TokenEndpoint::requests`]).
     pub fn requests(&self) -> u64 {
         self.requests.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// The most recent request, with its body parsed.
+    /// The most recent request (token grants aside), with its body parsed.
     pub fn last_request(&self) -> Option<RecordedRequest> {
         let last = lock(&self.last);
         last.as_ref().map(|received| RecordedRequest {
             path: received.path.clone(),
+            query: received.query.clone(),
             headers: received.headers.clone(),
             body: serde_json::from_slice(&received.body).unwrap_or(serde_json::Value::Null),
         })
@@ -271,6 +416,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct MockServer {
     pub addr: SocketAddr,
     pub stats: Arc<MockStats>,
+    /// The OAuth2 token endpoint (`/token`): its knobs and counts.
+    pub tokens: Arc<TokenEndpoint>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -279,6 +426,12 @@ impl MockServer {
     /// The base URL, e.g. `http://127.0.0.1:41234`; OpenAI clients add `/v1`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The token endpoint's URL, the `token_uri` of
+    /// [`service_account_json`].
+    pub fn token_url(&self) -> String {
+        format!("{}/token", self.url())
     }
 
     /// Stops accepting, lets in-flight requests finish and waits for that.
@@ -303,29 +456,50 @@ pub async fn spawn(opts: MockOptions) -> std::io::Result<MockServer> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let stats = Arc::new(MockStats::default());
+    let tokens = Arc::new(TokenEndpoint::default());
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve(listener, opts, stats.clone(), async move {
+    let shared = Arc::new(handler::Shared {
+        opts,
+        stats: stats.clone(),
+        tokens: tokens.clone(),
+    });
+    let task = tokio::spawn(serve_shared(listener, shared, async move {
         let _ = stopped.await;
     }));
     Ok(MockServer {
         addr,
         stats,
+        tokens,
         stop: Some(stop),
         task: Some(task),
     })
 }
 
 /// Serves the mock on `listener` until `shutdown` resolves, then lets
-/// in-flight requests finish for a few seconds.
+/// in-flight requests finish for a few seconds. Its token endpoint keeps
+/// the default settings.
 pub async fn serve(
     listener: TcpListener,
     opts: MockOptions,
     stats: Arc<MockStats>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let tokens = Arc::new(TokenEndpoint::default());
+    let shared = Arc::new(handler::Shared {
+        opts,
+        stats,
+        tokens,
+    });
+    serve_shared(listener, shared, shutdown).await
+}
+
+async fn serve_shared(
+    listener: TcpListener,
+    shared: Arc<handler::Shared>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     // Build the tokenizer off the runtime before the first request needs it.
     tokio::task::spawn_blocking(reply::tokenizer);
-    let shared = Arc::new(handler::Shared { opts, stats });
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new());
     builder.http2().timer(TokioTimer::new());

@@ -102,6 +102,12 @@ pub(crate) struct Directives {
     /// `"auto"`, at priority, as OpenAI does for a project whose default
     /// tier is priority.
     pub project_priority: Option<u64>,
+    /// `mock:thoughts=N`: Gemini thinking tokens (`thoughtsTokenCount`),
+    /// billed as output, at most the request's thinking budget.
+    pub thoughts: Option<u64>,
+    /// `mock:tool_prompt=N`: Gemini `toolUsePromptTokenCount`, billed as
+    /// input on top of the prompt.
+    pub tool_prompt: Option<u64>,
 }
 
 impl Directives {
@@ -133,6 +139,8 @@ impl Directives {
                 "tool_calls" => directives.tool_calls = Some(value),
                 "downgrade" => directives.downgrade = Some(value),
                 "project_priority" => directives.project_priority = Some(value),
+                "thoughts" => directives.thoughts = Some(value),
+                "tool_prompt" => directives.tool_prompt = Some(value),
                 _ => {}
             }
         }

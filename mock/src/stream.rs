@@ -77,6 +77,10 @@ pub(crate) enum Event {
     /// An event that carries one output token: paced, and counted by
     /// `mock:cut`.
     Token(Bytes),
+    /// An event that carries several output tokens at once (a Gemini chunk
+    /// holds one token of every candidate): paced once, and counted by
+    /// `mock:cut` as that many tokens.
+    Tokens(Bytes, u64),
     /// Generation is over: the usage is billed here, before the events
     /// that end the stream and report it. A cut stream stops here at the
     /// latest.
@@ -100,6 +104,12 @@ pub(crate) struct EventStream {
 /// An SSE event with only a data line, as OpenAI's chat streams send.
 pub(crate) fn data(value: &Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
+}
+
+/// An SSE event with only a data line, ended as Google's streams end
+/// theirs (`\r\n\r\n`).
+pub(crate) fn crlf_data(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\r\n\r\n"))
 }
 
 /// An SSE event with a name, as Anthropic and the Responses API send.
@@ -177,19 +187,10 @@ async fn generate(
     };
     let mut due = Instant::now();
     for event in events {
-        let frame = match event {
-            Event::Frame(frame) => frame,
-            Event::Token(frame) => {
-                if cut == Some(billing.tokens_sent) {
-                    break;
-                }
-                if !pace.is_zero() {
-                    tokio::time::sleep_until(due).await;
-                    due += pace;
-                }
-                billing.tokens_sent += 1;
-                frame
-            }
+        let (frame, tokens) = match event {
+            Event::Frame(frame) => (frame, 0),
+            Event::Token(frame) => (frame, 1),
+            Event::Tokens(frame, tokens) => (frame, tokens),
             Event::Generated => {
                 if cut.is_some() {
                     break;
@@ -198,6 +199,18 @@ async fn generate(
                 continue;
             }
         };
+        if tokens > 0 {
+            // The cut falls between events: an event is sent whole or not
+            // at all, once fewer than N tokens are out.
+            if cut.is_some_and(|cut| billing.tokens_sent >= cut) {
+                break;
+            }
+            if !pace.is_zero() {
+                tokio::time::sleep_until(due).await;
+                due += pace;
+            }
+            billing.tokens_sent = billing.tokens_sent.saturating_add(tokens);
+        }
         if sender.send(Ok(frame)).await.is_err() {
             return;
         }

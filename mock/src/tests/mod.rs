@@ -1,10 +1,14 @@
 //! Tests of the mock over real sockets: every route's shapes and usage,
-//! the directives, the key check, the stats and incremental streaming.
+//! the directives, the key and token checks, the stats and incremental
+//! streaming.
 
 mod anthropic;
 mod functions;
+mod gemini;
 mod openai;
 mod responses;
+mod token;
+mod vertex;
 
 use serde_json::{json, Value};
 
