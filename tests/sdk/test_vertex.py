@@ -177,7 +177,12 @@ def test_claude_keeps_the_clients_output_limit(claude_vertex, google_meter, pric
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_claude_tool_loop_is_charged_each_call(stream, claude_vertex, google_meter, prices):
     def turn(messages):
-        options = {"model": CLAUDE_MODEL, "max_tokens": MAX_OUTPUT_TOKENS, "messages": messages, "tools": CLAUDE_WEATHER}
+        options = {
+            "model": CLAUDE_MODEL,
+            "max_tokens": MAX_OUTPUT_TOKENS,
+            "messages": messages,
+            "tools": CLAUDE_WEATHER,
+        }
         if not stream:
             return claude_vertex.messages.create(**options)
         with claude_vertex.messages.stream(**options) as events:
