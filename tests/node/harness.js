@@ -341,7 +341,11 @@ export const CLIENT_LOCATION = 'europe-west4';
 // repository): the gateway signs its token requests with it and the mock's
 // `/token` endpoint checks them against the public half.
 const MOCK_SERVICE_ACCOUNT_KEY = join(REPO_ROOT, 'mock', 'fixtures', 'vertex-service-account-key.pem');
+// These match mock/src/token.rs: the mock refuses a grant whose `iss` is
+// another account or whose `kid` names another key.
 const MOCK_SERVICE_ACCOUNT_EMAIL = 'gateway@tollgate-test.iam.gserviceaccount.com';
+const MOCK_SERVICE_ACCOUNT_KEY_ID = '5e1f0c2b9a7d4e3f8b6a1c0d9e8f7a6b5c4d3e2f';
+const MOCK_SERVICE_ACCOUNT_CLIENT_ID = '108126429573806511234';
 
 /** A Google service-account file for the mock's test key, as
  * `tollgate_mock::service_account_json` writes it. */
@@ -351,10 +355,10 @@ export function serviceAccountJson(tokenUri) {
     {
       type: 'service_account',
       project_id: VERTEX_PROJECT,
-      private_key_id: 'tollgate-test-key',
+      private_key_id: MOCK_SERVICE_ACCOUNT_KEY_ID,
       private_key: readFileSync(MOCK_SERVICE_ACCOUNT_KEY, 'utf8'),
       client_email: MOCK_SERVICE_ACCOUNT_EMAIL,
-      client_id: '100000000000000000001',
+      client_id: MOCK_SERVICE_ACCOUNT_CLIENT_ID,
       auth_uri: 'https://accounts.google.com/o/oauth2/auth',
       token_uri: tokenUri,
       auth_provider_x509_cert_url: 'https://www.googleapis.com/oauth2/v1/certs',

@@ -357,8 +357,12 @@ def _cached_tokens(details) -> int:
 # repository): the gateway signs its token requests with it and the mock's
 # `/token` endpoint checks them against the public half.
 MOCK_SERVICE_ACCOUNT_KEY = REPO_ROOT / "mock" / "fixtures" / "vertex-service-account-key.pem"
+# These match mock/src/token.rs: the mock refuses a grant whose `iss` is
+# another account or whose `kid` names another key.
 MOCK_SERVICE_ACCOUNT_EMAIL = "gateway@tollgate-test.iam.gserviceaccount.com"
 MOCK_SERVICE_ACCOUNT_PROJECT = "tollgate-test"
+MOCK_SERVICE_ACCOUNT_KEY_ID = "5e1f0c2b9a7d4e3f8b6a1c0d9e8f7a6b5c4d3e2f"
+MOCK_SERVICE_ACCOUNT_CLIENT_ID = "108126429573806511234"
 
 
 def service_account_json(token_uri: str) -> str:
@@ -372,10 +376,10 @@ def service_account_json(token_uri: str) -> str:
         {
             "type": "service_account",
             "project_id": MOCK_SERVICE_ACCOUNT_PROJECT,
-            "private_key_id": "tollgate-test-key",
+            "private_key_id": MOCK_SERVICE_ACCOUNT_KEY_ID,
             "private_key": MOCK_SERVICE_ACCOUNT_KEY.read_text(),
             "client_email": MOCK_SERVICE_ACCOUNT_EMAIL,
-            "client_id": "100000000000000000001",
+            "client_id": MOCK_SERVICE_ACCOUNT_CLIENT_ID,
             "auth_uri": "https://accounts.google.com/o/oauth2/auth",
             "token_uri": token_uri,
             "auth_provider_x509_cert_url": "https://www.googleapis.com/oauth2/v1/certs",
