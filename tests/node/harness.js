@@ -4,9 +4,10 @@
 // gateway, from the usage a client saw and the decimal prices in
 // config/prices.toml.
 //
-// Each test file starts its own mock and gateway (`startGateway`) and runs
-// its tests one at a time, so the budget read before a call is an exact
-// baseline for it.
+// Each test file starts its own mock and gateway (`startGateway`, or
+// `startGoogleGateway` for the Gemini API and Vertex AI) and runs its tests
+// one at a time, so the budget read before a call is an exact baseline for
+// it.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';

@@ -3,7 +3,8 @@ clients of the official SDKs pointed at the gateway.
 
 One gateway serves the whole session. Tests run one at a time and each reads
 the key's budget before and after its calls (`meter`), so the shared counters
-give every test an exact baseline.
+give every test an exact baseline. The Gemini API and Vertex AI tests share a
+second mock and gateway (`google_gateway`), started when first asked for.
 """
 
 from __future__ import annotations
