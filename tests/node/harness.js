@@ -4,9 +4,10 @@
 // gateway, from the usage a client saw and the decimal prices in
 // config/prices.toml.
 //
-// Each test file starts its own mock and gateway (`startGateway`) and runs
-// its tests one at a time, so the budget read before a call is an exact
-// baseline for it.
+// Each test file starts its own mock and gateway (`startGateway`, or
+// `startGoogleGateway` for the Gemini API and Vertex AI) and runs its tests
+// one at a time, so the budget read before a call is an exact baseline for
+// it.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -30,6 +31,12 @@ const ANSI_ESCAPE = /\x1b\[[0-9;]*m/g;
 // developer's real settings must neither leak into nor redirect a test.
 for (const name of Object.keys(process.env)) {
   if (name.startsWith('OPENAI_') || name.startsWith('ANTHROPIC_')) delete process.env[name];
+}
+// The Google SDKs and google-auth-library read keys, projects, locations
+// and credentials from the environment too.
+const GOOGLE_ENV_PREFIXES = ['GOOGLE_', 'GEMINI_', 'CLOUD_ML_', 'GCLOUD_'];
+for (const name of Object.keys(process.env)) {
+  if (GOOGLE_ENV_PREFIXES.some((prefix) => name.startsWith(prefix))) delete process.env[name];
 }
 
 /** The binary under test: `TOLLGATE_BIN` (relative to the repo root when
@@ -321,3 +328,201 @@ export function ask(words, extra = '') {
 }
 
 export const words = (text) => text.split(/\s+/).filter(Boolean).length;
+
+// === Google: the Gemini API and Vertex AI ===
+
+// The project and location the gateway puts in every Vertex path, and the
+// ones the clients name instead: the gateway must replace both.
+export const VERTEX_PROJECT = 'tollgate-test';
+export const VERTEX_LOCATION = 'us-central1';
+export const CLIENT_PROJECT = 'client-project';
+export const CLIENT_LOCATION = 'europe-west4';
+
+// The mock's test service account (a key made for the tests, public in the
+// repository): the gateway signs its token requests with it and the mock's
+// `/token` endpoint checks them against the public half.
+const MOCK_SERVICE_ACCOUNT_KEY = join(REPO_ROOT, 'mock', 'fixtures', 'vertex-service-account-key.pem');
+// These match mock/src/token.rs: the mock refuses a grant whose `iss` is
+// another account or whose `kid` names another key.
+const MOCK_SERVICE_ACCOUNT_EMAIL = 'gateway@tollgate-test.iam.gserviceaccount.com';
+const MOCK_SERVICE_ACCOUNT_KEY_ID = '5e1f0c2b9a7d4e3f8b6a1c0d9e8f7a6b5c4d3e2f';
+const MOCK_SERVICE_ACCOUNT_CLIENT_ID = '108126429573806511234';
+
+/** A Google service-account file for the mock's test key, as
+ * `tollgate_mock::service_account_json` writes it. */
+export function serviceAccountJson(tokenUri) {
+  assert.ok(existsSync(MOCK_SERVICE_ACCOUNT_KEY), `${MOCK_SERVICE_ACCOUNT_KEY} is missing: the mock's test key`);
+  return JSON.stringify(
+    {
+      type: 'service_account',
+      project_id: VERTEX_PROJECT,
+      private_key_id: MOCK_SERVICE_ACCOUNT_KEY_ID,
+      private_key: readFileSync(MOCK_SERVICE_ACCOUNT_KEY, 'utf8'),
+      client_email: MOCK_SERVICE_ACCOUNT_EMAIL,
+      client_id: MOCK_SERVICE_ACCOUNT_CLIENT_ID,
+      auth_uri: 'https://accounts.google.com/o/oauth2/auth',
+      token_uri: tokenUri,
+      auth_provider_x509_cert_url: 'https://www.googleapis.com/oauth2/v1/certs',
+      client_x509_cert_url: `https://www.googleapis.com/robot/v1/metadata/x509/${encodeURIComponent(
+        MOCK_SERVICE_ACCOUNT_EMAIL,
+      )}`,
+      universe_domain: 'googleapis.com',
+    },
+    null,
+    2,
+  );
+}
+
+function googleConfig(mockAddress, credentialsFile, key, tinyKey) {
+  return `\
+[server]
+listen = "127.0.0.1:0"
+
+[store]
+backend = "memory"
+
+[prices]
+file = "${PRICES_FILE}"
+
+[[providers]]
+name = "gemini"
+kind = "gemini"
+base_url = "http://${mockAddress}"
+api_key_env = "TG_TEST_GEMINI_KEY"
+models = ["gemini-*"]
+
+[[providers]]
+name = "vertex"
+kind = "vertex"
+base_url = "http://${mockAddress}"
+project = "${VERTEX_PROJECT}"
+location = "${VERTEX_LOCATION}"
+credentials_file = "${credentialsFile}"
+models = ["gemini-*", "claude-*"]
+
+[[orgs]]
+id = "node-google"
+cap_usd = "100.00"
+period = "total"
+
+[[keys]]
+id = "node-google-key"
+org = "node-google"
+key_sha256 = "${sha256(key)}"
+cap_usd = "10.00"
+period = "total"
+
+# No org, a daily period: 10 µUSD, below every call's estimate.
+[[keys]]
+id = "node-google-tiny-key"
+key_sha256 = "${sha256(tinyKey)}"
+cap_usd = "0.000010"
+period = "day"
+`;
+}
+
+/** Starts a mock provider and a gateway in front of its Gemini API and
+ * Vertex AI. The mock's Gemini routes accept only the provider key and its
+ * Vertex routes only a token its own `/token` endpoint issued, so a
+ * successful call proves the gateway swapped the client's credential. The
+ * answer has `tinyKey` (every call denied) and `adminKey`. */
+export async function startGoogleGateway() {
+  const binary = tollgateBin();
+  assert.ok(existsSync(binary), `${binary} does not exist: run \`cargo build\` (or set TOLLGATE_BIN)`);
+  const providerSecret = `gm-provider-${randomBytes(16).toString('hex')}`;
+  const key = `tg-node-google-${randomBytes(16).toString('hex')}`;
+  const tinyKey = `tg-node-google-tiny-${randomBytes(16).toString('hex')}`;
+  const adminKey = `tg-admin-${randomBytes(16).toString('hex')}`;
+
+  const mock = new TollgateProcess(
+    'mock-upstream',
+    [binary, 'mock-upstream', '--listen', '127.0.0.1:0', '--expect-key', providerSecret],
+    childEnv({}),
+  );
+  const mockAddress = await mock.waitListening();
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-node-google-'));
+  const credentialsFile = join(dir, 'service-account.json');
+  const configPath = join(dir, 'tollgate.toml');
+  let gateway;
+  let address;
+  try {
+    writeFileSync(credentialsFile, serviceAccountJson(`http://${mockAddress}/token`));
+    writeFileSync(configPath, googleConfig(mockAddress, credentialsFile, key, tinyKey));
+    gateway = new TollgateProcess(
+      'gateway',
+      [binary, 'serve', '--config', configPath],
+      childEnv({ TG_TEST_GEMINI_KEY: providerSecret, TOLLGATE_ADMIN_KEY: adminKey }),
+    );
+    address = await gateway.waitListening();
+  } catch (error) {
+    await mock.stop();
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
+  return {
+    url: `http://${address}`,
+    key,
+    tinyKey,
+    adminKey,
+    logs: () => `--- gateway ---\n${gateway.output()}\n--- mock-upstream ---\n${mock.output()}`,
+    async stop() {
+      await gateway.stop();
+      await mock.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A key made through the admin API (`body`: `cap_usd`, `period`, …); its
+ * secret. */
+export async function createKey(gateway, body) {
+  const response = await fetch(`${gateway.url}/admin/v1/keys`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${gateway.adminKey}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const text = await response.text();
+  assert.equal(response.status, 201, `POST /admin/v1/keys answered ${response.status}: ${text}`);
+  return JSON.parse(text).secret;
+}
+
+/** The key's budget (`{url, key}`) once no call holds a reservation on it. */
+export async function settledBudget(gateway) {
+  const deadline = Date.now() + SETTLE_TIMEOUT_MS;
+  for (;;) {
+    const budget = await readBudget(gateway);
+    if (budget.key.reserved_usd_micros === 0 || Date.now() >= deadline) return budget;
+    await new Promise((wake) => setTimeout(wake, 50));
+  }
+}
+
+/** A `fetch` for an SDK's `fetch` option that counts the requests the SDK
+ * really sends, retries included. */
+export function countingFetch() {
+  const requests = [];
+  const counted = (url, init) => {
+    requests.push(String(url));
+    return fetch(url, init);
+  };
+  return { fetch: counted, requests };
+}
+
+/** µUSD as the decimal USD string a cap is written in. */
+export function usdString(micros) {
+  return `${Math.floor(micros / 1e6)}.${String(micros % 1e6).padStart(6, '0')}`;
+}
+
+/** A Gemini `usageMetadata` (camelCase, as the API sends it and the AI SDK
+ * keeps it in `usage.raw`) priced as Google bills it: the prompt count
+ * includes the cached tokens, the tool-use prompt is input on top of it,
+ * and thoughts are output on top of the candidates. */
+export function geminiCost(model, usage) {
+  assert.ok(usage, 'no usageMetadata to price');
+  const prompt = usage.promptTokenCount ?? 0;
+  const cached = usage.cachedContentTokenCount ?? 0;
+  return cost(model, {
+    input: prompt - cached + (usage.toolUsePromptTokenCount ?? 0),
+    cachedInput: cached,
+    output: (usage.candidatesTokenCount ?? 0) + (usage.thoughtsTokenCount ?? 0),
+  });
+}

@@ -3,7 +3,8 @@ clients of the official SDKs pointed at the gateway.
 
 One gateway serves the whole session. Tests run one at a time and each reads
 the key's budget before and after its calls (`meter`), so the shared counters
-give every test an exact baseline.
+give every test an exact baseline. The Gemini API and Vertex AI tests share a
+second mock and gateway (`google_gateway`), started when first asked for.
 """
 
 from __future__ import annotations
@@ -19,8 +20,19 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
+from google import genai
+from google.genai import types as genai_types
+from google.oauth2.credentials import Credentials as GoogleCredentials
 
-from support import PRICES_FILE, PriceTable, SpendMeter, StartupError, TollgateProcess, tollgate_bin
+from support import (
+    PRICES_FILE,
+    PriceTable,
+    SpendMeter,
+    StartupError,
+    TollgateProcess,
+    service_account_json,
+    tollgate_bin,
+)
 
 SDK_KEY_ID = "sdk-key"
 TINY_KEY_ID = "tiny-key"
@@ -280,3 +292,232 @@ def oai(gateway: Gateway, openai_for) -> openai.OpenAI:
 def claude(gateway: Gateway, anthropic_for) -> anthropic.Anthropic:
     """The Anthropic SDK as an agent sets it up: a base URL and a key."""
     return anthropic_for(gateway.sdk_key)
+
+
+# === Google: the Gemini API and Vertex AI ===
+
+GOOGLE_KEY_ID = "google-key"
+GOOGLE_TINY_KEY_ID = "google-tiny-key"
+GOOGLE_ORG_ID = "google"
+# The project and location the gateway puts in every Vertex path, whatever
+# the client named.
+VERTEX_PROJECT = "tollgate-test"
+VERTEX_LOCATION = "us-central1"
+# What the clients name instead: the gateway must replace both.
+CLIENT_PROJECT = "client-project"
+CLIENT_LOCATION = "europe-west4"
+# Settings the Google SDKs read from the environment (keys, project,
+# location, API version, Vertex mode, credentials); a developer's own must
+# not steer a test.
+GOOGLE_ENV_PREFIXES = ("GOOGLE_", "GEMINI_", "CLOUD_ML_", "ANTHROPIC_VERTEX_")
+
+
+@dataclass(frozen=True)
+class GoogleGateway:
+    """A gateway in front of the mock's Gemini API and Vertex AI, with one
+    org, a key inside it and a tiny key alone."""
+
+    url: str
+    key: str
+    tiny_key: str
+    mock_url: str
+    admin_key: str
+
+
+def _google_config(mock_address: str, credentials_file: Path, key: str, tiny_key: str) -> str:
+    def sha256(raw: str) -> str:
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    return f"""\
+[server]
+listen = "127.0.0.1:0"
+
+[store]
+backend = "memory"
+
+[prices]
+file = "{PRICES_FILE}"
+
+[[providers]]
+name = "gemini"
+kind = "gemini"
+base_url = "http://{mock_address}"
+api_key_env = "TG_TEST_GEMINI_KEY"
+models = ["gemini-*"]
+
+[[providers]]
+name = "vertex"
+kind = "vertex"
+base_url = "http://{mock_address}"
+project = "{VERTEX_PROJECT}"
+location = "{VERTEX_LOCATION}"
+credentials_file = "{credentials_file}"
+models = ["gemini-*", "claude-*"]
+
+[[orgs]]
+id = "{GOOGLE_ORG_ID}"
+cap_usd = "100.00"
+period = "total"
+
+[[keys]]
+id = "{GOOGLE_KEY_ID}"
+org = "{GOOGLE_ORG_ID}"
+key_sha256 = "{sha256(key)}"
+cap_usd = "10.00"
+period = "total"
+
+# No org, a daily period: every call is denied, with a retry-after.
+[[keys]]
+id = "{GOOGLE_TINY_KEY_ID}"
+key_sha256 = "{sha256(tiny_key)}"
+cap_usd = "{TINY_CAP_USD}"
+period = "day"
+"""
+
+
+def _clear_google_env() -> None:
+    for name in list(os.environ):
+        if name.startswith(GOOGLE_ENV_PREFIXES):
+            del os.environ[name]
+
+
+@pytest.fixture(scope="session")
+def google_gateway(binary: Path, tmp_path_factory) -> Iterator[GoogleGateway]:
+    """The Gemini API and Vertex AI tests' own mock and gateway, started
+    once for both files (the session gateway serves OpenAI and Anthropic
+    only)."""
+    _clear_google_env()
+    if not PRICES_FILE.is_file():
+        pytest.fail(f"{PRICES_FILE} is missing", pytrace=False)
+    # The mock's Gemini routes accept only this key, and its Vertex routes
+    # only a token its own /token endpoint issued: a successful call proves
+    # the gateway swapped the client's credential for the provider's.
+    provider_secret = f"gm-provider-{secrets.token_hex(16)}"
+    key = f"tg-google-{secrets.token_hex(16)}"
+    tiny_key = f"tg-google-tiny-{secrets.token_hex(16)}"
+    admin_key = f"tg-admin-{secrets.token_hex(16)}"
+
+    mock, mock_address = _start(
+        "google-mock-upstream",
+        [str(binary), "mock-upstream", "--listen", "127.0.0.1:0", "--expect-key", provider_secret],
+        _child_env({}),
+    )
+    directory = tmp_path_factory.mktemp("tollgate-google")
+    credentials_file = directory / "service-account.json"
+    config_path = directory / "tollgate.toml"
+    try:
+        credentials_file.write_text(service_account_json(f"http://{mock_address}/token"))
+        config_path.write_text(_google_config(mock_address, credentials_file, key, tiny_key))
+        server, address = _start(
+            "google-gateway",
+            [str(binary), "serve", "--config", str(config_path)],
+            _child_env({"TG_TEST_GEMINI_KEY": provider_secret, "TOLLGATE_ADMIN_KEY": admin_key}),
+        )
+    except BaseException:
+        mock.stop()
+        raise
+    started = [server, mock]
+    _processes.extend(started)
+    try:
+        yield GoogleGateway(
+            url=f"http://{address}",
+            key=key,
+            tiny_key=tiny_key,
+            mock_url=f"http://{mock_address}",
+            admin_key=admin_key,
+        )
+    finally:
+        for process in started:
+            if process in _processes:
+                _processes.remove(process)
+        server.stop()
+        mock.stop()
+        for process in started:
+            if process.proc.returncode not in (0, -15):
+                sys.stderr.write(f"\n--- {process.name} output ---\n{process.output()}\n")
+
+
+@pytest.fixture
+def google_meter(google_gateway: GoogleGateway) -> SpendMeter:
+    """The Google key's budget as it stood when the test began."""
+    return SpendMeter(google_gateway.url, google_gateway.key)
+
+
+@pytest.fixture
+def google_tiny_meter(google_gateway: GoogleGateway) -> SpendMeter:
+    return SpendMeter(google_gateway.url, google_gateway.tiny_key)
+
+
+def _genai_options(base_url: str, attempts: AttemptCounter | None, **options) -> genai_types.HttpOptions:
+    # The SDK's own httpx client takes the hook, so every request it really
+    # sends (retries included) is counted.
+    client_args = {"event_hooks": {"request": [attempts]}} if attempts is not None else None
+    return genai_types.HttpOptions(
+        base_url=base_url,
+        timeout=int(CLIENT_TIMEOUT_SECS * 1000),
+        client_args=client_args,
+        **options,
+    )
+
+
+@pytest.fixture
+def genai_for(google_gateway: GoogleGateway):
+    """Builds google-genai clients of the Gemini API for a given key,
+    optionally counting attempts; `HttpOptions` fields pass through."""
+    clients: list[genai.Client] = []
+
+    def build(api_key: str, attempts: AttemptCounter | None = None, **options) -> genai.Client:
+        client = genai.Client(api_key=api_key, http_options=_genai_options(google_gateway.url, attempts, **options))
+        clients.append(client)
+        return client
+
+    yield build
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def vertex_genai_for(google_gateway: GoogleGateway):
+    """Builds google-genai clients of Vertex AI whose credential is the
+    gateway key: an OAuth2 credential holding it as its access token (valid
+    and never refreshed, so no Google sign-in happens)."""
+    clients: list[genai.Client] = []
+
+    def build(api_key: str, attempts: AttemptCounter | None = None, **options) -> genai.Client:
+        client = genai.Client(
+            vertexai=True,
+            project=CLIENT_PROJECT,
+            location=CLIENT_LOCATION,
+            credentials=GoogleCredentials(token=api_key),
+            http_options=_genai_options(google_gateway.url, attempts, **options),
+        )
+        clients.append(client)
+        return client
+
+    yield build
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def anthropic_vertex_for(google_gateway: GoogleGateway):
+    """Builds Anthropic's Vertex clients whose access token is the gateway
+    key, optionally counting attempts."""
+    clients: list[anthropic.AnthropicVertex] = []
+
+    def build(api_key: str, attempts: AttemptCounter | None = None, **options) -> anthropic.AnthropicVertex:
+        client = anthropic.AnthropicVertex(
+            region=CLIENT_LOCATION,
+            project_id=CLIENT_PROJECT,
+            access_token=api_key,
+            base_url=f"{google_gateway.url}/v1",
+            timeout=CLIENT_TIMEOUT_SECS,
+            http_client=_http_client(anthropic, attempts),
+            **options,
+        )
+        clients.append(client)
+        return client
+
+    yield build
+    for client in clients:
+        client.close()

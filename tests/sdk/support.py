@@ -334,8 +334,123 @@ class PriceTable:
             output=usage.output_tokens or 0,
         )
 
+    def gemini_cost(self, model: str, usage) -> int:
+        """A Gemini answer's `usageMetadata` (see `gemini_tokens`). The tests'
+        prompts stay far below any long-context threshold, so the standard
+        rates apply: asserted, not assumed."""
+        tokens = gemini_tokens(usage)
+        threshold = self.models.get(model, {}).get("long_context_threshold_tokens")
+        total_input = tokens["input"] + tokens["cached_input"]
+        assert threshold is None or total_input <= threshold, f"{total_input} input tokens pass {model}'s long context"
+        return self.cost(model, **tokens)
+
 
 def _cached_tokens(details) -> int:
     if details is None:
         return 0
     return getattr(details, "cached_tokens", None) or 0
+
+
+# === Google (Gemini API and Vertex AI) ===
+
+# The mock's test service account (a key made for the tests, public in the
+# repository): the gateway signs its token requests with it and the mock's
+# `/token` endpoint checks them against the public half.
+MOCK_SERVICE_ACCOUNT_KEY = REPO_ROOT / "mock" / "fixtures" / "vertex-service-account-key.pem"
+# These match mock/src/token.rs: the mock refuses a grant whose `iss` is
+# another account or whose `kid` names another key.
+MOCK_SERVICE_ACCOUNT_EMAIL = "gateway@tollgate-test.iam.gserviceaccount.com"
+MOCK_SERVICE_ACCOUNT_PROJECT = "tollgate-test"
+MOCK_SERVICE_ACCOUNT_KEY_ID = "5e1f0c2b9a7d4e3f8b6a1c0d9e8f7a6b5c4d3e2f"
+MOCK_SERVICE_ACCOUNT_CLIENT_ID = "108126429573806511234"
+
+
+def service_account_json(token_uri: str) -> str:
+    """A Google service-account file for the mock's test key, as
+    `tollgate_mock::service_account_json` writes it: the gateway exchanges a
+    JWT signed with it at `token_uri` for the access token the mock's
+    Vertex routes accept."""
+    if not MOCK_SERVICE_ACCOUNT_KEY.is_file():
+        raise AssertionError(f"{MOCK_SERVICE_ACCOUNT_KEY} is missing: the mock's test service-account key")
+    return json.dumps(
+        {
+            "type": "service_account",
+            "project_id": MOCK_SERVICE_ACCOUNT_PROJECT,
+            "private_key_id": MOCK_SERVICE_ACCOUNT_KEY_ID,
+            "private_key": MOCK_SERVICE_ACCOUNT_KEY.read_text(),
+            "client_email": MOCK_SERVICE_ACCOUNT_EMAIL,
+            "client_id": MOCK_SERVICE_ACCOUNT_CLIENT_ID,
+            "auth_uri": "https://accounts.google.com/o/oauth2/auth",
+            "token_uri": token_uri,
+            "auth_provider_x509_cert_url": "https://www.googleapis.com/oauth2/v1/certs",
+            "client_x509_cert_url": "https://www.googleapis.com/robot/v1/metadata/x509/"
+            + MOCK_SERVICE_ACCOUNT_EMAIL.replace("@", "%40"),
+            "universe_domain": "googleapis.com",
+        },
+        indent=2,
+    )
+
+
+def gemini_tokens(usage) -> dict[str, int]:
+    """The token classes of a Gemini `usageMetadata`, as Google bills them:
+    `promptTokenCount` includes the cached tokens, the tool-use prompt is
+    input on top of it, and thoughts are output on top of the candidates.
+
+    `usage` is the SDK's `UsageMetadata` (snake_case attributes) or the raw
+    JSON object (camelCase keys)."""
+
+    def count(snake: str, camel: str) -> int:
+        value = usage.get(camel) if isinstance(usage, dict) else getattr(usage, snake, None)
+        return value or 0
+
+    prompt = count("prompt_token_count", "promptTokenCount")
+    cached = count("cached_content_token_count", "cachedContentTokenCount")
+    tool_prompt = count("tool_use_prompt_token_count", "toolUsePromptTokenCount")
+    return {
+        "input": prompt - cached + tool_prompt,
+        "cached_input": cached,
+        "output": count("candidates_token_count", "candidatesTokenCount")
+        + count("thoughts_token_count", "thoughtsTokenCount"),
+    }
+
+
+def usd_string(micros: int) -> str:
+    """µUSD as the decimal USD string a cap is written in."""
+    return f"{micros // 1_000_000}.{micros % 1_000_000:06d}"
+
+
+@dataclass
+class Burst:
+    """What a burst of concurrent calls came to: each call's result, or the
+    exception it raised."""
+
+    results: list
+    errors: list[BaseException]
+
+
+def run_burst(calls: int, call) -> Burst:
+    """Runs `call(index)` on `calls` threads released at the same instant,
+    so their reservations race in the gateway."""
+    start = threading.Barrier(calls)
+    results: list = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def one(index: int) -> None:
+        start.wait()
+        try:
+            result = call(index)
+        except BaseException as err:  # noqa: BLE001 - every failure is reported by the test
+            with lock:
+                errors.append(err)
+        else:
+            with lock:
+                results.append(result)
+
+    threads = [threading.Thread(target=one, args=(index,), name=f"burst-{index}") for index in range(calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "a call of the burst hung"
+    return Burst(results=results, errors=errors)
