@@ -354,7 +354,10 @@ impl Directory {
 
     /// The key `presented` (where the caller's family sends it), if it is
     /// one of this gateway's and usable now.
-    pub fn authenticate_key(&self, presented: Option<&str>) -> Result<Arc<KeyConfig>, GatewayError> {
+    pub fn authenticate_key(
+        &self,
+        presented: Option<&str>,
+    ) -> Result<Arc<KeyConfig>, GatewayError> {
         let presented = presented.ok_or(GatewayError::MissingKey)?;
         let digest = hash_key(presented);
         let snapshot = self.current.load();

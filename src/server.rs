@@ -38,11 +38,11 @@ use tower_http::cors::CorsLayer;
 
 use crate::access::AccessRecord;
 use crate::body::{close_connection, drain, Body};
+use crate::directory::presented_key;
 use crate::endpoints;
 use crate::error::{GatewayError, Shape};
-use crate::gateway::Gateway;
-use crate::directory::presented_key;
 use crate::family::{self, Action};
+use crate::gateway::Gateway;
 use crate::provider::ProviderKind;
 use crate::proxy::count_tokens;
 
@@ -327,7 +327,8 @@ fn model_id(path: &str) -> Option<&str> {
 
 /// The model id of Google's `/v1beta/models/{id}`.
 fn google_model_id(path: &str) -> Option<&str> {
-    path.strip_prefix("/v1beta/models/").filter(|id| !id.is_empty())
+    path.strip_prefix("/v1beta/models/")
+        .filter(|id| !id.is_empty())
 }
 
 /// Answers a request on the proxied and the gateway's own routes.
@@ -388,7 +389,10 @@ fn caller_shape<B>(request: &Request<B>) -> Shape {
     if request.headers().contains_key("anthropic-version") || uri.path().starts_with("/v1/messages")
     {
         Shape::Anthropic
-    } else if google_key || uri.path().starts_with("/v1beta/") || uri.path().starts_with("/v1beta1/") {
+    } else if google_key
+        || uri.path().starts_with("/v1beta/")
+        || uri.path().starts_with("/v1beta1/")
+    {
         Shape::Google
     } else {
         Shape::OpenAi

@@ -80,9 +80,7 @@ impl HostedTools {
             Api::Messages => messages(body),
             Api::ChatCompletions => chat(body),
             // Gemini's tools are read by its family (`crate::family::gemini`).
-            Api::Completions | Api::Embeddings | Api::GenerateContent => {
-                Ok(HostedTools::default())
-            }
+            Api::Completions | Api::Embeddings | Api::GenerateContent => Ok(HostedTools::default()),
         }
     }
 }

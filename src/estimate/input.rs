@@ -92,7 +92,8 @@ pub(super) fn input_tokens(
     for (key, value) in body {
         match key.as_str() {
             "model" => {}
-            "messages" | "input" => {
+            // Gemini's conversation is its `contents`.
+            "messages" | "input" | "contents" => {
                 let items = match value {
                     Value::Array(items) => items.len() as u64,
                     // The Responses API takes a string as one user message.
@@ -105,7 +106,7 @@ pub(super) fn input_tokens(
             // A system prompt given beside the messages (Anthropic's
             // `system`, the Responses API's `instructions`) is framed as
             // one more message.
-            "system" | "instructions" => {
+            "system" | "instructions" | "systemInstruction" | "system_instruction" => {
                 tally.add(TOKENS_PER_ITEM);
                 tally.add(counter.count(key));
                 tally.walk(value);
@@ -115,6 +116,10 @@ pub(super) fn input_tokens(
                 tally.add(context_window)
             }
             "prompt" if api == Api::Responses => tally.add(context_window),
+            // A Gemini context cache, held at the provider.
+            "cachedContent" | "cached_content" if api == Api::GenerateContent => {
+                tally.add(context_window)
+            }
             _ => {
                 tally.add(counter.count(key));
                 tally.walk(value);
@@ -146,7 +151,11 @@ impl Tally {
                 let kind = map.get("type").and_then(Value::as_str).unwrap_or("");
                 if IMAGE_TYPES.contains(&kind) {
                     self.add(images::part_tokens(self.images, map));
-                } else if UNSEEN_TYPES.contains(&kind) || map.contains_key("file_id") {
+                } else if UNSEEN_TYPES.contains(&kind)
+                    || ["file_id", "fileUri", "file_uri"]
+                        .iter()
+                        .any(|key| map.contains_key(*key))
+                {
                     self.add(self.context_window);
                 } else {
                     for (key, value) in map {

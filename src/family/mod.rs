@@ -167,7 +167,9 @@ pub fn upstream_request(
     body: Bytes,
 ) -> Result<Request<Full<Bytes>>, http::Error> {
     match provider.kind {
-        ProviderKind::OpenAi => openai::upstream_request(provider, credential, route, headers, body),
+        ProviderKind::OpenAi => {
+            openai::upstream_request(provider, credential, route, headers, body)
+        }
         ProviderKind::Anthropic => {
             anthropic::upstream_request(provider, credential, route, headers, body)
         }

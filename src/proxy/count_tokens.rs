@@ -25,7 +25,11 @@ use crate::upstream;
 /// The largest answer read back: a count is a few bytes.
 const MAX_ANSWER_BYTES: usize = 1 << 20;
 
-pub async fn handle(gateway: &Arc<Gateway>, route: Route, request: Request<Incoming>) -> Response<Body> {
+pub async fn handle(
+    gateway: &Arc<Gateway>,
+    route: Route,
+    request: Request<Incoming>,
+) -> Response<Body> {
     let (parts, mut body) = request.into_parts();
     match count(gateway, &route, &parts, &mut body).await {
         Ok(response) => response,

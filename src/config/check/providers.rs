@@ -106,7 +106,9 @@ impl Checker<'_> {
         ];
         if kind != ProviderKind::Vertex {
             return match given.iter().find(|(_, value)| value.is_some()) {
-                Some((name, _)) => Err(self.invalid(field(name), "is a setting of vertex providers")),
+                Some((name, _)) => {
+                    Err(self.invalid(field(name), "is a setting of vertex providers"))
+                }
                 None => Ok(None),
             };
         }

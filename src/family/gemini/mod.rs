@@ -31,8 +31,7 @@ use crate::provider::ProviderKind;
 use crate::usage::Reported;
 
 /// The routes of the family, for messages.
-pub(super) const ROUTES: &str =
-    "/v1beta/models/{model}:generateContent or :streamGenerateContent";
+pub(super) const ROUTES: &str = "/v1beta/models/{model}:generateContent or :streamGenerateContent";
 
 /// The API versions whose paths the family serves.
 const VERSIONS: [&str; 2] = ["v1beta", "v1"];
@@ -110,7 +109,8 @@ pub(crate) fn method_route(
 /// Whether the query asks for server-sent events (`alt=sse`).
 pub(crate) fn asks_for_sse(query: Option<&str>) -> bool {
     query.is_some_and(|query| {
-        form_urlencoded::parse(query.as_bytes()).any(|(name, value)| name == "alt" && value == "sse")
+        form_urlencoded::parse(query.as_bytes())
+            .any(|(name, value)| name == "alt" && value == "sse")
     })
 }
 
@@ -199,7 +199,10 @@ pub(super) fn body_usage(body: &[u8]) -> Option<Reported> {
 }
 
 /// `usage` with the uses of Google Search that `grounding` shows.
-pub(crate) fn with_grounding(mut usage: crate::usage::Usage, grounding: usage::Grounding) -> crate::usage::Usage {
+pub(crate) fn with_grounding(
+    mut usage: crate::usage::Usage,
+    grounding: usage::Grounding,
+) -> crate::usage::Usage {
     let uses = grounding.queries.max(u64::from(grounding.grounded));
     if uses > 0 {
         usage.tool_calls.set(HostedTool::GoogleSearch, uses);

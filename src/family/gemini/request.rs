@@ -39,7 +39,9 @@ pub fn parse(model: &str, stream: bool, bytes: Bytes) -> Result<Call, GatewayErr
         Some(Value::String(named)) if named == model || named == &format!("models/{model}") => {}
         Some(_) => {
             return Err(bad(
-                &format!("the model is named in the path (`{model}`): remove `model` from the body"),
+                &format!(
+                    "the model is named in the path (`{model}`): remove `model` from the body"
+                ),
                 Some("model"),
             ))
         }
@@ -61,7 +63,9 @@ pub fn parse(model: &str, stream: bool, bytes: Bytes) -> Result<Call, GatewayErr
         ),
     };
     let config = config.map(|(_, config)| config);
-    let choices = match config.and_then(|c| spelled(c, "candidateCount", "candidate_count").transpose()) {
+    let choices = match config
+        .and_then(|c| spelled(c, "candidateCount", "candidate_count").transpose())
+    {
         None => 1,
         Some(field) => {
             let (_, value) = field?;
@@ -223,9 +227,9 @@ fn check_audio(body: &Map<String, Value>) -> Result<(), GatewayError> {
             Value::Array(items) => items.iter().any(any_audio),
             Value::Object(map) => map.iter().any(|(key, value)| {
                 let media = matches!(key.as_str(), "mimeType" | "mime_type")
-                    && value.as_str().is_some_and(|mime| {
-                        mime.trim().to_ascii_lowercase().starts_with("audio/")
-                    });
+                    && value
+                        .as_str()
+                        .is_some_and(|mime| mime.trim().to_ascii_lowercase().starts_with("audio/"));
                 media || any_audio(value)
             }),
             _ => false,
@@ -256,12 +260,17 @@ fn tools(model: &str, body: &Map<String, Value>) -> Result<HostedTools, GatewayE
     let mut hosted = HostedTools::default();
     for (index, tool) in tools.iter().enumerate() {
         let Value::Object(tool) = tool else {
-            return Err(bad("each entry of `tools` must be an object", Some("tools")));
+            return Err(bad(
+                "each entry of `tools` must be an object",
+                Some("tools"),
+            ));
         };
         for name in tool.keys() {
             match name.as_str() {
                 "functionDeclarations" | "function_declarations" => {}
-                "googleSearch" | "google_search" | "googleSearchRetrieval"
+                "googleSearch"
+                | "google_search"
+                | "googleSearchRetrieval"
                 | "google_search_retrieval" => {
                     hosted.declared.push(google_search(model, name, index));
                 }
