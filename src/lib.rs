@@ -1,7 +1,8 @@
 //! tollgate: an LLM API gateway that enforces a hard spending cap per key
 //! and per org, exactly, under any concurrency.
 //!
-//! An agent points its unmodified OpenAI or Anthropic SDK at the gateway.
+//! An agent points its unmodified OpenAI, Anthropic or Google SDK at the
+//! gateway.
 //! For every call the gateway estimates an upper bound of the cost, reserves
 //! it atomically against every cap that applies, streams the call through
 //! to the provider, reads the token usage from the response and settles the
@@ -21,8 +22,12 @@
 //!   forward, settle. [`settle`] holds the ticket that settles each call
 //!   exactly once; [`metered`] is the streaming body that reads usage on
 //!   the way; [`upstream`] is the shared pooled client to the providers.
-//! - [`api`] knows each provider API shape and its request rules;
-//!   [`error`] answers in the caller's shape.
+//! - [`family`] is one module per provider family (OpenAI, Anthropic,
+//!   Gemini, Vertex AI): its routes, where its clients send their key, its
+//!   request rules, its usage and streams, its upstream authentication.
+//! - [`api`] is the checked call every family produces, with the request
+//!   rules of the OpenAI and Anthropic bodies; [`error`] answers in the
+//!   caller's shape.
 //! - [`estimate`] bounds a call's cost before it is sent, counting OpenAI
 //!   models' tokens with [`tokenizer`]; [`usage`] reads token usage from
 //!   bodies and SSE events; [`sse`] splits an event stream in one pass.

@@ -1,5 +1,5 @@
 //! Which API family a provider speaks. The config names it, the families
-//! (`crate::family`) shape requests by it, and the estimate picks a
+//! (the `family` modules) shape requests by it, and the estimate picks a
 //! tokenizer by it; and the body fields through which providers limit
 //! output.
 

@@ -1,6 +1,6 @@
 //! The one pooled HTTP client to every provider, and the provider's
 //! request for a checked call: the client's headers without its
-//! credential (each family adds the provider's, `crate::family`) and
+//! credential (each family adds the provider's, in `family`) and
 //! without anything that could change the response's encoding, so usage
 //! can still be read.
 

@@ -2,7 +2,7 @@
 //! reports it in a response body or in the events of a stream.
 //!
 //! Every provider family names its counts differently (each family's
-//! module in `crate::family` reads its own); here they all become one
+//! module in `family` reads its own); here they all become one
 //! [`Usage`], by price class. Two details of a report move the rates
 //! rather than the counts: the split of cache writes by lifetime and the
 //! service tier the provider reports billing the call at.

@@ -558,7 +558,7 @@ fn check_input(api: Api, body: &Map<String, Value>) -> Result<(), GatewayError> 
             Some(_) => Err(bad("`input` must be a string or an array", Some("input"))),
             None => Err(bad("`input` is required", Some("input"))),
         },
-        // Checked by its family (`crate::family::gemini::request`).
+        // Checked by its family (the gemini family's `request` module).
         Api::GenerateContent => Ok(()),
     }
 }

@@ -79,7 +79,7 @@ impl HostedTools {
             Api::Responses => responses(body),
             Api::Messages => messages(body),
             Api::ChatCompletions => chat(body),
-            // Gemini's tools are read by its family (`crate::family::gemini`).
+            // Gemini's tools are read by its family (the gemini family).
             Api::Completions | Api::Embeddings | Api::GenerateContent => Ok(HostedTools::default()),
         }
     }

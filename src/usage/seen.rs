@@ -1,6 +1,6 @@
 //! What a streamed response has shown so far: the usage its provider
 //! reported, the text it carried and the counts no call can have. Each
-//! family's stream reader (`crate::family`) fills it in, event by event;
+//! family's stream reader (the `family` modules) fills it in, event by event;
 //! the metered body settles from it.
 
 use super::{AbsurdUsage, Reported, ServiceTier, Usage};

@@ -1,5 +1,9 @@
-//! The anthropic family: Anthropic's Messages API, also spoken by Vertex
-//! AI's Claude models. Its usage (`usage`) and its stream (`stream`).
+//! The anthropic family: Anthropic's Messages API — `POST /v1/messages`
+//! and `/v1/messages/count_tokens` (forwarded uncharged), the gateway key
+//! in `x-api-key` (or as a bearer token), the provider's in `x-api-key`
+//! with an `anthropic-version`. Its request rules are `crate::api`'s; its
+//! usage is read by `usage`, its stream by `stream`. Vertex AI's Claude
+//! models speak the same bodies and events.
 
 pub(super) mod stream;
 mod usage;

@@ -1,6 +1,9 @@
 //! The openai family: OpenAI's API and every OpenAI-compatible one —
-//! chat completions, legacy completions, Responses and embeddings. Its
-//! usage (`usage`, `tool_items`) and its streams (`stream`).
+//! `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses` and
+//! `/v1/embeddings`, the gateway key as a bearer token (or `x-api-key`),
+//! the provider's key as a bearer token. Its request rules are
+//! `crate::api`'s; its usage is read by `usage` and `tool_items`, its
+//! streams by `stream`.
 
 pub(super) mod stream;
 mod tool_items;
