@@ -133,11 +133,12 @@ enum Thinking {
     Dynamic,
 }
 
+/// A JSON object and the name it came under.
+type Named<'a> = (&'static str, &'a Map<String, Value>);
+
 /// `generationConfig` under either spelling, with the name it came under;
 /// `None` when absent or null.
-fn generation_config(
-    body: &Map<String, Value>,
-) -> Result<Option<(&'static str, &Map<String, Value>)>, GatewayError> {
+fn generation_config(body: &Map<String, Value>) -> Result<Option<Named<'_>>, GatewayError> {
     match spelled(body, "generationConfig", "generation_config")? {
         None | Some((_, Value::Null)) => Ok(None),
         Some((name, Value::Object(config))) => Ok(Some((name, config))),
