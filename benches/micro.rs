@@ -22,7 +22,7 @@ use tollgate::budget::{
     Settlement, SqliteStore,
 };
 use tollgate::estimate::{estimate, TokenCounter};
-use tollgate::family::{body_usage, StreamKind, StreamMeter};
+use tollgate::family::{self, body_usage, StreamKind, StreamMeter};
 use tollgate::prices::{ModelPrice, PriceTable};
 use tollgate::provider::ProviderKind;
 use tollgate::sse::SseSplitter;
@@ -45,6 +45,15 @@ cache_write_per_mtok = "1.25"
 output_per_mtok = "5.00"
 max_output_tokens = 64000
 context_window = 200000
+
+[models."gemini-2.5-flash"]
+input_per_mtok = "0.30"
+cached_input_per_mtok = "0.03"
+output_per_mtok = "2.50"
+max_output_tokens = 65536
+max_thinking_tokens = 24576
+context_window = 1048576
+reasoning = true
 "#;
 
 fn price(model: &str) -> ModelPrice {
@@ -170,6 +179,72 @@ fn cost_estimation(c: &mut Criterion) {
                     b.iter(|| {
                         let call = parse(black_box(body));
                         estimate(&call, &price, counter)
+                    })
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+/// One call's whole synchronous path through its family — route, parse,
+/// bound, estimate, and the usage of its answer — for a chat completion
+/// and a Gemini `generateContent` of the same prompt and answer, both
+/// counted by the byte heuristic: what the Gemini family costs the
+/// gateway beside OpenAI's, paired in one run.
+fn family_paths(c: &mut Criterion) {
+    let mut group = c.benchmark_group("family_call");
+    let price = price("gemini-2.5-flash");
+    let counter = TokenCounter::Heuristic;
+    for words in [100usize, 2_000] {
+        let text = "lorem ipsum dolor sit amet ".repeat(words / 5);
+        let answer = "consectetur adipiscing elit ".repeat(words / 10);
+        let chat = Bytes::from(
+            serde_json::json!({"model": "gemini-2.5-flash",
+                "messages": [{"role": "user", "content": text}]})
+            .to_string(),
+        );
+        let chat_answer = serde_json::json!({"id": "chatcmpl-1", "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
+                "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150}})
+        .to_string();
+        let gemini = Bytes::from(
+            serde_json::json!({"contents": [{"role": "user", "parts": [{"text": text}]}]})
+                .to_string(),
+        );
+        let gemini_answer = serde_json::json!({"candidates": [{"content": {"role": "model",
+                "parts": [{"text": answer}]}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 50,
+                "totalTokenCount": 150}, "modelVersion": "gemini-2.5-flash"})
+        .to_string();
+        let paths = [
+            ("chat", "/v1/chat/completions", chat, chat_answer),
+            (
+                "gemini",
+                "/v1beta/models/gemini-2.5-flash:generateContent",
+                gemini,
+                gemini_answer,
+            ),
+        ];
+        for (name, path, body, answer) in paths {
+            group.bench_with_input(
+                BenchmarkId::new(name, format!("{words}_words")),
+                &(body, answer),
+                |b, (body, answer)| {
+                    b.iter(|| {
+                        let Some(route) = family::route(black_box(path), None) else {
+                            unreachable!("{path} is a route")
+                        };
+                        let Ok(mut call) = family::parse(&route, body.clone()) else {
+                            unreachable!("the benchmark's request is valid")
+                        };
+                        family::bound_by_price(&mut call, &price);
+                        call.bound_output(65_536, &[]);
+                        let bound = estimate(&call, &price, counter);
+                        let forwarded = call.forward_body();
+                        let usage = body_usage(call.api, black_box(answer.as_bytes()));
+                        (bound, forwarded, usage)
                     })
                 },
             );
@@ -397,7 +472,7 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = sse_scanning, usage_parsing, request_parsing, cost_estimation, token_counting, reserve_and_settle,
+    targets = sse_scanning, usage_parsing, request_parsing, cost_estimation, family_paths, token_counting, reserve_and_settle,
         sqlite_reserve_and_settle, sqlite_reserve_and_settle_at_once
 }
 criterion_main!(micro);
