@@ -222,6 +222,10 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 
 fn check_config(path: &std::path::Path) -> Result<(), String> {
     let config = Config::load(path).map_err(|e| e.to_string())?;
+    for vertex in config.providers.iter().filter_map(|p| p.vertex.as_ref()) {
+        tollgate::family::vertex::token::ServiceAccount::load(&vertex.credentials_file)
+            .map_err(|e| e.to_string())?;
+    }
     tracing::info!(
         keys = config.keys.len(),
         orgs = config.orgs.len(),

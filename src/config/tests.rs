@@ -11,6 +11,7 @@ use super::*;
 
 mod http_layers;
 mod keys;
+mod providers;
 mod redis_tls;
 mod store;
 
