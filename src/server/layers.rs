@@ -2,9 +2,9 @@
 //!
 //! Around every request ([`every_request`]), outermost first:
 //!
-//! - `Authorization`, `Proxy-Authorization`, `x-api-key` and `Cookie` (and
-//!   a response's `Set-Cookie`) are marked sensitive, so no layer and no
-//!   `Debug` print of a request shows them;
+//! - `Authorization`, `Proxy-Authorization`, `x-api-key`, `x-goog-api-key`
+//!   and `Cookie` (and a response's `Set-Cookie`) are marked sensitive, so
+//!   no layer and no `Debug` print of a request shows them;
 //! - a client's `x-tollgate-request-id` is dropped and a fresh one minted
 //!   (a UUIDv7): the id names the call's reservation and ledger entry,
 //!   which a client must not choose; it is returned on every response;
@@ -80,8 +80,14 @@ pub type EveryRequest<S> = SetSensitiveRequestHeaders<
 /// `inner` behind the layers every request goes through.
 pub fn every_request<S>(inner: S) -> EveryRequest<S> {
     let api_key = HeaderName::from_static("x-api-key");
-    let sensitive: Arc<[HeaderName]> =
-        Arc::new([AUTHORIZATION, PROXY_AUTHORIZATION, COOKIE, api_key]);
+    let google_key = HeaderName::from_static("x-goog-api-key");
+    let sensitive: Arc<[HeaderName]> = Arc::new([
+        AUTHORIZATION,
+        PROXY_AUTHORIZATION,
+        COOKIE,
+        api_key,
+        google_key,
+    ]);
     // The access log (`crate::access`) is the one line per call; the
     // layer's own request, response and failure events would repeat it.
     let trace = TraceLayer::new_for_http()
