@@ -12,6 +12,8 @@ use std::marker::PhantomData;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+pub(super) use crate::usage::text::TextLen;
+
 /// Generated text carried by a parsed piece of a response.
 pub(super) trait TextBytes {
     fn text_bytes(&self) -> u64;
@@ -82,42 +84,6 @@ macro_rules! lenient_rest {
             Ok($value)
         }
     };
-}
-
-/// The decoded UTF-8 length of a JSON string, read without keeping it;
-/// any other value measures 0.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct TextLen(pub(super) u64);
-
-impl<'de> Deserialize<'de> for TextLen {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(TextLenVisitor)
-    }
-}
-
-struct TextLenVisitor;
-
-impl<'de> Visitor<'de> for TextLenVisitor {
-    type Value = TextLen;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<TextLen, E> {
-        Ok(TextLen(text.len() as u64))
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<TextLen, E> {
-        Ok(TextLen(0))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TextLen, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(TextLen(0))
-    }
-
-    lenient_rest!(TextLen, TextLen(0));
 }
 
 /// The length of a JSON value written as compact JSON (as serde_json
