@@ -97,6 +97,9 @@ pub struct BudgetRefusal {
     /// The largest output limit (per choice) with which the call would
     /// fit what remains; `None` when none would.
     pub fitting_output_limit: Option<u64>,
+    /// The fields that set the call's output limit in its API, for the
+    /// message to name.
+    pub limit_fields: &'static [&'static str],
 }
 
 fn budget_message(refusal: &BudgetRefusal) -> String {
@@ -112,8 +115,8 @@ fn budget_message(refusal: &BudgetRefusal) -> String {
     };
     let fit = match refusal.fitting_output_limit {
         Some(limit) => format!(
-            ". An output limit (max_tokens, max_completion_tokens, max_output_tokens or \
-             generationConfig.maxOutputTokens) of {limit} tokens or fewer fits what remains"
+            ". An output limit ({}) of {limit} tokens or fewer fits what remains",
+            refusal.limit_fields.join(" or ")
         ),
         None => ". Not even a small output limit fits what remains".to_owned(),
     };

@@ -96,6 +96,7 @@ async fn reserve_bound(
                 denial,
                 bound: amount,
                 fitting_output_limit,
+                limit_fields: admitted.call.api.output_limit_fields(),
             })))
         }
         Ok(ReserveOutcome::RunCapConflict { cap }) => {

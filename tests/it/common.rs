@@ -25,6 +25,9 @@ pub const PROVIDER_KEY: &str = "sk-provider-secret";
 pub const ALICE: &str = "tg-alice";
 pub const BOB: &str = "tg-bob";
 pub const SOLO: &str = "tg-solo";
+/// Where the test config's `vertex` provider sends every call.
+pub const VERTEX_PROJECT: &str = "tg-project";
+pub const VERTEX_LOCATION: &str = "europe-west4";
 
 /// Caps and limits a test can set.
 pub struct Setup {
@@ -50,6 +53,12 @@ pub struct Setup {
     pub alice_extra: &'static str,
     /// More TOML lines for the org's `[[orgs]]` table.
     pub org_extra: &'static str,
+    /// Add a `gemini` provider and a `vertex` one (project
+    /// [`VERTEX_PROJECT`] in [`VERTEX_LOCATION`], signing in with the
+    /// mock's service account) to the mock.
+    pub google: bool,
+    /// Where the `gemini` provider points instead of the mock.
+    pub gemini_base_url: Option<String>,
 }
 
 impl Default for Setup {
@@ -72,6 +81,8 @@ impl Default for Setup {
             tables_extra: "",
             alice_extra: "",
             org_extra: "",
+            google: false,
+            gemini_base_url: None,
         }
     }
 }
@@ -95,6 +106,8 @@ pub struct Harness {
     pub mock: MockServer,
     pub store: MemoryStore,
     pub config_text: String,
+    /// Holds the vertex provider's service account file.
+    _google_dir: Option<tempfile::TempDir>,
     shutdown: Option<oneshot::Sender<()>>,
     running: Option<server::Running>,
 }
@@ -107,6 +120,13 @@ pub async fn start(setup: Setup) -> Harness {
     crate::limits::raise_open_files();
     let mock = tollgate_mock::spawn(setup.mock.clone()).await.unwrap();
     let prices = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml");
+    let (google_dir, google_providers) = if setup.google {
+        let gemini = setup.gemini_base_url.clone().unwrap_or_else(|| mock.url());
+        let (dir, providers) = google_providers(&mock, &gemini);
+        (Some(dir), providers)
+    } else {
+        (None, String::new())
+    };
     let config_text = format!(
         r#"
 {tables_extra}
@@ -138,6 +158,8 @@ kind = "anthropic"
 base_url = "http://{mock}"
 api_key_env = "TEST_ANTHROPIC_KEY"
 models = ["claude-*"]
+
+{google_providers}
 
 [[orgs]]
 id = "acme"
@@ -180,6 +202,7 @@ models = ["gpt-4o-mini"]
         alice_extra = setup.alice_extra,
         org_extra = setup.org_extra,
         mock = mock.addr,
+        google_providers = google_providers,
         org_cap = setup.org_cap,
         alice = sha(ALICE),
         alice_cap = setup.alice_cap,
@@ -191,6 +214,7 @@ models = ["gpt-4o-mini"]
     let env = move |name: &str| match name {
         "TEST_OPENAI_KEY" => Some(PROVIDER_KEY.to_owned()),
         "TEST_ANTHROPIC_KEY" if !anthropic_missing => Some(PROVIDER_KEY.to_owned()),
+        "TEST_GEMINI_KEY" => Some(PROVIDER_KEY.to_owned()),
         _ => None,
     };
     let config =
@@ -221,9 +245,44 @@ models = ["gpt-4o-mini"]
         mock,
         store,
         config_text,
+        _google_dir: google_dir,
         shutdown: Some(tx),
         running: Some(running),
     }
+}
+
+/// The `gemini` and `vertex` providers' TOML, and the directory holding
+/// the service account file the vertex one reads.
+fn google_providers(mock: &MockServer, gemini_url: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let account = dir.path().join("vertex-sa.json");
+    std::fs::write(
+        &account,
+        tollgate_mock::service_account_json(&mock.token_url()),
+    )
+    .unwrap();
+    let toml = format!(
+        r#"
+[[providers]]
+name = "gemini"
+kind = "gemini"
+base_url = "{gemini_url}"
+api_key_env = "TEST_GEMINI_KEY"
+models = ["gemini-*"]
+
+[[providers]]
+name = "vertex"
+kind = "vertex"
+base_url = "http://{mock}"
+project = "{VERTEX_PROJECT}"
+location = "{VERTEX_LOCATION}"
+credentials_file = "{account}"
+models = ["gemini-*", "claude-*@*"]
+"#,
+        mock = mock.addr,
+        account = account.display(),
+    );
+    (dir, toml)
 }
 
 impl Harness {

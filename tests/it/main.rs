@@ -40,6 +40,7 @@ mod concurrency;
 mod connections;
 mod early_ends;
 mod estimate_bound;
+mod gemini;
 mod hosted_tools;
 mod http_layers;
 mod idempotency;
@@ -60,6 +61,7 @@ mod redis_tls;
 mod routes;
 mod sqlite_crash;
 mod sqlite_disk_full;
+mod vertex;
 
 /// Every integration test is a module of this binary. Cargo builds no
 /// other (`autotests = false`), and a file no `mod` names is not compiled:
