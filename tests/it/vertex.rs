@@ -174,8 +174,16 @@ async fn refusals_keep_each_routes_shape_and_cost_nothing() {
             assert_eq!(body["error"]["type"], kind, "{body}");
         }
     };
-    type Check = Box<dyn Fn(Value)>;
-    let cases: Vec<(&str, String, Option<&str>, Value, u16, Check)> = vec![
+    // Name, path, key, body, status, and what the error body must say.
+    type Case<'a> = (
+        &'a str,
+        String,
+        Option<&'a str>,
+        Value,
+        u16,
+        Box<dyn Fn(Value)>,
+    );
+    let cases: Vec<Case> = vec![
         (
             "no key",
             gemini.clone(),
