@@ -136,7 +136,7 @@ fn usage_parsing(c: &mut Criterion) {
 }
 
 fn parse(bytes: &Bytes) -> Call {
-    match Call::parse(Api::ChatCompletions, bytes.clone()) {
+    match tollgate::family::parse_own_route(Api::ChatCompletions, bytes.clone()) {
         Ok(mut call) => {
             call.bound_output(16_384, &[]);
             call

@@ -139,7 +139,7 @@ mod tests {
     }
 
     pub(super) fn call(api: Api, body: serde_json::Value) -> Call {
-        let mut call = Call::parse(api, Bytes::from(body.to_string())).unwrap();
+        let mut call = crate::family::parse_own_route(api, Bytes::from(body.to_string())).unwrap();
         call.bound_output(100, &[]);
         call
     }

@@ -25,12 +25,12 @@
 //! - [`family`] is one module per provider family (OpenAI, Anthropic,
 //!   Gemini, Vertex AI): its routes, where its clients send their key, its
 //!   request rules, its usage and streams, its upstream authentication.
-//! - [`api`] is the checked call every family produces, with the request
-//!   rules of the OpenAI and Anthropic bodies; [`error`] answers in the
-//!   caller's shape.
+//! - [`api`] is the checked call every family produces, and the checks
+//!   the families share; [`error`] answers in the caller's shape.
 //! - [`estimate`] bounds a call's cost before it is sent, counting OpenAI
-//!   models' tokens with [`tokenizer`]; [`usage`] reads token usage from
-//!   bodies and SSE events; [`sse`] splits an event stream in one pass.
+//!   models' tokens with [`tokenizer`]; [`usage`] is the token usage every
+//!   family reads and the stream meter's state; [`sse`] splits an event
+//!   stream in one pass.
 //! - [`budget`] is the reserve/settle protocol and its stores; [`sweep`]
 //!   expires what crashed calls left; [`drain`] moves the Redis ledger to
 //!   a durable sink; [`reconcile`] proves the books; [`alerts`] queues and

@@ -1,11 +1,16 @@
-//! The provider API shapes the gateway proxies, and what it must know of a
-//! request before forwarding it: the model, whether it streams, how many
-//! choices it asks for, its output limit and its hosted tools' limits —
-//! which the gateway sets when the client did not, so the reserved upper
-//! bound holds at the provider.
+//! The API shapes the gateway proxies, and the [`Call`] every provider
+//! family reads a request into: what the gateway must know of it before
+//! forwarding it — the model, whether it streams, how many choices it asks
+//! for, its output limit and its hosted tools' limits, which the gateway
+//! sets when the client did not, so the reserved upper bound holds at the
+//! provider.
 //!
-//! Each request is checked field by field: a bad value is a 400 naming the
-//! field, before anything is reserved or forwarded.
+//! Each family's request rules (in the family modules) build the call,
+//! field by field: a bad value is a 400 naming the field, before anything
+//! is reserved or forwarded. This module holds what they share: the call
+//! and its output limit, the one JSON reading of a body, the checks more
+//! than one family makes, and the refusals of options and hosted tools the
+//! model's price does not cover.
 
 mod json;
 mod rules;
@@ -19,8 +24,10 @@ use crate::prices::PricedOptions;
 use crate::provider::OUTPUT_LIMIT_FIELDS;
 
 pub(crate) use json::parse_unambiguous;
-pub use rules::{check_headers, check_hosted_tools, check_priced_options};
-pub use tools::{DeclaredTool, HostedTools, DEFAULT_MAX_TOOL_CALLS, DEFAULT_MAX_USES};
+pub(crate) use rules::service_tier;
+pub use rules::{check_hosted_tools, check_priced_options};
+pub(crate) use tools::{count, refuse, tool_entries, unknown, ToolKind, NOT_SUPPORTED};
+pub use tools::{DeclaredTool, HostedTools};
 
 /// A proxied route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,13 +42,6 @@ pub enum Api {
     /// in the path, the output limit in `generationConfig`.
     GenerateContent,
 }
-
-/// The OpenAI API's default output limit of the legacy completions route:
-/// setting it explicitly bounds the call without changing its behaviour.
-const COMPLETIONS_DEFAULT_MAX_TOKENS: u64 = 16;
-
-/// Largest `n` (or `best_of`) accepted, as OpenAI does.
-const MAX_CHOICES: u64 = 128;
 
 impl Api {
     pub fn from_path(path: &str) -> Option<Api> {
@@ -100,6 +100,11 @@ pub struct Call {
     pub output_limit: u64,
     /// Whether the client set the output limit.
     pub(crate) limit_given: bool,
+    /// The limit the gateway sets when the client gives none, where that
+    /// is not the model's most: the API's own default when setting it
+    /// bounds the call without changing it (legacy completions' 16). Such
+    /// a limit is never fitted to the budget.
+    pub(crate) default_limit: Option<u64>,
     /// Thinking tokens one choice may spend (Anthropic's
     /// `thinking.budget_tokens`, Gemini's `thinkingBudget`): thinking is
     /// output, and a provider may honour a budget above the output limit.
@@ -120,7 +125,7 @@ pub struct Call {
     /// Choices generated (`n`, or `best_of` for legacy completions).
     pub choices: u64,
     /// The hosted tools it declares, each with the most uses the forwarded
-    /// body allows ([`Call::bound_tool_uses`] sets the limits it lacks).
+    /// body allows (each family sets the limits it lacks).
     pub tools: HostedTools,
     /// The options it asks for that are billed at other rates; the long
     /// context is asked for in a header, and set once headers are read.
@@ -137,96 +142,6 @@ pub struct Call {
 }
 
 impl Call {
-    /// Parses and checks a request body. Its output limit is bounded once
-    /// the provider is known ([`Call::bound_output`]).
-    pub fn parse(api: Api, bytes: Bytes) -> Result<Call, GatewayError> {
-        Call::parse_routed(api, bytes, None, None)
-    }
-
-    /// [`Call::parse`] for a route that names the model, or whether the
-    /// call streams, in its path (Claude on Vertex AI): a body that says
-    /// otherwise is refused.
-    pub fn parse_routed(
-        api: Api,
-        bytes: Bytes,
-        path_model: Option<&str>,
-        path_stream: Option<bool>,
-    ) -> Result<Call, GatewayError> {
-        let body = json_object(&bytes)?;
-        let model = match (body.get("model"), path_model) {
-            (Some(Value::String(m)), None) if !m.is_empty() => m.clone(),
-            (Some(_), None) => {
-                return Err(bad("`model` must be a non-empty string", Some("model")))
-            }
-            (None, None) => return Err(bad("`model` is required", Some("model"))),
-            (None, Some(model)) => model.to_owned(),
-            (Some(Value::String(m)), Some(model)) if m == model => model.to_owned(),
-            (Some(_), Some(model)) => {
-                return Err(bad(
-                    &format!(
-                        "the model is named in the path (`{model}`): remove `model` from the body"
-                    ),
-                    Some("model"),
-                ))
-            }
-        };
-        let stream = match (body.get("stream"), path_stream) {
-            (None | Some(Value::Null), None) => false,
-            (Some(Value::Bool(b)), None) => *b,
-            (None | Some(Value::Null), Some(stream)) => stream,
-            (Some(Value::Bool(b)), Some(stream)) if *b == stream => stream,
-            (Some(Value::Bool(_)), Some(stream)) => {
-                return Err(bad(
-                    &format!(
-                        "`stream` disagrees with the route, which {}: remove it or call the \
-                         other route",
-                        if stream { "streams" } else { "does not stream" }
-                    ),
-                    Some("stream"),
-                ))
-            }
-            (Some(_), _) => return Err(bad("`stream` must be true or false", Some("stream"))),
-        };
-        if stream && api == Api::Embeddings {
-            return Err(bad(
-                "embeddings do not stream: remove `stream`",
-                Some("stream"),
-            ));
-        }
-        check_input(api, &body)?;
-        let options = rules::check_body(api, &body)?;
-        let tools = HostedTools::of(api, &body)?;
-        let choices = choices(api, &body)?;
-        let client_limit = client_output_limit(api, &body)?;
-        let thinking_budget = match api {
-            Api::Messages => thinking_budget(&body)?.unwrap_or(0),
-            _ => 0,
-        };
-        let mut call = Call {
-            api,
-            model,
-            stream,
-            output_limit: client_limit.unwrap_or(0),
-            limit_given: client_limit.is_some(),
-            thinking_budget,
-            thinking_beside_limit: false,
-            thinking_unbudgeted: false,
-            limit_at: None,
-            choices,
-            tools,
-            options,
-            hide_usage_chunk: false,
-            body,
-            original: bytes,
-            changed: false,
-        };
-        if stream && matches!(api, Api::ChatCompletions | Api::Completions) {
-            call.ask_for_stream_usage()?;
-        }
-        call.bound_tool_uses();
-        Ok(call)
-    }
-
     /// The most output tokens one choice can be billed for.
     pub fn output_bound(&self) -> u64 {
         self.output_bound_at(self.output_limit)
@@ -273,11 +188,7 @@ impl Call {
             return;
         };
         if !self.limit_given {
-            self.output_limit = if self.api == Api::Completions {
-                COMPLETIONS_DEFAULT_MAX_TOKENS
-            } else {
-                default
-            };
+            self.output_limit = self.default_limit.unwrap_or(default);
         }
         self.write_output_limit(&targets);
     }
@@ -341,39 +252,6 @@ impl Call {
             }
         }
     }
-
-    /// Makes an OpenAI stream report its usage: without it a stream's cost
-    /// could only be guessed.
-    fn ask_for_stream_usage(&mut self) -> Result<(), GatewayError> {
-        let options = self
-            .body
-            .entry("stream_options")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if options.is_null() {
-            *options = Value::Object(Map::new());
-        }
-        let Value::Object(options) = options else {
-            return Err(bad(
-                "`stream_options` must be an object",
-                Some("stream_options"),
-            ));
-        };
-        match options.get("include_usage") {
-            Some(Value::Bool(true)) => {}
-            None | Some(Value::Null) | Some(Value::Bool(false)) => {
-                options.insert("include_usage".to_owned(), Value::Bool(true));
-                self.hide_usage_chunk = true;
-                self.changed = true;
-            }
-            Some(_) => {
-                return Err(bad(
-                    "`stream_options.include_usage` must be true or false",
-                    Some("stream_options"),
-                ))
-            }
-        }
-        Ok(())
-    }
 }
 
 /// A request body: one JSON object that names no key twice.
@@ -397,7 +275,7 @@ pub(crate) fn bad(message: &str, param: Option<&'static str>) -> GatewayError {
 }
 
 /// A field that must be a positive integer when present.
-fn positive_int(
+pub(crate) fn positive_int(
     body: &Map<String, Value>,
     field: &'static str,
 ) -> Result<Option<u64>, GatewayError> {
@@ -415,8 +293,11 @@ fn positive_int(
 
 /// The output limit the client set, if any. Two limit fields that
 /// disagree are refused: a provider may read either, so the call's bound
-/// would depend on which one it reads. Anthropic requires `max_tokens`.
-fn client_output_limit(api: Api, body: &Map<String, Value>) -> Result<Option<u64>, GatewayError> {
+/// would depend on which one it reads.
+pub(crate) fn client_output_limit(
+    api: Api,
+    body: &Map<String, Value>,
+) -> Result<Option<u64>, GatewayError> {
     // Another API's limit field: a provider might honour it, or refuse it.
     let own = api.output_limit_fields();
     if let Some(foreign) = OUTPUT_LIMIT_FIELDS
@@ -453,115 +334,70 @@ fn client_output_limit(api: Api, body: &Map<String, Value>) -> Result<Option<u64
             _ => limit = Some((field, value)),
         }
     }
-    if api == Api::Messages && limit.is_none() {
-        return Err(bad("`max_tokens` is required", Some("max_tokens")));
-    }
     Ok(limit.map(|(_, value)| value))
 }
 
-/// `thinking.budget_tokens` of an Anthropic request, when thinking is on.
-fn thinking_budget(body: &Map<String, Value>) -> Result<Option<u64>, GatewayError> {
-    match body.get("thinking") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(thinking)) => match thinking.get("budget_tokens") {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => match value.as_u64() {
-                Some(n) if n >= 1 => Ok(Some(n)),
-                _ => Err(bad(
-                    "`thinking.budget_tokens` must be a positive integer",
-                    Some("thinking"),
-                )),
-            },
-        },
-        Some(_) => Err(bad("`thinking` must be an object", Some("thinking"))),
-    }
-}
-
-fn choices(api: Api, body: &Map<String, Value>) -> Result<u64, GatewayError> {
-    let fields: &[&'static str] = match api {
-        Api::ChatCompletions => &["n"],
-        Api::Completions => &["n", "best_of"],
-        _ => &[],
+/// The model a body names (or the route's, when its path names it) and
+/// whether the call streams (or the route says): a body that disagrees
+/// with its route is refused.
+pub(crate) fn model_and_stream(
+    body: &Map<String, Value>,
+    path_model: Option<&str>,
+    path_stream: Option<bool>,
+) -> Result<(String, bool), GatewayError> {
+    let model = match (body.get("model"), path_model) {
+        (Some(Value::String(m)), None) if !m.is_empty() => m.clone(),
+        (Some(_), None) => return Err(bad("`model` must be a non-empty string", Some("model"))),
+        (None, None) => return Err(bad("`model` is required", Some("model"))),
+        (None, Some(model)) => model.to_owned(),
+        (Some(Value::String(m)), Some(model)) if m == model => model.to_owned(),
+        (Some(_), Some(model)) => {
+            return Err(bad(
+                &format!(
+                    "the model is named in the path (`{model}`): remove `model` from the body"
+                ),
+                Some("model"),
+            ))
+        }
     };
-    let mut choices = 1;
-    for field in fields {
-        if let Some(n) = positive_int(body, field)? {
-            if n > MAX_CHOICES {
-                return Err(bad(
-                    &format!("`{field}` must be at most {MAX_CHOICES}"),
-                    Some(field),
-                ));
-            }
-            choices = choices.max(n);
+    let stream = match (body.get("stream"), path_stream) {
+        (None | Some(Value::Null), None) => false,
+        (Some(Value::Bool(b)), None) => *b,
+        (None | Some(Value::Null), Some(stream)) => stream,
+        (Some(Value::Bool(b)), Some(stream)) if *b == stream => stream,
+        (Some(Value::Bool(_)), Some(stream)) => {
+            return Err(bad(
+                &format!(
+                    "`stream` disagrees with the route, which {}: remove it or call the \
+                     other route",
+                    if stream { "streams" } else { "does not stream" }
+                ),
+                Some("stream"),
+            ))
         }
-    }
-    Ok(choices.saturating_mul(prompts(api, body)))
+        (Some(_), _) => return Err(bad("`stream` must be true or false", Some("stream"))),
+    };
+    Ok((model, stream))
 }
 
-/// How many prompts one legacy completions request carries: each gets its
-/// own `n` choices. An array of strings or of token arrays is several
-/// prompts; a string, or one array of token ids, is one.
-fn prompts(api: Api, body: &Map<String, Value>) -> u64 {
-    match (api, body.get("prompt")) {
-        (Api::Completions, Some(Value::Array(items)))
-            if items.iter().any(|item| !item.is_number()) =>
-        {
-            items.len().max(1) as u64
-        }
-        _ => 1,
-    }
-}
-
-/// The input each API requires.
-fn check_input(api: Api, body: &Map<String, Value>) -> Result<(), GatewayError> {
-    match api {
-        Api::ChatCompletions | Api::Messages => match body.get("messages") {
-            Some(Value::Array(items)) if !items.is_empty() => {
-                if items.iter().all(Value::is_object) {
-                    Ok(())
-                } else {
-                    Err(bad(
-                        "every item of `messages` must be an object",
-                        Some("messages"),
-                    ))
-                }
-            }
-            Some(_) => Err(bad(
-                "`messages` must be a non-empty array",
-                Some("messages"),
-            )),
-            None => Err(bad("`messages` is required", Some("messages"))),
-        },
-        Api::Completions => match body.get("prompt") {
-            Some(Value::String(_) | Value::Array(_)) => Ok(()),
-            Some(_) => Err(bad("`prompt` must be a string or an array", Some("prompt"))),
-            None => Err(bad("`prompt` is required", Some("prompt"))),
-        },
-        Api::Embeddings => match body.get("input") {
-            Some(Value::String(s)) if !s.is_empty() => Ok(()),
-            Some(Value::Array(items)) if !items.is_empty() => Ok(()),
-            Some(_) => Err(bad(
-                "`input` must be a non-empty string or array",
-                Some("input"),
-            )),
-            None => Err(bad("`input` is required", Some("input"))),
-        },
-        Api::Responses => match body.get("input") {
-            Some(Value::String(_) | Value::Array(_)) => Ok(()),
-            Some(Value::Null) | None
-                if body.contains_key("previous_response_id")
-                    || body.contains_key("conversation")
-                    || body.contains_key("prompt") =>
-            {
+/// `messages`, which Chat Completions and Anthropic's Messages require: a
+/// non-empty array of objects.
+pub(crate) fn check_messages(body: &Map<String, Value>) -> Result<(), GatewayError> {
+    match body.get("messages") {
+        Some(Value::Array(items)) if !items.is_empty() => {
+            if items.iter().all(Value::is_object) {
                 Ok(())
+            } else {
+                Err(bad(
+                    "every item of `messages` must be an object",
+                    Some("messages"),
+                ))
             }
-            Some(_) => Err(bad("`input` must be a string or an array", Some("input"))),
-            None => Err(bad("`input` is required", Some("input"))),
-        },
-        // Checked by its family (the gemini family's `request` module).
-        Api::GenerateContent => Ok(()),
+        }
+        Some(_) => Err(bad(
+            "`messages` must be a non-empty array",
+            Some("messages"),
+        )),
+        None => Err(bad("`messages` is required", Some("messages"))),
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -210,8 +210,9 @@ fn result_tokens(declared: &crate::api::DeclaredTool, context_window: u64) -> u6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Api, Call, DEFAULT_MAX_TOOL_CALLS};
+    use crate::api::{Api, Call};
     use crate::estimate::{estimate, TokenCounter};
+    use crate::family::openai::DEFAULT_MAX_TOOL_CALLS;
     use crate::money::Price;
     use crate::prices::PriceTable;
     use serde_json::{json, Value};
@@ -233,7 +234,8 @@ mod tests {
     }
 
     fn call(api: Api, body: Value) -> Call {
-        let mut call = Call::parse(api, bytes::Bytes::from(body.to_string())).unwrap();
+        let mut call =
+            crate::family::parse_own_route(api, bytes::Bytes::from(body.to_string())).unwrap();
         call.bound_output(100, &[]);
         call
     }

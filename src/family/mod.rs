@@ -104,8 +104,32 @@ pub fn parse(route: &Route, body: Bytes) -> Result<Call, GatewayError> {
     match route.family {
         ProviderKind::Gemini => gemini::parse(route, body),
         ProviderKind::Vertex => vertex::parse(route, body),
-        ProviderKind::OpenAi | ProviderKind::Anthropic => Call::parse(route.api, body),
+        ProviderKind::OpenAi | ProviderKind::Anthropic => parse_own_route(route.api, body),
     }
+}
+
+/// A body of `api` as it is read on the API's own route (OpenAI's paths,
+/// `/v1/messages`); `generateContent`, whose model is in its path, has
+/// none.
+pub fn parse_own_route(api: Api, body: Bytes) -> Result<Call, GatewayError> {
+    match api {
+        Api::Messages => anthropic::request::parse(body, None, None),
+        Api::GenerateContent => Err(GatewayError::BadRequest {
+            message: "generateContent names its model in the path".to_owned(),
+            param: None,
+            code: None,
+        }),
+        _ => openai::request::parse(api, body),
+    }
+}
+
+/// What the call's headers ask for that moves its price: Anthropic's long
+/// context, asked for in `anthropic-beta`.
+pub fn read_priced_headers(call: &mut Call, headers: &HeaderMap) -> Result<(), GatewayError> {
+    if call.api == Api::Messages {
+        call.options.long_context = anthropic::request::long_context(headers)?;
+    }
+    Ok(())
 }
 
 /// What the call's bound needs of its model's price once it is known.

@@ -1,4 +1,9 @@
-//! Reading the usage of plain response bodies of every family.
+//! Reading the usage of plain response bodies of every family; the
+//! request rules of the openai and anthropic families (`requests`,
+//! `tools`).
+
+mod requests;
+mod tools;
 
 use super::*;
 use crate::hosted::HostedTool;

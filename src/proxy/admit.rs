@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
-use crate::api::{check_headers, check_hosted_tools, check_priced_options, Api, Call};
+use crate::api::{check_hosted_tools, check_priced_options, Call};
 use crate::budget::RunScope;
 use crate::config::{KeyConfig, OnInsufficient, Provider};
 use crate::error::GatewayError;
@@ -92,9 +92,7 @@ pub async fn admit<'g>(
     };
     let price = prices.get(&call.model).ok_or_else(unknown)?;
     let provider = family::provider_for(&gateway.config.providers, route, &call.model)?;
-    if route.api == Api::Messages {
-        call.options.long_context = check_headers(route.api, headers)?;
-    }
+    family::read_priced_headers(&mut call, headers)?;
     check_priced_options(&call, price)?;
     check_hosted_tools(&call, price)?;
     family::bound_by_price(&mut call, price);
@@ -183,7 +181,7 @@ impl Fit {
         estimate: &Estimate,
         min_clamped: u64,
     ) -> Option<Fit> {
-        let fitted_by_gateway = !call.limit_given() && call.api != Api::Completions;
+        let fitted_by_gateway = !call.limit_given() && call.default_limit.is_none();
         let clamped = call.limit_given() && key.on_insufficient == OnInsufficient::Clamp;
         if !(fitted_by_gateway || clamped)
             || call.api.output_limit_fields().is_empty()

@@ -7,9 +7,9 @@
 
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tollgate::api::{DEFAULT_MAX_TOOL_CALLS, DEFAULT_MAX_USES};
 use tollgate::budget::{LedgerEntry, LedgerStatus};
 use tollgate::estimate::WEB_SEARCH_RESULT_TOKENS;
+use tollgate::family::{anthropic::DEFAULT_MAX_USES, openai::DEFAULT_MAX_TOOL_CALLS};
 use tollgate::hosted::HostedTool;
 use tollgate::usage::Usage;
 

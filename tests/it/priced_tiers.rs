@@ -10,7 +10,7 @@
 use bytes::Bytes;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tollgate::api::{Api, Call};
+use tollgate::api::Api;
 use tollgate::budget::LedgerStatus;
 use tollgate::estimate::{estimate, TokenCounter};
 use tollgate::money::Price;
@@ -244,7 +244,9 @@ fn mini_bound(body: &Value, (input, output): (u64, u64)) -> u64 {
         priority.output,
         Price::from_micros_per_mtok(MINI_PRIORITY.1)
     );
-    let mut call = Call::parse(Api::ChatCompletions, Bytes::from(body.to_string())).unwrap();
+    let mut call =
+        tollgate::family::parse_own_route(Api::ChatCompletions, Bytes::from(body.to_string()))
+            .unwrap();
     call.bound_output(price.max_output_tokens.unwrap(), &[]);
     let counter = TokenCounter::for_model(ProviderKind::OpenAi, "gpt-4o-mini");
     let e = estimate(&call, &price, counter);
@@ -448,7 +450,9 @@ async fn a_tier_left_open_on_a_model_without_priority_prices_is_standard() {
     response.bytes().await.unwrap();
     h.settled().await;
     let entry = h.ledger().into_iter().next().unwrap();
-    let mut call = Call::parse(Api::ChatCompletions, Bytes::from(body.to_string())).unwrap();
+    let mut call =
+        tollgate::family::parse_own_route(Api::ChatCompletions, Bytes::from(body.to_string()))
+            .unwrap();
     call.bound_output(nano.max_output_tokens.unwrap(), &[]);
     let counter = TokenCounter::for_model(ProviderKind::OpenAi, "gpt-5-nano");
     let e = estimate(&call, &nano, counter);

@@ -1,13 +1,15 @@
 //! The anthropic family: Anthropic's Messages API — `POST /v1/messages`
 //! and `/v1/messages/count_tokens` (forwarded uncharged), the gateway key
 //! in `x-api-key` (or as a bearer token), the provider's in `x-api-key`
-//! with an `anthropic-version`. Its request rules are `crate::api`'s; its
+//! with an `anthropic-version`. Its request rules are in `request`; its
 //! usage is read by `usage`, its stream by `stream`. Vertex AI's Claude
 //! models speak the same bodies and events.
 
+pub mod request;
 pub(super) mod stream;
 mod usage;
 
+pub use request::DEFAULT_MAX_USES;
 pub(crate) use usage::body_usage;
 
 use bytes::Bytes;

@@ -96,6 +96,7 @@ pub fn parse(model: &str, stream: bool, bytes: Bytes) -> Result<Call, GatewayErr
         stream,
         output_limit: output_limit.unwrap_or(0),
         limit_given: output_limit.is_some(),
+        default_limit: None,
         thinking_budget,
         thinking_beside_limit: true,
         thinking_unbudgeted,

@@ -1,14 +1,16 @@
 //! The openai family: OpenAI's API and every OpenAI-compatible one —
 //! `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses` and
 //! `/v1/embeddings`, the gateway key as a bearer token (or `x-api-key`),
-//! the provider's key as a bearer token. Its request rules are
-//! `crate::api`'s; its usage is read by `usage` and `tool_items`, its
-//! streams by `stream`.
+//! the provider's key as a bearer token. Its request rules are in
+//! `request`; its usage is read by `usage` and `tool_items`, its streams
+//! by `stream`.
 
+pub mod request;
 pub(super) mod stream;
 mod tool_items;
 mod usage;
 
+pub use request::DEFAULT_MAX_TOOL_CALLS;
 pub(crate) use usage::body_usage;
 
 use bytes::Bytes;

@@ -19,7 +19,7 @@ use http::header::{self, HeaderMap};
 use http::Request;
 use http_body_util::Full;
 
-use super::gemini;
+use super::{anthropic, gemini};
 use super::{Action, Credential, Route};
 use crate::api::{Api, Call};
 use crate::config::Provider;
@@ -106,7 +106,7 @@ pub(super) fn gateway_key(headers: &HeaderMap) -> Option<Cow<'_, str>> {
 pub(super) fn parse(route: &Route, body: Bytes) -> Result<Call, GatewayError> {
     let model = route.model.as_deref().unwrap_or_default();
     match route.api {
-        Api::Messages => Call::parse_routed(Api::Messages, body, Some(model), route.stream),
+        Api::Messages => anthropic::request::parse(body, Some(model), route.stream),
         _ => gemini::request::parse(model, route.stream.unwrap_or(false), body),
     }
 }

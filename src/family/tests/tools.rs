@@ -1,11 +1,16 @@
 //! How a request's hosted tools are read, bounded and refused.
 
-use super::*;
 use bytes::Bytes;
-use serde_json::json;
+use serde_json::{json, Value};
+
+use crate::api::{Api, Call};
+use crate::error::GatewayError;
+use crate::family::parse_own_route;
+use crate::family::{anthropic::DEFAULT_MAX_USES, openai::DEFAULT_MAX_TOOL_CALLS};
+use crate::hosted::HostedTool;
 
 fn parse(api: Api, body: Value) -> Result<Call, GatewayError> {
-    Call::parse(api, Bytes::from(body.to_string()))
+    parse_own_route(api, Bytes::from(body.to_string()))
 }
 
 fn sent(call: &Call) -> Value {

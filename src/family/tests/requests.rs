@@ -1,10 +1,14 @@
 //! Request checks, field by field.
 
-use super::*;
-use serde_json::json;
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use crate::api::{Api, Call};
+use crate::error::GatewayError;
+use crate::family::parse_own_route;
 
 fn parse(api: Api, body: &str) -> Result<Call, GatewayError> {
-    let mut call = Call::parse(api, Bytes::from(body.to_owned()))?;
+    let mut call = parse_own_route(api, Bytes::from(body.to_owned()))?;
     call.bound_output(1000, &[]);
     Ok(call)
 }
@@ -40,7 +44,8 @@ fn sets_the_output_limit_when_missing() {
         r#"{"model":"gpt-3.5-turbo-instruct","prompt":"hi"}"#,
     )
     .unwrap();
-    assert_eq!(call.output_limit, COMPLETIONS_DEFAULT_MAX_TOKENS);
+    // OpenAI's own default for legacy completions.
+    assert_eq!(call.output_limit, 16);
 }
 
 #[test]
@@ -73,7 +78,7 @@ fn the_limit_goes_where_the_provider_reads_it_and_nowhere_else() {
         ),
         (r#"{"model":"m","messages":[{}]}"#, 1000),
     ] {
-        let mut call = Call::parse(Api::ChatCompletions, Bytes::from(body)).unwrap();
+        let mut call = parse_own_route(Api::ChatCompletions, Bytes::from(body)).unwrap();
         call.bound_output(1000, &reads_max_tokens);
         let sent = forwarded(&call);
         assert_eq!(sent["max_tokens"], limit);
@@ -82,7 +87,7 @@ fn the_limit_goes_where_the_provider_reads_it_and_nowhere_else() {
     }
     // One that reads both gets both, equal.
     let both = ["max_tokens".to_owned(), "max_completion_tokens".to_owned()];
-    let mut call = Call::parse(Api::ChatCompletions, Bytes::from(body)).unwrap();
+    let mut call = parse_own_route(Api::ChatCompletions, Bytes::from(body)).unwrap();
     call.bound_output(1000, &both);
     let sent = forwarded(&call);
     assert_eq!(
