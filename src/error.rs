@@ -46,6 +46,8 @@ pub enum GatewayError {
     ModelNotAllowed { model: String, key: String },
     #[error("model `{model}` is not available through this gateway: it has no configured price or provider. The operator can add its price to the price file (`tollgate prices import` writes entries from LiteLLM's price list) and a provider whose `models` match it")]
     UnknownModel { model: String },
+    #[error("deployment `{deployment}` is not served by this gateway: no azure provider maps it to a priced model. The operator can add it to an azure provider's `deployments`, such as {{ \"{deployment}\" = \"gpt-4o-2024-08-06\" }}")]
+    UnknownDeployment { deployment: String },
     #[error("{}", budget_message(.0))]
     BudgetExceeded(Box<BudgetRefusal>),
     /// The call names a run cap other than the one its run's first call
@@ -156,9 +158,9 @@ impl GatewayError {
             GatewayError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             GatewayError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
-            GatewayError::UnknownModel { .. } | GatewayError::NotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
+            GatewayError::UnknownModel { .. }
+            | GatewayError::UnknownDeployment { .. }
+            | GatewayError::NotFound { .. } => StatusCode::NOT_FOUND,
             GatewayError::BudgetExceeded(_) => StatusCode::PAYMENT_REQUIRED,
             GatewayError::IdempotencyConflict | GatewayError::RunCapConflict { .. } => {
                 StatusCode::CONFLICT
@@ -182,6 +184,9 @@ impl GatewayError {
             }
             GatewayError::ModelNotAllowed { .. } => ("permission_error", Some("model_not_allowed")),
             GatewayError::UnknownModel { .. } => ("invalid_request_error", Some("model_not_found")),
+            GatewayError::UnknownDeployment { .. } => {
+                ("invalid_request_error", Some("DeploymentNotFound"))
+            }
             GatewayError::BudgetExceeded(_) => ("insufficient_quota", Some("budget_exceeded")),
             GatewayError::IdempotencyConflict => {
                 ("invalid_request_error", Some("idempotency_conflict"))
@@ -213,7 +218,9 @@ impl GatewayError {
             | GatewayError::RunCapConflict { .. } => "invalid_request_error",
             GatewayError::BodyTooLarge { .. } => "request_too_large",
             GatewayError::ModelNotAllowed { .. } => "permission_error",
-            GatewayError::UnknownModel { .. } | GatewayError::NotFound { .. } => "not_found_error",
+            GatewayError::UnknownModel { .. }
+            | GatewayError::UnknownDeployment { .. }
+            | GatewayError::NotFound { .. } => "not_found_error",
             GatewayError::BudgetExceeded(_) => "billing_error",
             GatewayError::UpstreamTimeout { .. } => "timeout_error",
             GatewayError::ProviderKeyMissing { .. }
@@ -234,7 +241,9 @@ impl GatewayError {
                 "INVALID_ARGUMENT"
             }
             GatewayError::ModelNotAllowed { .. } => "PERMISSION_DENIED",
-            GatewayError::UnknownModel { .. } | GatewayError::NotFound { .. } => "NOT_FOUND",
+            GatewayError::UnknownModel { .. }
+            | GatewayError::UnknownDeployment { .. }
+            | GatewayError::NotFound { .. } => "NOT_FOUND",
             GatewayError::BudgetExceeded(_) => "FAILED_PRECONDITION",
             GatewayError::IdempotencyConflict | GatewayError::RunCapConflict { .. } => "ABORTED",
             GatewayError::ProviderKeyMissing { .. }
@@ -253,9 +262,9 @@ impl GatewayError {
                 let (kind, code) = self.openai_kind();
                 let param = match self {
                     GatewayError::BadRequest { param, .. } => *param,
-                    GatewayError::UnknownModel { .. } | GatewayError::ModelNotAllowed { .. } => {
-                        Some("model")
-                    }
+                    GatewayError::UnknownModel { .. }
+                    | GatewayError::UnknownDeployment { .. }
+                    | GatewayError::ModelNotAllowed { .. } => Some("model"),
                     _ => None,
                 };
                 json!({"error": {"message": message, "type": kind, "param": param, "code": code}})

@@ -73,6 +73,10 @@ enum Command {
         /// OpenAI-compatible server that honours only one of them.
         #[arg(long, value_parser = ["max_tokens", "max_completion_tokens"])]
         chat_limit_field: Option<String>,
+        /// Serve an Azure OpenAI deployment, as NAME=MODEL (the model its
+        /// answers name); repeat for each. None: any deployment is served.
+        #[arg(long = "azure-deployment", value_parser = deployment_arg)]
+        azure_deployments: Vec<(String, String)>,
     },
     /// Work with price tables.
     Prices {
@@ -157,6 +161,7 @@ fn main() -> ExitCode {
             expect_key,
             reply_tokens,
             chat_limit_field,
+            azure_deployments,
         } => {
             let options = MockOptions {
                 latency: Duration::from_millis(latency_ms),
@@ -164,6 +169,7 @@ fn main() -> ExitCode {
                 expect_key,
                 reply_tokens,
                 chat_limit_field,
+                azure_deployments,
             };
             runtime().and_then(|rt| rt.block_on(mock_upstream(listen, options)))
         }
@@ -364,4 +370,14 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+/// A `--azure-deployment NAME=MODEL` argument.
+fn deployment_arg(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, model)) if !name.is_empty() && !model.is_empty() => {
+            Ok((name.to_owned(), model.to_owned()))
+        }
+        _ => Err(format!("{text:?} is not NAME=MODEL")),
+    }
 }

@@ -13,15 +13,18 @@ pub enum ProviderKind {
     Gemini,
     /// Google Cloud's Vertex AI: Gemini and Claude models.
     Vertex,
+    /// Azure OpenAI: OpenAI's models, served from deployments.
+    Azure,
 }
 
 impl ProviderKind {
     /// Every kind, by its name in the config.
-    pub const ALL: [(ProviderKind, &'static str); 4] = [
+    pub const ALL: [(ProviderKind, &'static str); 5] = [
         (ProviderKind::OpenAi, "openai"),
         (ProviderKind::Anthropic, "anthropic"),
         (ProviderKind::Gemini, "gemini"),
         (ProviderKind::Vertex, "vertex"),
+        (ProviderKind::Azure, "azure"),
     ];
 
     pub fn from_name(name: &str) -> Option<ProviderKind> {
@@ -29,6 +32,11 @@ impl ProviderKind {
             .iter()
             .find(|(_, known)| *known == name)
             .map(|(kind, _)| *kind)
+    }
+
+    /// Whether its models count tokens as OpenAI's do.
+    pub fn counts_like_openai(self) -> bool {
+        matches!(self, ProviderKind::OpenAi | ProviderKind::Azure)
     }
 
     pub fn name(self) -> &'static str {

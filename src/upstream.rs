@@ -49,6 +49,7 @@ const DROPPED_REQUEST_HEADERS: &[&str] = &[
     "authorization",
     "x-api-key",
     "x-goog-api-key",
+    "api-key",
     "content-length",
     "accept-encoding",
     "connection",

@@ -1,10 +1,11 @@
 //! OpenAI's embeddings (`POST /v1/embeddings`): one deterministic vector
-//! per input, billed its input tokens.
+//! per input, billed its input tokens; Azure OpenAI's the same, naming its
+//! deployment's model.
 
 use serde_json::{json, Value};
 
-use super::handler::{directed_answer, Answer, ApiError};
-use super::openai::{inputs, last_text_directives, model, Input};
+use super::handler::{Answer, ApiError};
+use super::openai::{inputs, last_text_directives, Host, Input};
 use super::reply::{u64_field, Tally};
 
 /// Embedding length when the request names no `dimensions`: short, since
@@ -16,8 +17,8 @@ const MAX_DIMENSIONS: u64 = 4096;
 
 /// `POST /v1/embeddings`: one deterministic vector per input, as floats or
 /// as base64 of little-endian f32s (what the Python SDK asks for by default).
-pub(crate) fn embeddings(body: &Value) -> Result<Answer, ApiError> {
-    let model = model(body)?;
+pub(crate) fn embeddings(body: &Value, host: &Host) -> Result<Answer, ApiError> {
+    let model = host.model(body)?;
     let inputs = body
         .get("input")
         .and_then(inputs)
@@ -31,7 +32,7 @@ pub(crate) fn embeddings(body: &Value) -> Result<Answer, ApiError> {
         prompt: inputs.iter().map(Input::tokens).sum(),
         ..Tally::default()
     };
-    if let Some(answer) = directed_answer(&directives, false, tally) {
+    if let Some(answer) = host.directed_answer(&directives, false, tally) {
         return answer;
     }
     let data: Vec<Value> = inputs

@@ -10,13 +10,15 @@ use std::error::Error as StdError;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{HeaderValue, AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE};
+use http::header::{HeaderValue, AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use serde_json::Value;
 
+use super::azure::{self, AzureRoute};
 use super::gemini::{GeminiRoute, ModelMethod, Surface};
+use super::openai::Host;
 use super::reply::{Directives, Tally};
 use super::stream::{self, EventStream, MockBody};
 use super::token::TokenEndpoint;
@@ -54,6 +56,8 @@ enum Route {
     /// Claude under Vertex's `publishers/anthropic`; `true` for
     /// `streamRawPredict`.
     VertexClaude(VertexTarget, bool),
+    /// Azure OpenAI's deployment, dated Responses and v1 routes.
+    Azure(AzureRoute),
     Token,
 }
 
@@ -76,6 +80,9 @@ impl Route {
                 ("anthropic", "streamRawPredict") => Some(Self::VertexClaude(target, true)),
                 _ => None,
             };
+        }
+        if let Some(route) = AzureRoute::parse(path) {
+            return (*method == Method::POST).then_some(Self::Azure(route));
         }
         let route = match path {
             "/token" => Self::Token,
@@ -104,19 +111,23 @@ pub(crate) enum Provider {
     Anthropic,
     /// The Gemini API and Vertex AI.
     Google,
+    /// Azure OpenAI: OpenAI's bodies, Azure's errors and headers.
+    Azure,
     /// The OAuth2 token endpoint.
     OAuth,
 }
 
 impl Provider {
     /// The route's shape; a path no route serves gets Google's when it
-    /// looks like a Google API's, else OpenAI's.
+    /// looks like a Google API's, Azure's under `/openai/`, else OpenAI's.
     fn of(route: Option<&Route>, path: &str, headers: &HeaderMap) -> Self {
         match route {
             Some(Route::Messages | Route::CountTokens | Route::VertexClaude(..)) => Self::Anthropic,
             Some(Route::Models) if headers.contains_key("anthropic-version") => Self::Anthropic,
             Some(Route::Gemini(_) | Route::VertexGemini(..)) => Self::Google,
             Some(Route::Token) => Self::OAuth,
+            Some(Route::Azure(_)) => Self::Azure,
+            None if path.starts_with("/openai/") => Self::Azure,
             None if ["/v1beta/", "/v1beta1/", "/v1/projects/"]
                 .iter()
                 .any(|prefix| path.starts_with(prefix)) =>
@@ -220,8 +231,19 @@ pub(crate) fn directed_answer(
     stream: bool,
     tally: Tally,
 ) -> Option<Result<Answer, ApiError>> {
+    directed_answer_as(ApiError::directed, directives, stream, tally)
+}
+
+/// [`directed_answer`] with the error worded by `error`, for a provider
+/// whose messages and codes differ from the shared ones.
+pub(crate) fn directed_answer_as(
+    error: fn(StatusCode) -> ApiError,
+    directives: &Directives,
+    stream: bool,
+    tally: Tally,
+) -> Option<Result<Answer, ApiError>> {
     if let Some(status) = directives.status {
-        return Some(Err(ApiError::directed(status)));
+        return Some(Err(error(status)));
     }
     if directives.cut.is_some() && !stream {
         return Some(Ok(Answer::Hangup {
@@ -277,6 +299,9 @@ pub(crate) async fn handle(
         }
     }
     let answer = match (route, bytes) {
+        (None, _) if provider == Provider::Azure => {
+            Err(ApiError::new(StatusCode::NOT_FOUND, "Resource not found"))
+        }
         (None, _) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("Invalid URL ({} {path})", parts.method),
@@ -314,9 +339,17 @@ pub(crate) async fn handle(
                 Provider::OpenAi => openai::error_body(&error),
                 Provider::Anthropic => anthropic::error_body(&error),
                 Provider::Google => gemini::error_body(&error),
+                Provider::Azure => azure::error_body(&error),
                 Provider::OAuth => token::error_body(&error),
             };
-            Ok(json_response(shape, error.status, &body))
+            let mut response = json_response(shape, error.status, &body);
+            if shape == Provider::Azure && error.status == StatusCode::TOO_MANY_REQUESTS {
+                response.headers_mut().insert(
+                    RETRY_AFTER,
+                    HeaderValue::from_static(azure::RETRY_AFTER_SECONDS),
+                );
+            }
+            Ok(response)
         }
     }
 }
@@ -334,6 +367,7 @@ fn authorize(route: &Route, request: &RequestParts, shared: &Shared) -> Result<(
     let expected = shared.opts.expect_key.as_deref();
     match route {
         Route::Token => return Ok(()),
+        Route::Azure(_) => return azure::authorize(&request.headers, expected),
         Route::Gemini(_) => {
             return gemini::authorize(&request.headers, request.query.as_deref(), expected)
         }
@@ -424,10 +458,10 @@ fn answer(
             Provider::Anthropic => anthropic::models(),
             _ => openai::models(),
         }),
-        Route::Chat => openai::chat(&parsed()?, opts),
-        Route::Completions => openai::completions(&parsed()?, opts),
-        Route::Embeddings => embeddings::embeddings(&parsed()?),
-        Route::Responses => responses::create(&parsed()?, opts),
+        Route::Chat => openai::chat(&parsed()?, opts, &Host::OpenAi),
+        Route::Completions => openai::completions(&parsed()?, opts, &Host::OpenAi),
+        Route::Embeddings => embeddings::embeddings(&parsed()?, &Host::OpenAi),
+        Route::Responses => responses::create(&parsed()?, opts, &Host::OpenAi),
         Route::Messages => anthropic::messages(&parsed()?, opts),
         Route::CountTokens => anthropic::count_tokens(&parsed()?),
         Route::Gemini(GeminiRoute::ListModels) => listed(gemini::models()),
@@ -443,6 +477,7 @@ fn answer(
         Route::VertexClaude(target, stream) => {
             vertex::raw_predict(target, &parsed()?, *stream, opts)
         }
+        Route::Azure(route) => azure::answer(route, request.query.as_deref(), bytes, opts),
         Route::Token => listed(shared.tokens.grant(bytes)?),
     }
 }
@@ -463,7 +498,7 @@ fn model_call(
     }
 }
 
-fn parse_object(bytes: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse_object(bytes: &[u8]) -> Result<Value, ApiError> {
     let body: Value = serde_json::from_slice(bytes).map_err(|error| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -483,7 +518,7 @@ fn parse_object(bytes: &[u8]) -> Result<Value, ApiError> {
 /// The JSON content type each provider sends.
 fn json_type(provider: Provider) -> &'static str {
     match provider {
-        Provider::OpenAi | Provider::Anthropic => "application/json",
+        Provider::OpenAi | Provider::Anthropic | Provider::Azure => "application/json",
         Provider::Google => "application/json; charset=UTF-8",
         Provider::OAuth => "application/json; charset=utf-8",
     }
@@ -511,14 +546,21 @@ fn respond(
     if content_type == "text/event-stream" {
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     }
-    let request_id_header = match provider {
-        Provider::OpenAi => Some("x-request-id"),
-        Provider::Anthropic => Some("request-id"),
-        Provider::Google | Provider::OAuth => None,
+    let request_ids: &[&str] = match provider {
+        Provider::OpenAi => &["x-request-id"],
+        Provider::Anthropic => &["request-id"],
+        // Azure's API Management front end adds its own id to the model's;
+        // both are UUIDs.
+        Provider::Azure => &["x-request-id", "apim-request-id"],
+        Provider::Google | Provider::OAuth => &[],
     };
-    if let Some(name) = request_id_header {
-        if let Ok(id) = HeaderValue::from_str(&new_id("req_")) {
-            headers.insert(name, id);
+    for name in request_ids {
+        let id = match provider {
+            Provider::Azure => uuid::Uuid::new_v4().to_string(),
+            _ => new_id("req_"),
+        };
+        if let Ok(id) = HeaderValue::from_str(&id) {
+            headers.insert(*name, id);
         }
     }
     response

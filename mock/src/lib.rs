@@ -1,14 +1,48 @@
-//! tollgate-mock: a fake OpenAI, Anthropic and Google (Gemini API, Vertex
-//! AI) provider for tollgate's tests, demos and load runs (`tollgate
-//! mock-upstream` serves it). It speaks the providers' wire formats closely
-//! enough for the official SDKs, answers deterministically, reports usage
-//! that reflects the request, and records what it was sent.
+//! tollgate-mock: a fake OpenAI (and Azure OpenAI), Anthropic and Google
+//! (Gemini API, Vertex AI) provider for tollgate's tests, demos and load
+//! runs (`tollgate mock-upstream` serves it). It speaks the providers' wire
+//! formats closely enough for the official SDKs, answers deterministically,
+//! reports usage that reflects the request, and records what it was sent.
 //!
 //! # Routes
 //!
 //! - `POST /v1/chat/completions`, `POST /v1/completions`,
 //!   `POST /v1/responses`, `POST /v1/embeddings`: OpenAI, JSON or SSE
 //!   (`stream: true`), errors as `{"error":{"message","type","param","code"}}`.
+//! - Azure OpenAI, answered as those routes are (the same replies, usage,
+//!   directives, streams, tool calls and bills):
+//!   `POST /openai/deployments/{deployment}/chat/completions`, `/completions`,
+//!   `/embeddings` and `/responses` (the deployment from the path, decoded
+//!   once the path is split, so an encoded `/` (`%2F`) is part of the
+//!   name; the body's `model` is ignored) and `POST /openai/responses` (the deployment is the
+//!   body's `model`), which all want `?api-version=` (else 400); and the v1
+//!   API, `POST /openai/v1/chat/completions`, `/completions`, `/embeddings`
+//!   and `/responses`, where `api-version` is optional and the body's
+//!   `model` names the deployment. The key goes in `api-key` or
+//!   `Authorization: Bearer` (`api-key` first); with
+//!   [`MockOptions::expect_key`] set, a missing or other key is 401 code
+//!   `"401"`. [`MockOptions::azure_deployments`] lists the deployments and
+//!   the base model each serves: answers name the base model, in the body
+//!   and every chunk, as Azure's do, and a deployment not listed is 404
+//!   `DeploymentNotFound`; with none listed, any deployment is served as a
+//!   model of its own name. Chat and completions bodies carry
+//!   `prompt_filter_results` (one per prompt, nothing filtered) and each
+//!   choice `content_filter_results`; their streams open with a chunk
+//!   holding only the prompt's annotations (`"id":""`, `"model":""`,
+//!   `"object":""`, `"created":0`, `"choices":[]`), and each content
+//!   chunk's choice carries its `content_filter_results` (other chunks an
+//!   empty one). Chat reports no `service_tier`; Responses report
+//!   `default` unless the request asks for priority, as Azure has no
+//!   project default tier. Errors as `{"error":{"code","message"}}`,
+//!   `code` `BadRequest` for a 400, `InternalServerError` for a 500, else
+//!   the status's digits or a name (`DeploymentNotFound`); a 429 comes
+//!   with `retry-after: 1`, and `mock:status=400` is the prompt filter's
+//!   refusal (`code: "content_filter"`, the verdict in `innererror`).
+//!   Every answer carries `x-request-id` and `apim-request-id`; a path
+//!   under `/openai/` that no route serves is 404 `Resource not found`
+//!   in Azure's shape.
+//!   [`RecordedRequest::azure_deployment`] reads the path's deployment
+//!   back.
 //! - `POST /v1/messages`: Anthropic, JSON or SSE, `max_tokens` required,
 //!   errors as `{"type":"error","error":{"type","message"}}`.
 //! - `GET /v1/models`: a fixed model list, in Anthropic's shape when the
@@ -76,13 +110,14 @@
 //! `end_turn` / `completed`. With `n` choices every choice is the same
 //! reply and the output tokens are their sum.
 //!
-//! Input tokens are counted with o200k_base on the OpenAI routes: chat
-//! counts each message's role and content texts plus 3 per message and 3
-//! for the reply; responses counts `instructions` as a `system` message and
-//! each input item's role, content texts, `output` and `arguments` the same
-//! way (a string `input` is one `user` message); completions and
-//! embeddings count each prompt or input string (token arrays count their
-//! length). Each text is counted on its own and the counts summed.
+//! Input tokens are counted with o200k_base on the OpenAI (and Azure)
+//! routes: chat counts each message's role and content texts plus 3 per
+//! message and 3 for the reply; responses counts `instructions` as a
+//! `system` message and each input item's role, content texts, `output`
+//! and `arguments` the same way (a string `input` is one `user` message);
+//! completions and embeddings count each prompt or input string (token
+//! arrays count their length). Each text is counted on its own and the
+//! counts summed.
 //! `/v1/messages` counts ceil(bytes of the system and message texts / 4)
 //! plus 3 per message.
 //! A `/v1/messages` stream reports the input in `message_start` and repeats
@@ -126,12 +161,13 @@
 //! - `mock:status=CODE`: answer with that status (400..=599) and a realistic
 //!   error body in the route's shape; OpenAI types: 429 `requests` with
 //!   code `rate_limit_exceeded`, 5xx `server_error`, 401 code
-//!   `invalid_api_key`, other 4xx `invalid_request_error`; Google's
-//!   `status` as listed under "Routes"; Anthropic types: 401
-//!   `authentication_error`, 403 `permission_error`, 404 `not_found_error`,
-//!   413 `request_too_large`, 429 `rate_limit_error`, 529
-//!   `overloaded_error`, other 5xx `api_error`, other 4xx
-//!   `invalid_request_error`.
+//!   `invalid_api_key`, other 4xx `invalid_request_error`; Azure's codes
+//!   as listed under "Routes" (401 and 404 worded as Azure's key and
+//!   deployment refusals); Google's `status` as listed under "Routes";
+//!   Anthropic types: 401 `authentication_error`, 403 `permission_error`,
+//!   404 `not_found_error`, 413 `request_too_large`, 429
+//!   `rate_limit_error`, 529 `overloaded_error`, other 5xx `api_error`,
+//!   other 4xx `invalid_request_error`.
 //! - `mock:cut=N`: a stream sends N content tokens, then the connection is
 //!   dropped with no terminal event and no usage; a non-stream request gets
 //!   its connection closed without a response. A Gemini chunk carries a
@@ -153,7 +189,7 @@
 //!   `priority` (chat and Responses, streamed or not; legacy completions
 //!   report no tier). A tier named otherwise is served as named;
 //!   `mock:downgrade` still serves at `default`. Tiers are read with case
-//!   and surrounding spaces ignored.
+//!   and surrounding spaces ignored. No effect on the Azure routes.
 //! - `mock:tool_calls=N`: use the request's first hosted tool N times
 //!   before replying, at most as often as the request allows
 //!   (`max_tool_calls` on `/v1/responses`, the tool's `max_uses` on
@@ -215,7 +251,9 @@
 //!
 //! This file is the public API and the accept loop; `handler` reads,
 //! checks and routes one request; `openai`, `embeddings`, `responses` and
-//! `anthropic` build each provider's bodies and events; `gemini` answers
+//! `anthropic` build each provider's bodies and events; `azure` reads
+//! Azure OpenAI's paths, key and deployments and lets the OpenAI modules
+//! answer, with its annotations and errors; `gemini` answers
 //! Gemini models (reading requests with `gemini_request`, streaming with
 //! `gemini_stream`); `vertex` reads Vertex paths, checks access tokens and
 //! adapts Claude's routes to `anthropic`; `token` is the OAuth2 endpoint
@@ -230,6 +268,7 @@
 //! of it.
 
 mod anthropic;
+mod azure;
 mod embeddings;
 mod function;
 mod gemini;
@@ -285,7 +324,8 @@ pub struct MockOptions {
     pub tokens_per_sec: Option<u32>,
     /// When set, requests must carry this key (`Authorization: Bearer` on
     /// the OpenAI routes; `x-api-key`, or a bearer token as Anthropic's
-    /// current SDK sends it, on `/v1/messages`), else 401.
+    /// current SDK sends it, on `/v1/messages`; `api-key` or a bearer token
+    /// on the Azure routes), else 401.
     pub expect_key: Option<String>,
     /// Reply length in tokens when no directive says otherwise.
     pub reply_tokens: u64,
@@ -294,6 +334,12 @@ pub struct MockOptions {
     /// `max_completion_tokens`); `None` honours the lower of both, as
     /// OpenAI does.
     pub chat_limit_field: Option<String>,
+    /// The Azure OpenAI resource's deployments: (deployment name, the
+    /// base model it serves), e.g. `("prod-4o", "gpt-4o-2024-08-06")`.
+    /// Answers name the base model, as Azure's do, and a deployment not
+    /// listed is 404 `DeploymentNotFound`. Empty (the default): any
+    /// deployment is served, answering as a model of its own name.
+    pub azure_deployments: Vec<(String, String)>,
 }
 
 impl Default for MockOptions {
@@ -304,6 +350,7 @@ impl Default for MockOptions {
             expect_key: None,
             reply_tokens: 12,
             chat_limit_field: None,
+            azure_deployments: Vec::new(),
         }
     }
 }
@@ -344,6 +391,14 @@ impl RecordedRequest {
     /// call; `None` for any other path.
     pub fn vertex_target(&self) -> Option<VertexTarget> {
         VertexTarget::parse(&self.path)
+    }
+
+    /// The deployment an Azure OpenAI deployment path names
+    /// (`/openai/deployments/{deployment}/…`), percent-decoded; `None` for
+    /// any other path, the v1 API's and `/openai/responses` included
+    /// (their deployment is the body's `model`).
+    pub fn azure_deployment(&self) -> Option<String> {
+        azure::AzureRoute::parse(&self.path).and_then(|route| route.deployment)
     }
 }
 
@@ -423,7 +478,8 @@ pub struct MockServer {
 }
 
 impl MockServer {
-    /// The base URL, e.g. `http://127.0.0.1:41234`; OpenAI clients add `/v1`.
+    /// The base URL, e.g. `http://127.0.0.1:41234`; OpenAI clients add
+    /// `/v1`, Azure OpenAI clients take it as the resource's endpoint.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }

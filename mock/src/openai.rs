@@ -1,13 +1,15 @@
 //! OpenAI's chat completions (calling function tools too), legacy
 //! completions and model list, and its error shape, as the official SDKs
 //! parse them. The Responses API lives in `responses`, embeddings in
-//! `embeddings`.
+//! `embeddings`. Azure OpenAI serves the same routes ([`Host::Azure`]):
+//! `azure` routes its calls here and words its annotations and errors.
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use super::azure;
 use super::function::FunctionCall;
-use super::handler::{directed_answer, new_id, unix_now, Answer, ApiError};
+use super::handler::{directed_answer, directed_answer_as, new_id, unix_now, Answer, ApiError};
 use super::reply::{count_tokens, last_user_directives, u64_field, word, Directives, Reply, Tally};
 use super::stream::{data, Event, EventStream, Events};
 use super::MockOptions;
@@ -29,9 +31,63 @@ const MODELS: [&str; 7] = [
     "text-embedding-3-large",
 ];
 
+/// Who serves an OpenAI-shaped request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Host {
+    /// OpenAI: the body's `model` is required and echoed.
+    OpenAi,
+    /// Azure OpenAI, through a deployment of `model`: answers name that
+    /// model whatever the body says, chat and completions carry Azure's
+    /// content filter annotations, chat reports no `service_tier`, no
+    /// project default tier applies, and directed errors are worded as
+    /// Azure's.
+    Azure { model: String },
+}
+
+impl Host {
+    /// The model an answer names.
+    pub(crate) fn model(&self, body: &Value) -> Result<String, ApiError> {
+        match self {
+            Self::OpenAi => model(body),
+            Self::Azure { model } => Ok(model.clone()),
+        }
+    }
+
+    pub(crate) fn is_azure(&self) -> bool {
+        matches!(self, Self::Azure { .. })
+    }
+
+    /// [`directed_answer`], with the error worded as this host's.
+    pub(crate) fn directed_answer(
+        &self,
+        directives: &Directives,
+        stream: bool,
+        tally: Tally,
+    ) -> Option<Result<Answer, ApiError>> {
+        match self {
+            Self::OpenAi => directed_answer(directives, stream, tally),
+            Self::Azure { .. } => {
+                directed_answer_as(azure::directed_error, directives, stream, tally)
+            }
+        }
+    }
+
+    /// The directives that decide the tier: Azure has no project default
+    /// tier, so `mock:project_priority` does nothing there.
+    pub(crate) fn tier_directives(&self, directives: &Directives) -> Directives {
+        match self {
+            Self::OpenAi => *directives,
+            Self::Azure { .. } => Directives {
+                project_priority: None,
+                ..*directives
+            },
+        }
+    }
+}
+
 /// `POST /v1/chat/completions`.
-pub(crate) fn chat(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError> {
-    let model = model(body)?;
+pub(crate) fn chat(body: &Value, opts: &MockOptions, host: &Host) -> Result<Answer, ApiError> {
+    let model = host.model(body)?;
     let messages = body
         .get("messages")
         .and_then(Value::as_array)
@@ -54,7 +110,7 @@ pub(crate) fn chat(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError>
         output.saturating_mul(choices),
     );
     let stream = flag(body, "stream");
-    if let Some(answer) = directed_answer(&directives, stream, tally) {
+    if let Some(answer) = host.directed_answer(&directives, stream, tally) {
         return answer;
     }
     let chunks = Chunks {
@@ -63,7 +119,8 @@ pub(crate) fn chat(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError>
         created: unix_now(),
         model,
         include_usage: stream && include_usage(body),
-        service_tier: Some(super::reply::served_tier(body, &directives)),
+        service_tier: (!host.is_azure()).then(|| super::reply::served_tier(body, &directives)),
+        prompt_filters: host.is_azure().then(|| azure::prompt_filter_results(1)),
     };
     if let Some(call) = call {
         return Ok(tool_call_answer(
@@ -88,7 +145,7 @@ pub(crate) fn chat(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError>
         ));
     }
     let text = super::reply::text(reply.tokens);
-    let body = json!({
+    let body = chunks.body(json!({
         "id": chunks.id,
         "object": "chat.completion",
         "created": chunks.created,
@@ -100,15 +157,18 @@ pub(crate) fn chat(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError>
             "finish_reason": finish_reason(reply),
         })).collect::<Vec<_>>(),
         "usage": chat_usage(&tally),
-        "service_tier": super::reply::served_tier(body, &directives),
         "system_fingerprint": SYSTEM_FINGERPRINT,
-    });
+    }));
     Ok(Answer::Json { body, tally })
 }
 
 /// `POST /v1/completions`, the legacy text completions.
-pub(crate) fn completions(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError> {
-    let model = model(body)?;
+pub(crate) fn completions(
+    body: &Value,
+    opts: &MockOptions,
+    host: &Host,
+) -> Result<Answer, ApiError> {
+    let model = host.model(body)?;
     let prompts = body
         .get("prompt")
         .and_then(inputs)
@@ -123,7 +183,7 @@ pub(crate) fn completions(body: &Value, opts: &MockOptions) -> Result<Answer, Ap
         reply.tokens.saturating_mul(choices),
     );
     let stream = flag(body, "stream");
-    if let Some(answer) = directed_answer(&directives, stream, tally) {
+    if let Some(answer) = host.directed_answer(&directives, stream, tally) {
         return answer;
     }
     let chunks = Chunks {
@@ -133,6 +193,9 @@ pub(crate) fn completions(body: &Value, opts: &MockOptions) -> Result<Answer, Ap
         model,
         include_usage: stream && include_usage(body),
         service_tier: None,
+        prompt_filters: host
+            .is_azure()
+            .then(|| azure::prompt_filter_results(prompts.len() as u64)),
     };
     if stream {
         return Ok(stream_answer(
@@ -146,7 +209,7 @@ pub(crate) fn completions(body: &Value, opts: &MockOptions) -> Result<Answer, Ap
         ));
     }
     let text = super::reply::text(reply.tokens);
-    let body = json!({
+    let body = chunks.body(json!({
         "id": chunks.id,
         "object": "text_completion",
         "created": chunks.created,
@@ -159,7 +222,7 @@ pub(crate) fn completions(body: &Value, opts: &MockOptions) -> Result<Answer, Ap
             "finish_reason": finish_reason(reply),
         })).collect::<Vec<_>>(),
         "usage": completion_usage(&tally),
-    });
+    }));
     Ok(Answer::Json { body, tally })
 }
 
@@ -344,9 +407,57 @@ struct Chunks {
     include_usage: bool,
     /// The tier every chat chunk names.
     service_tier: Option<&'static str>,
+    /// Azure's `prompt_filter_results`, streamed in a chunk of their own
+    /// before any other; with them every choice carries its
+    /// `content_filter_results`.
+    prompt_filters: Option<Value>,
 }
 
 impl Chunks {
+    /// A whole (non-stream) answer: `fields` with the tier and Azure's
+    /// annotations added.
+    fn body(&self, mut fields: Value) -> Value {
+        if let Some(tier) = self.service_tier {
+            fields["service_tier"] = tier.into();
+        }
+        if let Some(filters) = &self.prompt_filters {
+            fields["prompt_filter_results"] = filters.clone();
+            if let Some(choices) = fields["choices"].as_array_mut() {
+                for choice in choices {
+                    choice["content_filter_results"] = azure::content_filter_results();
+                }
+            }
+        }
+        fields
+    }
+
+    /// Azure's first chunk, which annotates the prompt and nothing else.
+    fn prompt_filter_chunk(&self) -> Option<Event> {
+        let filters = self.prompt_filters.as_ref()?;
+        Some(Event::Frame(data(&json!({
+            "choices": [],
+            "created": 0,
+            "id": "",
+            "model": "",
+            "object": "",
+            "prompt_filter_results": filters,
+        }))))
+    }
+
+    /// A streamed choice as this host sends it: on Azure a chunk carrying
+    /// content has its `content_filter_results`, any other an empty
+    /// object, as Azure's do.
+    fn choice(&self, mut choice: Value, content: bool) -> Value {
+        if self.prompt_filters.is_some() {
+            choice["content_filter_results"] = if content {
+                azure::content_filter_results()
+            } else {
+                json!({})
+            };
+        }
+        choice
+    }
+
     fn frame(&self, choices: Vec<Value>, usage: Option<Value>) -> Bytes {
         let mut chunk = json!({
             "id": self.id,
@@ -443,23 +554,27 @@ fn stream_answer(
     let (opening, tokens, finish, ending) =
         (chunks.clone(), chunks.clone(), chunks.clone(), chunks);
     let events: Events = Box::new(
-        shape
-            .opening
+        opening
+            .prompt_filter_chunk()
             .into_iter()
-            .flat_map(move |opening_choice| {
+            .chain(shape.opening.into_iter().flat_map(move |opening_choice| {
                 let chunks = opening.clone();
-                (0..choices)
-                    .map(move |index| Event::Frame(chunks.frame(vec![opening_choice(index)], None)))
-            })
+                (0..choices).map(move |index| {
+                    let choice = chunks.choice(opening_choice(index), false);
+                    Event::Frame(chunks.frame(vec![choice], None))
+                })
+            }))
             .chain((0..reply.tokens).flat_map(move |position| {
                 let chunks = tokens.clone();
                 (0..choices).map(move |index| {
-                    Event::Token(chunks.frame(vec![(shape.token)(index, word(position))], None))
+                    let choice = chunks.choice((shape.token)(index, word(position)), true);
+                    Event::Token(chunks.frame(vec![choice], None))
                 })
             }))
             .chain(std::iter::once(Event::Generated))
             .chain((0..choices).map(move |index| {
-                Event::Frame(finish.frame(vec![(shape.finish)(index, reason)], None))
+                let choice = finish.choice((shape.finish)(index, reason), false);
+                Event::Frame(finish.frame(vec![choice], None))
             }))
             .chain(
                 ending
@@ -494,7 +609,7 @@ fn tool_call_answer(
     let named = json!([{"index": 0, "id": call.call_id, "type": "function",
         "function": {"name": call.name, "arguments": call.arguments}}]);
     if !stream {
-        let body = json!({
+        let body = chunks.body(json!({
             "id": chunks.id,
             "object": "chat.completion",
             "created": chunks.created,
@@ -507,33 +622,38 @@ fn tool_call_answer(
                 "finish_reason": "tool_calls",
             })).collect::<Vec<_>>(),
             "usage": chat_usage(&tally),
-            "service_tier": chunks.service_tier,
             "system_fingerprint": SYSTEM_FINGERPRINT,
-        });
+        }));
         return Answer::Json { body, tally };
     }
     let mut opening_call = named;
     opening_call[0]["function"]["arguments"] = json!("");
-    let choice = |index: u64, delta: Value, reason: Value| json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": reason});
-    let mut frames = Vec::new();
+    // `content`: the chunk carries a piece of the arguments.
+    let choice = |index: u64, delta: Value, reason: Value, content: bool| {
+        chunks.choice(
+            json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": reason}),
+            content,
+        )
+    };
+    let mut frames: Vec<Event> = chunks.prompt_filter_chunk().into_iter().collect();
     for index in 0..choices {
         let delta = json!({"role": "assistant", "content": null, "tool_calls": opening_call,
             "refusal": null});
         frames.push(Event::Frame(
-            chunks.frame(vec![choice(index, delta, Value::Null)], None),
+            chunks.frame(vec![choice(index, delta, Value::Null, false)], None),
         ));
     }
     for piece in &call.pieces {
         for index in 0..choices {
             let delta = json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]});
             frames.push(Event::Token(
-                chunks.frame(vec![choice(index, delta, Value::Null)], None),
+                chunks.frame(vec![choice(index, delta, Value::Null, true)], None),
             ));
         }
     }
     frames.push(Event::Generated);
     for index in 0..choices {
-        let finish = choice(index, json!({}), json!("tool_calls"));
+        let finish = choice(index, json!({}), json!("tool_calls"), false);
         frames.push(Event::Frame(chunks.frame(vec![finish], None)));
     }
     if chunks.include_usage {

@@ -5,7 +5,8 @@
 //! hosted tool (`mock:tool_calls=N`) are output items before the message
 //! (`web_search_call`, `file_search_call`, …), at most `max_tool_calls`.
 //! A call of a function tool (see `function`) is a `function_call` item in
-//! place of the message.
+//! place of the message. Azure OpenAI answers the same ([`Host::Azure`]),
+//! naming its deployment's model.
 
 use std::sync::Arc;
 
@@ -13,8 +14,8 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::function::FunctionCall;
-use super::handler::{directed_answer, new_id, unix_now, Answer, ApiError};
-use super::openai::{flag, model};
+use super::handler::{new_id, unix_now, Answer, ApiError};
+use super::openai::{flag, Host};
 use super::reply::{
     content_texts, count_tokens, last_user_directives, text, u64_field, word, Directives, Reply,
     Tally,
@@ -27,8 +28,8 @@ use super::MockOptions;
 const EVENTS_BEFORE_TEXT: u64 = 4;
 
 /// `POST /v1/responses`.
-pub(crate) fn create(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError> {
-    let model = model(body)?;
+pub(crate) fn create(body: &Value, opts: &MockOptions, host: &Host) -> Result<Answer, ApiError> {
+    let model = host.model(body)?;
     let input = match body.get("input") {
         None | Some(Value::Null) => Input::None,
         Some(Value::String(text)) => Input::Text(text),
@@ -53,13 +54,13 @@ pub(crate) fn create(body: &Value, opts: &MockOptions) -> Result<Answer, ApiErro
     let tally = Tally::new(prompt_tokens(instructions, &input), &directives, output)
         .with_tool_calls(tool_items.len() as u64);
     let stream = flag(body, "stream");
-    if let Some(answer) = directed_answer(&directives, stream, tally) {
+    if let Some(answer) = host.directed_answer(&directives, stream, tally) {
         return answer;
     }
     let response = Arc::new(Responder {
         base: {
             let mut base = base_object(body, model);
-            let tier = super::reply::served_tier(body, &directives);
+            let tier = super::reply::served_tier(body, &host.tier_directives(&directives));
             base.insert("service_tier".into(), tier.into());
             base
         },

@@ -133,6 +133,9 @@ pub struct Call {
     /// The client did not ask for stream usage; the gateway asked for it
     /// upstream and hides the usage-only chunk from the client.
     pub hide_usage_chunk: bool,
+    /// The name the provider serves the model under, where it is not the
+    /// priced model: an Azure deployment.
+    pub(crate) served_as: Option<String>,
     /// The parsed body; the estimate walks it.
     pub body: Map<String, Value>,
     /// The bytes to forward: the client's own, unless the gateway changed
@@ -345,39 +348,47 @@ pub(crate) fn model_and_stream(
     path_model: Option<&str>,
     path_stream: Option<bool>,
 ) -> Result<(String, bool), GatewayError> {
-    let model = match (body.get("model"), path_model) {
-        (Some(Value::String(m)), None) if !m.is_empty() => m.clone(),
-        (Some(_), None) => return Err(bad("`model` must be a non-empty string", Some("model"))),
-        (None, None) => return Err(bad("`model` is required", Some("model"))),
-        (None, Some(model)) => model.to_owned(),
-        (Some(Value::String(m)), Some(model)) if m == model => model.to_owned(),
-        (Some(_), Some(model)) => {
-            return Err(bad(
-                &format!(
-                    "the model is named in the path (`{model}`): remove `model` from the body"
-                ),
-                Some("model"),
-            ))
-        }
-    };
-    let stream = match (body.get("stream"), path_stream) {
-        (None | Some(Value::Null), None) => false,
-        (Some(Value::Bool(b)), None) => *b,
-        (None | Some(Value::Null), Some(stream)) => stream,
-        (Some(Value::Bool(b)), Some(stream)) if *b == stream => stream,
-        (Some(Value::Bool(_)), Some(stream)) => {
-            return Err(bad(
-                &format!(
-                    "`stream` disagrees with the route, which {}: remove it or call the \
-                     other route",
-                    if stream { "streams" } else { "does not stream" }
-                ),
-                Some("stream"),
-            ))
-        }
-        (Some(_), _) => return Err(bad("`stream` must be true or false", Some("stream"))),
-    };
-    Ok((model, stream))
+    Ok((model_of(body, path_model)?, stream_of(body, path_stream)?))
+}
+
+/// The model a body names, or the route's when its path names it.
+pub(crate) fn model_of(
+    body: &Map<String, Value>,
+    path_model: Option<&str>,
+) -> Result<String, GatewayError> {
+    match (body.get("model"), path_model) {
+        (Some(Value::String(m)), None) if !m.is_empty() => Ok(m.clone()),
+        (Some(_), None) => Err(bad("`model` must be a non-empty string", Some("model"))),
+        (None, None) => Err(bad("`model` is required", Some("model"))),
+        (None, Some(model)) => Ok(model.to_owned()),
+        (Some(Value::String(m)), Some(model)) if m == model => Ok(model.to_owned()),
+        (Some(_), Some(model)) => Err(bad(
+            &format!("the model is named in the path (`{model}`): remove `model` from the body"),
+            Some("model"),
+        )),
+    }
+}
+
+/// Whether the call streams: the body's `stream`, or the route's when its
+/// path says.
+pub(crate) fn stream_of(
+    body: &Map<String, Value>,
+    path_stream: Option<bool>,
+) -> Result<bool, GatewayError> {
+    match (body.get("stream"), path_stream) {
+        (None | Some(Value::Null), None) => Ok(false),
+        (Some(Value::Bool(b)), None) => Ok(*b),
+        (None | Some(Value::Null), Some(stream)) => Ok(stream),
+        (Some(Value::Bool(b)), Some(stream)) if *b == stream => Ok(stream),
+        (Some(Value::Bool(_)), Some(stream)) => Err(bad(
+            &format!(
+                "`stream` disagrees with the route, which {}: remove it or call the other route",
+                if stream { "streams" } else { "does not stream" }
+            ),
+            Some("stream"),
+        )),
+        (Some(_), _) => Err(bad("`stream` must be true or false", Some("stream"))),
+    }
 }
 
 /// `messages`, which Chat Completions and Anthropic's Messages require: a

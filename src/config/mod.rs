@@ -242,6 +242,25 @@ pub struct Provider {
     /// The body field(s) the provider reads its output limit from, where
     /// the gateway puts the limit; empty: each API's own field.
     pub output_limit_fields: Vec<String>,
+    /// An `azure` provider's deployments, each with the priced model it
+    /// runs, sorted by deployment.
+    pub deployments: Vec<(String, String)>,
+    /// Whether a request that names no service tier may be served, and
+    /// billed, at the priority tier: a provider whose project defaults to
+    /// it (`service_tier_default = "priority"`, the default for OpenAI
+    /// itself, `api.openai.com`). Elsewhere such a call is billed at the
+    /// standard tier it was sent at.
+    pub unnamed_tier_may_be_priority: bool,
+}
+
+impl Provider {
+    /// The priced model a deployment of this provider runs.
+    pub fn deployment_model(&self, deployment: &str) -> Option<&str> {
+        self.deployments
+            .binary_search_by(|(name, _)| name.as_str().cmp(deployment))
+            .ok()
+            .map(|index| self.deployments[index].1.as_str())
+    }
 }
 
 /// Where a `vertex` provider sends calls, and who it is to Google.

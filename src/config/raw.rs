@@ -97,6 +97,11 @@ pub(super) struct RawProvider {
     pub location: Option<String>,
     /// `vertex`: the service account's JSON key file.
     pub credentials_file: Option<String>,
+    /// `azure`: each deployment and the priced model it runs.
+    pub deployments: Option<std::collections::BTreeMap<String, String>>,
+    /// `openai` and `azure`: the tier a request that names none is served
+    /// at, `"default"` or `"priority"`.
+    pub service_tier_default: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

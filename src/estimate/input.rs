@@ -54,9 +54,9 @@ impl TokenCounter {
                 .any(|family| model.starts_with(family))
                 .then_some(Encoding::O200kBase)
         });
-        let tokenizer = match (kind, encoding) {
-            (ProviderKind::OpenAi, Some(Encoding::O200kBase)) => Tokenizer::o200k_base(),
-            (ProviderKind::OpenAi, Some(Encoding::Cl100kBase)) => Tokenizer::cl100k_base(),
+        let tokenizer = match encoding.filter(|_| kind.counts_like_openai()) {
+            Some(Encoding::O200kBase) => Tokenizer::o200k_base(),
+            Some(Encoding::Cl100kBase) => Tokenizer::cl100k_base(),
             _ => None,
         };
         tokenizer.map_or(TokenCounter::Heuristic, TokenCounter::Exact)

@@ -9,11 +9,14 @@
 //! - [`anthropic`]: Anthropic's Messages API;
 //! - [`gemini`]: Google's Gemini API;
 //! - [`vertex`]: Google Cloud's Vertex AI, serving Gemini (by the gemini
-//!   rules) and Claude (by the anthropic rules).
+//!   rules) and Claude (by the anthropic rules);
+//! - [`azure`]: Azure OpenAI, OpenAI's models served from deployments (by
+//!   the openai rules).
 //!
 //! Error bodies are rendered in each family's shape by `crate::error`.
 
 pub mod anthropic;
+pub mod azure;
 mod credentials;
 pub mod gemini;
 pub mod openai;
@@ -55,14 +58,16 @@ pub struct Route {
     pub family: ProviderKind,
     pub api: Api,
     pub action: Action,
-    /// The model, when the path names it (Gemini, Vertex AI).
+    /// The model, when the path names it (Gemini, Vertex AI), or the
+    /// deployment (Azure).
     pub model: Option<String>,
     /// Whether the call streams, when the path says.
     pub stream: Option<bool>,
     /// A Gemini stream comes as server-sent events (`?alt=sse`), else as
     /// one JSON array.
     pub sse: bool,
-    /// The API version of a Google path (`v1beta`, `v1`, `v1beta1`).
+    /// The API version of a Google path (`v1beta`, `v1`, `v1beta1`), or
+    /// Azure's `api-version` (empty when the request gives none).
     pub(crate) version: String,
     /// The `route` label of the request metrics.
     pub label: &'static str,
@@ -81,6 +86,7 @@ pub fn route(path: &str, query: Option<&str>) -> Option<Route> {
         .or_else(|| anthropic::route(path))
         .or_else(|| gemini::route(path, query))
         .or_else(|| vertex::route(path, query))
+        .or_else(|| azure::route(path, query))
 }
 
 /// The gateway key a request presents, where its family's clients send
@@ -93,6 +99,7 @@ pub fn gateway_key<'r>(
     match family {
         ProviderKind::Gemini => gemini::gateway_key(headers, uri),
         ProviderKind::Vertex => vertex::gateway_key(headers),
+        ProviderKind::Azure => azure::gateway_key(headers),
         ProviderKind::OpenAi | ProviderKind::Anthropic => {
             crate::directory::presented_key(headers).map(Cow::Borrowed)
         }
@@ -104,7 +111,21 @@ pub fn parse(route: &Route, body: Bytes) -> Result<Call, GatewayError> {
     match route.family {
         ProviderKind::Gemini => gemini::parse(route, body),
         ProviderKind::Vertex => vertex::parse(route, body),
+        ProviderKind::Azure => azure::parse(route, body),
         ProviderKind::OpenAi | ProviderKind::Anthropic => parse_own_route(route.api, body),
+    }
+}
+
+/// Names the model a call is priced and capped as, where its route names
+/// something else (an Azure deployment).
+pub fn price_as(
+    providers: &[Provider],
+    route: &Route,
+    call: &mut Call,
+) -> Result<(), GatewayError> {
+    match route.family {
+        ProviderKind::Azure => azure::price_deployment(providers, call),
+        _ => Ok(()),
     }
 }
 
@@ -140,13 +161,23 @@ pub fn bound_by_price(call: &mut Call, price: &ModelPrice) {
 }
 
 /// The provider serving `model` on `route`: the first of the route's
-/// family whose patterns match. A model only another family serves is
-/// refused naming the routes that reach it.
+/// family whose patterns match (on Azure, the first that maps the
+/// deployment, `served_as`). A model only another family serves is refused
+/// naming the routes that reach it.
 pub fn provider_for<'c>(
     providers: &'c [Provider],
     route: &Route,
     model: &str,
+    served_as: Option<&str>,
 ) -> Result<&'c Provider, GatewayError> {
+    if let (ProviderKind::Azure, Some(deployment)) = (route.family, served_as) {
+        return providers
+            .iter()
+            .find(|p| p.kind == ProviderKind::Azure && p.deployment_model(deployment).is_some())
+            .ok_or_else(|| GatewayError::UnknownDeployment {
+                deployment: deployment.to_owned(),
+            });
+    }
     let matching = |provider: &&Provider| provider.models.iter().any(|p| p.matches(model));
     if let Some(provider) = providers
         .iter()
@@ -177,11 +208,13 @@ fn routes_of(kind: ProviderKind) -> &'static str {
         ProviderKind::Anthropic => anthropic::ROUTES,
         ProviderKind::Gemini => gemini::ROUTES,
         ProviderKind::Vertex => vertex::ROUTES,
+        ProviderKind::Azure => azure::ROUTES,
     }
 }
 
 /// The provider's request for a call (or a token count) on `route`: the
-/// provider's path and credential in place of the client's.
+/// provider's path and credential in place of the client's. `model` is the
+/// name the provider serves it under (an Azure deployment's name).
 pub fn upstream_request(
     provider: &Provider,
     credential: &Credential,
@@ -202,6 +235,9 @@ pub fn upstream_request(
         }
         ProviderKind::Vertex => {
             vertex::upstream_request(provider, credential, route, model, headers, body)
+        }
+        ProviderKind::Azure => {
+            azure::upstream_request(provider, credential, route, model, headers, body)
         }
     }
 }

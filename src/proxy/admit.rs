@@ -18,7 +18,7 @@ use crate::estimate::{bound, estimate, Estimate, TokenCounter};
 use crate::family::{self, Credential, Route};
 use crate::gateway::Gateway;
 use crate::money::{parse_usd, UsdMicros, MAX_USD_MICROS};
-use crate::prices::ModelPrice;
+use crate::prices::{ModelPrice, TierRequest};
 
 /// Output allowance for a model whose price entry gives no maximum.
 const DEFAULT_OUTPUT_LIMIT: u64 = 4_096;
@@ -81,6 +81,7 @@ pub async fn admit<'g>(
     let body_len = body.len();
     let prices = &gateway.config.prices;
     let mut call = family::parse(route, body)?;
+    family::price_as(&gateway.config.providers, route, &mut call)?;
     if !key.allows_model(&call.model) {
         return Err(GatewayError::ModelNotAllowed {
             model: call.model,
@@ -91,7 +92,17 @@ pub async fn admit<'g>(
         model: call.model.clone(),
     };
     let price = prices.get(&call.model).ok_or_else(unknown)?;
-    let provider = family::provider_for(&gateway.config.providers, route, &call.model)?;
+    let provider = family::provider_for(
+        &gateway.config.providers,
+        route,
+        &call.model,
+        call.served_as.as_deref(),
+    )?;
+    if call.options.tier == TierRequest::Open && !provider.unnamed_tier_may_be_priority {
+        // The provider serves a call that names no tier at the standard
+        // one, and bills it so whether or not its answer says.
+        call.options.tier = TierRequest::Standard;
+    }
     family::read_priced_headers(&mut call, headers)?;
     check_priced_options(&call, price)?;
     check_hosted_tools(&call, price)?;
@@ -148,7 +159,8 @@ fn upstream_request(
     call: &Call,
 ) -> Result<Request<Full<Bytes>>, GatewayError> {
     let body = call.forward_body();
-    family::upstream_request(provider, credential, route, &call.model, headers, body).map_err(|error| {
+    let served_as = call.served_as.as_deref().unwrap_or(&call.model);
+    family::upstream_request(provider, credential, route, served_as, headers, body).map_err(|error| {
         tracing::error!(provider = %provider.name, %error, "could not build the provider request");
         GatewayError::UpstreamUnreachable {
             provider: provider.name.clone(),

@@ -67,7 +67,7 @@ async fn count(
             key: key.id.clone(),
         });
     }
-    let provider = family::provider_for(&gateway.config.providers, route, &model)?;
+    let provider = family::provider_for(&gateway.config.providers, route, &model, None)?;
     let credential = gateway.credentials.of(provider).await?;
     // Counting tokens is free: nothing is charged either way.
     let unreachable = || GatewayError::UpstreamUnreachable {

@@ -81,12 +81,14 @@ pub type EveryRequest<S> = SetSensitiveRequestHeaders<
 pub fn every_request<S>(inner: S) -> EveryRequest<S> {
     let api_key = HeaderName::from_static("x-api-key");
     let google_key = HeaderName::from_static("x-goog-api-key");
+    let azure_key = HeaderName::from_static("api-key");
     let sensitive: Arc<[HeaderName]> = Arc::new([
         AUTHORIZATION,
         PROXY_AUTHORIZATION,
         COOKIE,
         api_key,
         google_key,
+        azure_key,
     ]);
     // The access log (`crate::access`) is the one line per call; the
     // layer's own request, response and failure events would repeat it.

@@ -25,6 +25,12 @@ pub const PROVIDER_KEY: &str = "sk-provider-secret";
 pub const ALICE: &str = "tg-alice";
 pub const BOB: &str = "tg-bob";
 pub const SOLO: &str = "tg-solo";
+/// The test config's azure deployments: each, the model it is priced as,
+/// and the model Azure's answers name.
+pub const AZURE_DEPLOYMENTS: [(&str, &str, &str); 2] = [
+    ("prod-4o", "gpt-4o", "gpt-4o-2024-08-06"),
+    ("mini", "gpt-4o-mini", "gpt-4o-mini-2024-07-18"),
+];
 /// Where the test config's `vertex` provider sends every call.
 pub const VERTEX_PROJECT: &str = "tg-project";
 pub const VERTEX_LOCATION: &str = "europe-west4";
@@ -59,6 +65,8 @@ pub struct Setup {
     pub google: bool,
     /// Where the `gemini` provider points instead of the mock.
     pub gemini_base_url: Option<String>,
+    /// Add an `azure` provider on the mock, with [`AZURE_DEPLOYMENTS`].
+    pub azure: bool,
 }
 
 impl Default for Setup {
@@ -83,6 +91,7 @@ impl Default for Setup {
             org_extra: "",
             google: false,
             gemini_base_url: None,
+            azure: false,
         }
     }
 }
@@ -118,7 +127,14 @@ fn sha(raw: &str) -> String {
 
 pub async fn start(setup: Setup) -> Harness {
     crate::limits::raise_open_files();
-    let mock = tollgate_mock::spawn(setup.mock.clone()).await.unwrap();
+    let mut mock_options = setup.mock.clone();
+    if setup.azure {
+        mock_options.azure_deployments = AZURE_DEPLOYMENTS
+            .iter()
+            .map(|(deployment, _, answered)| ((*deployment).to_owned(), (*answered).to_owned()))
+            .collect();
+    }
+    let mock = tollgate_mock::spawn(mock_options).await.unwrap();
     let prices = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml");
     let (google_dir, google_providers) = if setup.google {
         let gemini = setup.gemini_base_url.clone().unwrap_or_else(|| mock.url());
@@ -160,6 +176,7 @@ api_key_env = "TEST_ANTHROPIC_KEY"
 models = ["claude-*"]
 
 {google_providers}
+{azure_provider}
 
 [[orgs]]
 id = "acme"
@@ -203,6 +220,11 @@ models = ["gpt-4o-mini"]
         org_extra = setup.org_extra,
         mock = mock.addr,
         google_providers = google_providers,
+        azure_provider = if setup.azure {
+            azure_provider(&mock)
+        } else {
+            String::new()
+        },
         org_cap = setup.org_cap,
         alice = sha(ALICE),
         alice_cap = setup.alice_cap,
@@ -214,7 +236,7 @@ models = ["gpt-4o-mini"]
     let env = move |name: &str| match name {
         "TEST_OPENAI_KEY" => Some(PROVIDER_KEY.to_owned()),
         "TEST_ANTHROPIC_KEY" if !anthropic_missing => Some(PROVIDER_KEY.to_owned()),
-        "TEST_GEMINI_KEY" => Some(PROVIDER_KEY.to_owned()),
+        "TEST_GEMINI_KEY" | "TEST_AZURE_KEY" => Some(PROVIDER_KEY.to_owned()),
         _ => None,
     };
     let config =
@@ -283,6 +305,26 @@ models = ["gemini-*", "claude-*@*"]
         account = account.display(),
     );
     (dir, toml)
+}
+
+/// The `azure` provider's TOML.
+fn azure_provider(mock: &MockServer) -> String {
+    let deployments: Vec<String> = AZURE_DEPLOYMENTS
+        .iter()
+        .map(|(deployment, priced, _)| format!("\"{deployment}\" = \"{priced}\""))
+        .collect();
+    format!(
+        r#"
+[[providers]]
+name = "azure"
+kind = "azure"
+base_url = "http://{mock}"
+api_key_env = "TEST_AZURE_KEY"
+deployments = {{ {deployments} }}
+"#,
+        mock = mock.addr,
+        deployments = deployments.join(", "),
+    )
 }
 
 impl Harness {

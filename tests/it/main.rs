@@ -35,6 +35,7 @@ mod admin_stores;
 mod agent_runs;
 mod alerts;
 mod alerts_restart;
+mod azure;
 mod bad_input;
 mod concurrency;
 mod connections;

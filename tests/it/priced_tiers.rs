@@ -2,10 +2,13 @@
 //! priority tier, Anthropic's hour-long cache writes and long context —
 //! are reserved at their rates and charged exactly what the usage the
 //! provider reports implies; for a model whose price entry lacks them
-//! they are refused before anything is forwarded or charged. A request
-//! that leaves its tier to the project's default (no `service_tier`, or
-//! `"auto"`) may be served at priority, so on a model with priority
-//! prices it is reserved at them too.
+//! they are refused before anything is forwarded or charged. On a
+//! provider whose project may default to priority (OpenAI itself, or one
+//! configured `service_tier_default = "priority"`, as the mock is here), a
+//! request that leaves its tier to that default (no `service_tier`, or
+//! `"auto"`) may be served at priority, so on a model with priority prices
+//! it is reserved at them too; on any other provider it is the standard
+//! tier it was sent at.
 
 use bytes::Bytes;
 use reqwest::StatusCode;
@@ -18,6 +21,15 @@ use tollgate::provider::ProviderKind;
 use tollgate::usage::{ServiceTier, Usage};
 
 use crate::common::*;
+
+/// The mock as OpenAI itself, serving a project whose default tier may be
+/// priority.
+fn priority_project() -> Setup {
+    Setup {
+        openai_provider_extra: "service_tier_default = \"priority\"",
+        ..Setup::default()
+    }
+}
 
 /// The call's only ledger entry, checked to be charged `expected` exactly
 /// (the ledger keeps the token counts, not the rates they were billed at).
@@ -35,7 +47,7 @@ async fn charged_exactly(h: &Harness, expected: u64) -> tollgate::budget::Ledger
 #[tokio::test]
 async fn priority_is_reserved_and_charged_at_its_rates() {
     for (stream, downgrade) in [(false, false), (true, false), (false, true)] {
-        let h = start(Setup::default()).await;
+        let h = start(priority_project()).await;
         let text = if downgrade {
             "hello mock:cached=4 mock:downgrade=1"
         } else {
@@ -75,7 +87,7 @@ async fn priority_is_reserved_and_charged_at_its_rates() {
 
 #[tokio::test]
 async fn priority_on_the_responses_route_is_charged_at_its_rates() {
-    let h = start(Setup::default()).await;
+    let h = start(priority_project()).await;
     let body = json!({"model": "gpt-4o-mini", "input": "hello", "service_tier": "priority",
         "max_output_tokens": 20});
     let response = h.post("/v1/responses", ALICE, &body).await;
@@ -101,7 +113,7 @@ fn hour_cached(model: &str, text: &str) -> Value {
 #[tokio::test]
 async fn hour_long_cache_writes_are_charged_at_their_rate() {
     for stream in [false, true] {
-        let h = start(Setup::default()).await;
+        let h = start(priority_project()).await;
         let mut body = hour_cached("claude-sonnet-4-5", "hello there mock:cache_write=6");
         body["stream"] = stream.into();
         let response = h.post("/v1/messages", ALICE, &body).await;
@@ -152,7 +164,7 @@ async fn long_context_is_charged_at_its_rates_past_the_threshold() {
 
 #[tokio::test]
 async fn an_unpriced_option_is_refused_in_the_callers_shape() {
-    let h = start(Setup::default()).await;
+    let h = start(priority_project()).await;
     let refusals = [
         (
             "/v1/embeddings",
@@ -207,7 +219,7 @@ async fn an_unpriced_option_is_refused_in_the_callers_shape() {
 
 #[tokio::test]
 async fn an_unpriced_model_says_how_to_price_it() {
-    let h = start(Setup::default()).await;
+    let h = start(priority_project()).await;
     let response = h
         .post(
             "/v1/chat/completions",
@@ -263,7 +275,7 @@ fn cap(micros: u64) -> &'static str {
 async fn capped(micros: u64) -> Harness {
     start(Setup {
         alice_cap: cap(micros),
-        ..Setup::default()
+        ..priority_project()
     })
     .await
 }
@@ -407,7 +419,7 @@ async fn a_project_default_of_priority_is_charged_on_every_route() {
         ),
     ];
     for (path, body, at_priority) in calls {
-        let h = start(Setup::default()).await;
+        let h = start(priority_project()).await;
         let response = h.post(path, ALICE, &body).await;
         assert_eq!(response.status(), StatusCode::OK, "{path} {body}");
         response.bytes().await.unwrap();
@@ -440,7 +452,7 @@ async fn a_tier_left_open_on_a_model_without_priority_prices_is_standard() {
     // gpt-5-nano has no priority prices: OpenAI serves it at standard
     // rates whatever the project's default, and a request naming no tier
     // is neither refused nor reserved at a priority it cannot have.
-    let h = start(Setup::default()).await;
+    let h = start(priority_project()).await;
     let nano = prices().get("gpt-5-nano").unwrap().clone();
     assert!(nano.priority.is_none());
     let mut body = chat("gpt-5-nano", "hello mock:tokens=10");
@@ -464,4 +476,54 @@ async fn a_tier_left_open_on_a_model_without_priority_prices_is_standard() {
         delta(cost("gpt-5-nano", &billed_by(&h.mock.stats)))
     );
     books_balance(&h).await;
+}
+
+#[tokio::test]
+async fn a_tier_left_open_on_any_other_provider_is_the_standard_tier_it_was_sent_at() {
+    // The mock as an OpenAI-compatible server: no project default tier.
+    let open = to_a_priority_project(None);
+    let standard = mini_bound(&open, MINI_STANDARD);
+    let h = capped_at(standard, Setup::default()).await;
+    let completion =
+        json!({"model": "gpt-4o-mini", "prompt": "hello mock:tokens=20", "max_tokens": 100});
+    // Legacy completions report no tier: billed as sent, at standard.
+    let response = h.post("/v1/completions", ALICE, &completion).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    response.bytes().await.unwrap();
+    h.settled().await;
+    let entry = h.ledger().into_iter().next().unwrap();
+    let billed = billed_by(&h.mock.stats);
+    assert_eq!(billed.service_tier, None);
+    assert_eq!(
+        entry.actual,
+        delta(cost("gpt-4o-mini", &billed)),
+        "{entry:?}"
+    );
+    assert_eq!(overruns(&h).await, 0);
+    books_balance(&h).await;
+    // A chat call whose whole standard bound is all the cap holds is
+    // reserved at standard, not refused for a priority it cannot have.
+    let h = capped_at(standard, Setup::default()).await;
+    let mut chat_body = chat("gpt-4o-mini", "hello mock:tokens=30");
+    chat_body["max_completion_tokens"] = 5_000.into();
+    let response = h.post("/v1/chat/completions", ALICE, &chat_body).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    response.bytes().await.unwrap();
+    h.settled().await;
+    let entry = h.ledger().into_iter().next().unwrap();
+    assert_eq!(
+        entry.reserved,
+        mini_bound(&chat_body, MINI_STANDARD),
+        "{entry:?}"
+    );
+    books_balance(&h).await;
+}
+
+/// A gateway of `setup` whose alice key may spend `micros`.
+async fn capped_at(micros: u64, setup: Setup) -> Harness {
+    start(Setup {
+        alice_cap: cap(micros),
+        ..setup
+    })
+    .await
 }

@@ -3,6 +3,7 @@
 //! streaming.
 
 mod anthropic;
+mod azure;
 mod functions;
 mod gemini;
 mod openai;

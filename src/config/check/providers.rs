@@ -34,7 +34,8 @@ impl Checker<'_> {
                 self.invalid(
                     field("kind"),
                     format!(
-                        "{:?} is not \"openai\", \"anthropic\", \"gemini\" or \"vertex\"",
+                        "{:?} is not \"openai\", \"anthropic\", \"gemini\", \"vertex\" or \
+                         \"azure\"",
                         raw.kind
                     ),
                 )
@@ -42,6 +43,9 @@ impl Checker<'_> {
             let base_url = base_url(&raw.base_url)
                 .map_err(|message| self.invalid(field("base_url"), message))?;
             let vertex = self.vertex(raw, kind, &field)?;
+            let deployments = self.deployments(raw, kind, &field)?;
+            let unnamed_tier_may_be_priority =
+                self.service_tier_default(raw, kind, &base_url, &field)?;
             let api_key_env = match (&raw.api_key_env, kind) {
                 (Some(_), ProviderKind::Vertex) => {
                     return Err(self.invalid(
@@ -58,7 +62,8 @@ impl Checker<'_> {
                     )
                 }
             };
-            if raw.models.is_empty() {
+            // An azure provider serves its deployments, not model names.
+            if raw.models.is_empty() && kind != ProviderKind::Azure {
                 return Err(self.invalid(
                     field("models"),
                     "needs at least one model pattern, like \"gpt-*\"",
@@ -84,6 +89,8 @@ impl Checker<'_> {
                 vertex,
                 models: self.patterns(&field("models"), &raw.models)?,
                 output_limit_fields: raw.output_limit_fields.clone(),
+                deployments,
+                unnamed_tier_may_be_priority,
             });
         }
         Ok(providers)
@@ -137,6 +144,82 @@ impl Checker<'_> {
         }))
     }
 }
+
+impl Checker<'_> {
+    /// An `azure` provider's deployments (at least one, each named as Azure
+    /// allows and mapped to a model); none for any other kind.
+    fn deployments(
+        &self,
+        raw: &RawProvider,
+        kind: ProviderKind,
+        field: &dyn Fn(&str) -> String,
+    ) -> Result<Vec<(String, String)>, ConfigError> {
+        let Some(deployments) = &raw.deployments else {
+            return match kind {
+                ProviderKind::Azure => Err(self.invalid(
+                    field("deployments"),
+                    "is required for an azure provider: map each deployment to the priced \
+                     model it runs, like { \"prod-4o\" = \"gpt-4o-2024-08-06\" }",
+                )),
+                _ => Ok(Vec::new()),
+            };
+        };
+        if kind != ProviderKind::Azure {
+            return Err(self.invalid(field("deployments"), "is a setting of azure providers"));
+        }
+        if deployments.is_empty() {
+            return Err(self.invalid(field("deployments"), "needs at least one deployment"));
+        }
+        let name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        for (deployment, model) in deployments {
+            if deployment.is_empty() || !deployment.chars().all(name_char) {
+                return Err(self.invalid(
+                    field("deployments"),
+                    format!("{deployment:?} must be letters, digits, '-', '_' or '.'"),
+                ));
+            }
+            if model.trim().is_empty() {
+                return Err(self.invalid(
+                    field("deployments"),
+                    format!("{deployment:?} must name the priced model it runs"),
+                ));
+            }
+        }
+        // A BTreeMap iterates sorted: `Provider::deployment_model` searches it.
+        Ok(deployments
+            .iter()
+            .map(|(deployment, model)| (deployment.clone(), model.trim().to_owned()))
+            .collect())
+    }
+
+    /// Whether a request naming no tier may be billed at priority: as
+    /// `service_tier_default` says, else only on OpenAI itself.
+    fn service_tier_default(
+        &self,
+        raw: &RawProvider,
+        kind: ProviderKind,
+        base_url: &http::Uri,
+        field: &dyn Fn(&str) -> String,
+    ) -> Result<bool, ConfigError> {
+        let tiered = matches!(kind, ProviderKind::OpenAi | ProviderKind::Azure);
+        match raw.service_tier_default.as_deref() {
+            Some(_) if !tiered => Err(self.invalid(
+                field("service_tier_default"),
+                "is a setting of openai and azure providers",
+            )),
+            Some("priority") => Ok(true),
+            Some("default") => Ok(false),
+            Some(other) => Err(self.invalid(
+                field("service_tier_default"),
+                format!("{other:?} is not \"default\" or \"priority\""),
+            )),
+            None => Ok(kind == ProviderKind::OpenAi && base_url.host() == Some(OPENAI_HOST)),
+        }
+    }
+}
+
+/// OpenAI's own API, whose projects may default to the priority tier.
+const OPENAI_HOST: &str = "api.openai.com";
 
 /// Checks a provider base URL: http or https, a host, no credentials or
 /// query; a trailing slash is dropped so paths append cleanly.

@@ -1,6 +1,7 @@
 //! The provider families' own settings: a key variable for every kind
-//! but `vertex`, and a project, location and service account file for
-//! `vertex` alone.
+//! but `vertex`, a project, location and service account file for
+//! `vertex` alone, deployments for `azure` alone, and the service tier a
+//! request naming none is billed at.
 
 use super::*;
 
@@ -22,6 +23,15 @@ project = "my-project"
 location = "us-central1"
 credentials_file = "vertex-sa.json"
 models = ["gemini-*", "claude-*@*"]
+"#;
+
+const AZURE: &str = r#"
+[[providers]]
+name = "azure"
+kind = "azure"
+base_url = "https://my-resource.openai.azure.com"
+api_key_env = "OPENAI_API_KEY"
+deployments = { "prod-4o" = "gpt-4o-2024-08-06", "mini" = " gpt-4o-mini " }
 "#;
 
 fn with(providers: &str) -> Result<Config, ConfigError> {
@@ -98,6 +108,72 @@ fn each_kind_takes_only_its_own_settings() {
         ),
     ];
     for (providers, expected) in cases {
+        let error = with(&providers).unwrap_err().to_string();
+        assert!(error.contains(expected), "{expected:?} not in {error}");
+    }
+}
+
+#[test]
+fn azure_maps_each_deployment_to_its_priced_model() {
+    let config = with(AZURE).unwrap();
+    let azure = config.providers.iter().find(|p| p.name == "azure").unwrap();
+    assert_eq!(azure.kind, ProviderKind::Azure);
+    assert_eq!(azure.deployment_model("prod-4o"), Some("gpt-4o-2024-08-06"));
+    assert_eq!(azure.deployment_model("mini"), Some("gpt-4o-mini"));
+    assert_eq!(azure.deployment_model("prod"), None);
+    assert!(!azure.unnamed_tier_may_be_priority);
+    let cases = [
+        (AZURE.replace("deployments = {", "x = {"), "unknown field"),
+        (
+            AZURE.replace(
+                "deployments = { \"prod-4o\" = \"gpt-4o-2024-08-06\", \"mini\" = \" gpt-4o-mini \" }\n",
+                "",
+            ),
+            "providers[3].deployments: is required for an azure provider",
+        ),
+        (
+            AZURE.replace("\"prod-4o\" =", "\"prod/4o\" ="),
+            "\"prod/4o\" must be letters",
+        ),
+        (AZURE.replace("\" gpt-4o-mini \"", "\" \""), "\"mini\" must name the priced model"),
+        (
+            GEMINI.replace("models =", "deployments = { a = \"b\" }\nmodels ="),
+            "providers[3].deployments: is a setting of azure providers",
+        ),
+    ];
+    for (providers, expected) in cases {
+        let error = with(&providers).unwrap_err().to_string();
+        assert!(error.contains(expected), "{expected:?} not in {error}");
+    }
+}
+
+#[test]
+fn only_openai_itself_or_a_provider_set_so_bills_an_unnamed_tier_at_priority() {
+    let config = with("").unwrap();
+    let tier_of = |config: &Config, name: &str| {
+        config
+            .providers
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap()
+            .unnamed_tier_may_be_priority
+    };
+    // api.openai.com, an OpenAI-compatible server, and Anthropic.
+    assert!(tier_of(&config, "openai"));
+    assert!(!tier_of(&config, "local"));
+    assert!(!tier_of(&config, "anthropic"));
+    let set = with(&format!("{AZURE}service_tier_default = \"priority\"\n")).unwrap();
+    assert!(tier_of(&set, "azure"));
+    for (providers, expected) in [
+        (
+            format!("{AZURE}service_tier_default = \"scale\"\n"),
+            "\"scale\" is not \"default\" or \"priority\"",
+        ),
+        (
+            GEMINI.replace("models =", "service_tier_default = \"priority\"\nmodels ="),
+            "is a setting of openai and azure providers",
+        ),
+    ] {
         let error = with(&providers).unwrap_err().to_string();
         assert!(error.contains(expected), "{expected:?} not in {error}");
     }

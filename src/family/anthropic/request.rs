@@ -55,6 +55,7 @@ pub fn parse(
         tools,
         options,
         hide_usage_chunk: false,
+        served_as: None,
         body,
         original: bytes,
         changed: false,

@@ -109,6 +109,7 @@ pub fn parse(model: &str, stream: bool, bytes: Bytes) -> Result<Call, GatewayErr
             ..PricedOptions::default()
         },
         hide_usage_chunk: false,
+        served_as: None,
         body,
         original: bytes,
         changed: false,

@@ -13,8 +13,8 @@ use serde_json::{Map, Value};
 pub use tools::DEFAULT_MAX_TOOL_CALLS;
 
 use crate::api::{
-    bad, check_messages, client_output_limit, json_object, model_and_stream, positive_int,
-    service_tier, Api, Call,
+    bad, check_messages, client_output_limit, json_object, model_of, positive_int, service_tier,
+    stream_of, Api, Call,
 };
 use crate::error::GatewayError;
 use crate::prices::PricedOptions;
@@ -29,8 +29,19 @@ const MAX_CHOICES: u64 = 128;
 /// Parses and checks a body of `api`, one of OpenAI's. Its output limit is
 /// bounded once the provider is known ([`Call::bound_output`]).
 pub fn parse(api: Api, bytes: Bytes) -> Result<Call, GatewayError> {
+    parse_for(api, bytes, None)
+}
+
+/// [`parse`] for a route that names what serves the call in its path (an
+/// Azure deployment): the body's `model`, if any, is not read, as the
+/// provider does not read it.
+pub fn parse_for(api: Api, bytes: Bytes, path_model: Option<&str>) -> Result<Call, GatewayError> {
     let body = json_object(&bytes)?;
-    let (model, stream) = model_and_stream(&body, None, None)?;
+    let model = match path_model {
+        Some(model) => model.to_owned(),
+        None => model_of(&body, None)?,
+    };
+    let stream = stream_of(&body, None)?;
     if stream && api == Api::Embeddings {
         return Err(bad(
             "embeddings do not stream: remove `stream`",
@@ -61,6 +72,7 @@ pub fn parse(api: Api, bytes: Bytes) -> Result<Call, GatewayError> {
         tools,
         options,
         hide_usage_chunk: false,
+        served_as: None,
         body,
         original: bytes,
         changed: false,
