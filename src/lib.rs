@@ -1,8 +1,8 @@
 //! tollgate: an LLM API gateway that enforces a hard spending cap per key
 //! and per org, exactly, under any concurrency.
 //!
-//! An agent points its unmodified OpenAI, Anthropic or Google SDK at the
-//! gateway.
+//! An agent points its unmodified OpenAI (or Azure OpenAI), Anthropic or
+//! Google SDK at the gateway.
 //! For every call the gateway estimates an upper bound of the cost, reserves
 //! it atomically against every cap that applies, streams the call through
 //! to the provider, reads the token usage from the response and settles the
@@ -23,8 +23,9 @@
 //!   exactly once; [`metered`] is the streaming body that reads usage on
 //!   the way; [`upstream`] is the shared pooled client to the providers.
 //! - [`family`] is one module per provider family (OpenAI, Anthropic,
-//!   Gemini, Vertex AI): its routes, where its clients send their key, its
-//!   request rules, its usage and streams, its upstream authentication.
+//!   Gemini, Vertex AI, Azure OpenAI): its routes, where its clients send
+//!   their key, its request rules, its usage and streams, its upstream
+//!   authentication.
 //! - [`api`] is the checked call every family produces, and the checks
 //!   the families share; [`error`] answers in the caller's shape.
 //! - [`estimate`] bounds a call's cost before it is sent, counting OpenAI

@@ -92,6 +92,7 @@ name = "openai"
 kind = "openai"
 base_url = "http://{mock_address}"
 api_key_env = "TG_TEST_OPENAI_KEY"
+service_tier_default = "priority"  # the mock plays OpenAI itself
 models = ["gpt-*"]
 
 [[orgs]]

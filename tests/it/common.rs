@@ -51,6 +51,10 @@ pub struct Setup {
     pub openai_base_url: Option<String>,
     /// More TOML lines for the OpenAI provider's table.
     pub openai_provider_extra: &'static str,
+    /// The OpenAI provider's `service_tier_default`: `"priority"` (the
+    /// mock plays OpenAI itself, whose projects may default to priority)
+    /// unless a test plays another provider.
+    pub openai_tier: &'static str,
     /// More TOML lines for the `[server]` table.
     pub server_extra: &'static str,
     /// More top-level TOML tables (such as `[alerts]`), before `[server]`.
@@ -85,6 +89,7 @@ impl Default for Setup {
             upstream_timeout_secs: 30,
             openai_base_url: None,
             openai_provider_extra: "",
+            openai_tier: "priority",
             server_extra: "",
             tables_extra: "",
             alice_extra: "",
@@ -165,6 +170,7 @@ name = "openai"
 kind = "openai"
 base_url = "{openai_url}"
 api_key_env = "TEST_OPENAI_KEY"
+service_tier_default = "{openai_tier}"
 models = ["gpt-*", "text-embedding-*"]
 {openai_extra}
 
@@ -214,6 +220,7 @@ models = ["gpt-4o-mini"]
             .unwrap_or_else(|| format!("http://{}", mock.addr)),
         prices = prices.display(),
         openai_extra = setup.openai_provider_extra,
+        openai_tier = setup.openai_tier,
         server_extra = setup.server_extra,
         tables_extra = setup.tables_extra,
         alice_extra = setup.alice_extra,

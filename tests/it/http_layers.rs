@@ -57,6 +57,7 @@ name = "openai"
 kind = "openai"
 base_url = "http://{mock}"
 api_key_env = "TEST_PROVIDER_KEY"
+service_tier_default = "priority"  # the mock plays OpenAI itself
 models = ["gpt-*"]
 
 [[keys]]

@@ -317,6 +317,7 @@ name = "openai"
 kind = "openai"
 base_url = "http://{mock}"
 api_key_env = "TEST_OPENAI_KEY"
+service_tier_default = "priority"  # the mock plays OpenAI itself
 models = ["gpt-*"]
 
 [[orgs]]

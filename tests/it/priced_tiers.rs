@@ -23,10 +23,10 @@ use tollgate::usage::{ServiceTier, Usage};
 use crate::common::*;
 
 /// The mock as OpenAI itself, serving a project whose default tier may be
-/// priority.
+/// priority (what the test config says unless told otherwise).
 fn priority_project() -> Setup {
     Setup {
-        openai_provider_extra: "service_tier_default = \"priority\"",
+        openai_tier: "priority",
         ..Setup::default()
     }
 }
@@ -481,9 +481,13 @@ async fn a_tier_left_open_on_a_model_without_priority_prices_is_standard() {
 #[tokio::test]
 async fn a_tier_left_open_on_any_other_provider_is_the_standard_tier_it_was_sent_at() {
     // The mock as an OpenAI-compatible server: no project default tier.
+    let compatible = || Setup {
+        openai_tier: "default",
+        ..Setup::default()
+    };
     let open = to_a_priority_project(None);
     let standard = mini_bound(&open, MINI_STANDARD);
-    let h = capped_at(standard, Setup::default()).await;
+    let h = capped_at(standard, compatible()).await;
     let completion =
         json!({"model": "gpt-4o-mini", "prompt": "hello mock:tokens=20", "max_tokens": 100});
     // Legacy completions report no tier: billed as sent, at standard.
@@ -503,7 +507,7 @@ async fn a_tier_left_open_on_any_other_provider_is_the_standard_tier_it_was_sent
     books_balance(&h).await;
     // A chat call whose whole standard bound is all the cap holds is
     // reserved at standard, not refused for a priority it cannot have.
-    let h = capped_at(standard, Setup::default()).await;
+    let h = capped_at(standard, compatible()).await;
     let mut chat_body = chat("gpt-4o-mini", "hello mock:tokens=30");
     chat_body["max_completion_tokens"] = 5_000.into();
     let response = h.post("/v1/chat/completions", ALICE, &chat_body).await;

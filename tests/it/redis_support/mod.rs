@@ -162,6 +162,7 @@ name = "openai"
 kind = "openai"
 base_url = "http://{provider}"
 api_key_env = "TEST_PROVIDER_KEY"
+service_tier_default = "priority"  # the mock plays OpenAI itself
 models = ["gpt-*"]
 
 [[providers]]
