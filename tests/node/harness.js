@@ -27,10 +27,14 @@ const LISTENING = /listening on\s+(?:[A-Za-z_]+=)?"?((?:\d{1,3}\.){3}\d{1,3}:\d+
 // eslint-disable-next-line no-control-regex
 const ANSI_ESCAPE = /\x1b\[[0-9;]*m/g;
 
-// The SDKs read base URLs, keys and extra headers from the environment; a
-// developer's real settings must neither leak into nor redirect a test.
+// The SDKs read base URLs, keys, API versions and extra headers from the
+// environment (the Azure clients `AZURE_API_KEY`, `AZURE_RESOURCE_NAME`,
+// `AZURE_OPENAI_API_KEY`, `AZURE_OPENAI_ENDPOINT`, …); a developer's real
+// settings must neither leak into nor redirect a test.
+const SDK_ENV_PREFIXES = ['OPENAI_', 'ANTHROPIC_', 'AZURE_'];
+const isSdkSetting = (name) => SDK_ENV_PREFIXES.some((prefix) => name.startsWith(prefix));
 for (const name of Object.keys(process.env)) {
-  if (name.startsWith('OPENAI_') || name.startsWith('ANTHROPIC_')) delete process.env[name];
+  if (isSdkSetting(name)) delete process.env[name];
 }
 // The Google SDKs and google-auth-library read keys, projects, locations
 // and credentials from the environment too.
@@ -108,14 +112,25 @@ class TollgateProcess {
 function childEnv(extra) {
   const env = {};
   for (const [name, value] of Object.entries(process.env)) {
-    if (!name.startsWith('OPENAI_') && !name.startsWith('ANTHROPIC_')) env[name] = value;
+    if (!isSdkSetting(name)) env[name] = value;
   }
   return { ...env, RUST_LOG: process.env.TOLLGATE_TEST_LOG || 'info', NO_COLOR: '1', ...extra };
 }
 
 const sha256 = (raw) => createHash('sha256').update(raw).digest('hex');
 
-function config(mockAddress, key) {
+/** The gateway's azure provider's deployments: each with the priced model
+ * the gateway bills it as (`priced`) and the dated model the mock's answers
+ * name instead (`served`), as Azure's name the model a deployment runs. */
+export const AZURE_DEPLOYMENTS = {
+  'prod-4o': { priced: 'gpt-4o', served: 'gpt-4o-2024-08-06' },
+  mini: { priced: 'gpt-4o-mini', served: 'gpt-4o-mini-2024-07-18' },
+};
+
+function config(mockAddress, key, tinyKey) {
+  const deployments = Object.entries(AZURE_DEPLOYMENTS)
+    .map(([name, { priced }]) => `"${name}" = "${priced}"`)
+    .join(', ');
   return `\
 [server]
 listen = "127.0.0.1:0"
@@ -126,11 +141,20 @@ backend = "memory"
 [prices]
 file = "${PRICES_FILE}"
 
+# Azure OpenAI: the mock plays the resource on its /openai/ routes.
+[[providers]]
+name = "azure"
+kind = "azure"
+base_url = "http://${mockAddress}"
+api_key_env = "TG_TEST_AZURE_KEY"
+deployments = { ${deployments} }
+
 [[providers]]
 name = "openai"
 kind = "openai"
 base_url = "http://${mockAddress}"
 api_key_env = "TG_TEST_OPENAI_KEY"
+service_tier_default = "priority"  # the mock plays OpenAI itself
 models = ["gpt-*", "text-embedding-*"]
 
 [[providers]]
@@ -151,31 +175,51 @@ org = "node"
 key_sha256 = "${sha256(key)}"
 cap_usd = "10.00"
 period = "total"
+
+# No org, a daily period: 10 µUSD, below every call's estimate.
+[[keys]]
+id = "node-tiny-key"
+key_sha256 = "${sha256(tinyKey)}"
+cap_usd = "0.000010"
+period = "day"
 `;
 }
 
-/** Starts a mock provider and a gateway in front of it. The mock accepts
- * only the provider credential, so a successful call proves the gateway
- * swapped the client's key for it. */
+/** Starts a mock provider and a gateway in front of it (OpenAI, Anthropic
+ * and Azure OpenAI, whose deployments are `AZURE_DEPLOYMENTS`). The mock
+ * accepts only the provider credential, so a successful call proves the
+ * gateway swapped the client's key for it. The answer has `key`, `tinyKey`
+ * (every call denied) and `adminKey`. */
 export async function startGateway() {
   const binary = tollgateBin();
   assert.ok(existsSync(binary), `${binary} does not exist: run \`cargo build\` (or set TOLLGATE_BIN)`);
   const providerSecret = `sk-provider-${randomBytes(16).toString('hex')}`;
   const key = `tg-node-${randomBytes(16).toString('hex')}`;
+  const tinyKey = `tg-node-tiny-${randomBytes(16).toString('hex')}`;
+  const adminKey = `tg-admin-${randomBytes(16).toString('hex')}`;
+  const azureDeployments = Object.entries(AZURE_DEPLOYMENTS).flatMap(([name, { served }]) => [
+    '--azure-deployment',
+    `${name}=${served}`,
+  ]);
 
   const mock = new TollgateProcess(
     'mock-upstream',
-    [binary, 'mock-upstream', '--listen', '127.0.0.1:0', '--expect-key', providerSecret],
+    [binary, 'mock-upstream', '--listen', '127.0.0.1:0', '--expect-key', providerSecret, ...azureDeployments],
     childEnv({}),
   );
   const mockAddress = await mock.waitListening();
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-node-'));
   const configPath = join(dir, 'tollgate.toml');
-  writeFileSync(configPath, config(mockAddress, key));
+  writeFileSync(configPath, config(mockAddress, key, tinyKey));
   const gateway = new TollgateProcess(
     'gateway',
     [binary, 'serve', '--config', configPath],
-    childEnv({ TG_TEST_OPENAI_KEY: providerSecret, TG_TEST_ANTHROPIC_KEY: providerSecret }),
+    childEnv({
+      TG_TEST_OPENAI_KEY: providerSecret,
+      TG_TEST_ANTHROPIC_KEY: providerSecret,
+      TG_TEST_AZURE_KEY: providerSecret,
+      TOLLGATE_ADMIN_KEY: adminKey,
+    }),
   );
   let address;
   try {
@@ -187,6 +231,10 @@ export async function startGateway() {
   return {
     url: `http://${address}`,
     key,
+    keyId: 'node-key',
+    tinyKey,
+    tinyKeyId: 'node-tiny-key',
+    adminKey,
     logs: () => `--- gateway ---\n${gateway.output()}\n--- mock-upstream ---\n${mock.output()}`,
     async stop() {
       await gateway.stop();
@@ -250,6 +298,34 @@ export class SpendMeter {
 /** A meter whose baseline is taken now. */
 export async function meter(gateway) {
   return new SpendMeter(gateway).restart();
+}
+
+/** What the ledger recorded for the gateway's key (`keyId`), by model
+ * (`GET /admin/v1/spend?group_by=model`): `{model: {calls, cost}}`. From
+ * two days back, so a test run across midnight (UTC) or a month's end
+ * still sees its calls. */
+export async function spendByModel(gateway) {
+  const since = new Date(Date.now() - 2 * 86_400_000).toISOString().slice(0, 10);
+  const response = await fetch(
+    `${gateway.url}/admin/v1/spend?group_by=model&key=${encodeURIComponent(gateway.keyId)}&from=${since}`,
+    { headers: { Authorization: `Bearer ${gateway.adminKey}` } },
+  );
+  const text = await response.text();
+  assert.equal(response.status, 200, `GET /admin/v1/spend answered ${response.status}: ${text}`);
+  return Object.fromEntries(
+    JSON.parse(text).rows.map((row) => [row.group, { calls: row.calls, cost: row.cost_usd_micros }]),
+  );
+}
+
+/** The models billed between two `spendByModel` reports, with the calls
+ * and µUSD of each. */
+export function spendDelta(before, after) {
+  const changed = {};
+  for (const [model, { calls, cost }] of Object.entries(after)) {
+    const was = before[model] ?? { calls: 0, cost: 0 };
+    if (calls !== was.calls || cost !== was.cost) changed[model] = { calls: calls - was.calls, cost: cost - was.cost };
+  }
+  return changed;
 }
 
 // === expected costs ===
@@ -497,14 +573,17 @@ export async function settledBudget(gateway) {
 }
 
 /** A `fetch` for an SDK's `fetch` option that counts the requests the SDK
- * really sends, retries included. */
+ * really sends, retries included: each one's URL in `requests`, its
+ * headers (lower-case names) in `headers`. */
 export function countingFetch() {
   const requests = [];
+  const headers = [];
   const counted = (url, init) => {
     requests.push(String(url));
+    headers.push(Object.fromEntries(new Headers(init?.headers ?? {}).entries()));
     return fetch(url, init);
   };
-  return { fetch: counted, requests };
+  return { fetch: counted, requests, headers };
 }
 
 /** µUSD as the decimal USD string a cap is written in. */

@@ -5,6 +5,8 @@ One gateway serves the whole session. Tests run one at a time and each reads
 the key's budget before and after its calls (`meter`), so the shared counters
 give every test an exact baseline. The Gemini API and Vertex AI tests share a
 second mock and gateway (`google_gateway`), started when first asked for.
+The session gateway also serves Azure OpenAI: an azure provider with two
+deployments (`AZURE_DEPLOYMENTS`), in front of the same mock playing Azure.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from google.genai import types as genai_types
 from google.oauth2.credentials import Credentials as GoogleCredentials
 
 from support import (
+    AZURE_DEPLOYMENTS,
     PRICES_FILE,
+    ModelSpend,
     PriceTable,
     SpendMeter,
     StartupError,
@@ -41,6 +45,9 @@ TINY_CAP_USD = "0.000010"
 CLIENT_TIMEOUT_SECS = 30.0
 # Lines of each process's log attached to a failing test's report.
 LOG_TAIL_LINES = 40
+# Settings the SDKs read from the environment (keys, endpoints, API
+# versions); a developer's real ones must not leak into a test.
+SDK_ENV_PREFIXES = ("OPENAI_", "ANTHROPIC_", "AZURE_")
 
 # The running processes, for the failure reports.
 _processes: list[TollgateProcess] = []
@@ -50,7 +57,7 @@ def pytest_configure(config):
     # The SDKs read base URLs, keys and extra headers from the environment;
     # a developer's real settings must neither leak into nor redirect a test.
     for name in list(os.environ):
-        if name.startswith(("OPENAI_", "ANTHROPIC_")):
+        if name.startswith(SDK_ENV_PREFIXES):
             del os.environ[name]
 
 
@@ -74,7 +81,7 @@ class Gateway:
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items() if not name.startswith(("OPENAI_", "ANTHROPIC_"))}
+    env = {name: value for name, value in os.environ.items() if not name.startswith(SDK_ENV_PREFIXES)}
     env["RUST_LOG"] = os.environ.get("TOLLGATE_TEST_LOG", "info")
     env["NO_COLOR"] = "1"
     env.update(extra)
@@ -94,6 +101,7 @@ def _config(mock_address: str, sdk_key: str, tiny_key: str) -> str:
     def sha256(raw: str) -> str:
         return hashlib.sha256(raw.encode()).hexdigest()
 
+    deployments = ", ".join(f'"{name}" = "{priced}"' for name, (priced, _) in AZURE_DEPLOYMENTS.items())
     return f"""\
 [server]
 listen = "127.0.0.1:0"
@@ -104,11 +112,20 @@ backend = "memory"
 [prices]
 file = "{PRICES_FILE}"
 
+# Azure OpenAI: the mock plays the resource on its /openai/ routes.
+[[providers]]
+name = "azure"
+kind = "azure"
+base_url = "http://{mock_address}"
+api_key_env = "TG_TEST_AZURE_KEY"
+deployments = {{ {deployments} }}
+
 [[providers]]
 name = "openai"
 kind = "openai"
 base_url = "http://{mock_address}"
 api_key_env = "TG_TEST_OPENAI_KEY"
+service_tier_default = "priority"  # the mock plays OpenAI itself
 models = ["gpt-*", "text-embedding-*"]
 
 [[providers]]
@@ -160,9 +177,12 @@ def gateway(binary: Path, tmp_path_factory) -> Iterator[Gateway]:
     tiny_key = f"tg-tiny-{secrets.token_hex(16)}"
     admin_key = f"tg-admin-{secrets.token_hex(16)}"
 
+    azure_deployments = [
+        arg for name, (_, served) in AZURE_DEPLOYMENTS.items() for arg in ("--azure-deployment", f"{name}={served}")
+    ]
     mock, mock_address = _start(
         "mock-upstream",
-        [str(binary), "mock-upstream", "--listen", "127.0.0.1:0", "--expect-key", provider_secret],
+        [str(binary), "mock-upstream", "--listen", "127.0.0.1:0", "--expect-key", provider_secret, *azure_deployments],
         _child_env({}),
     )
     config_path = tmp_path_factory.mktemp("tollgate") / "tollgate.toml"
@@ -175,6 +195,7 @@ def gateway(binary: Path, tmp_path_factory) -> Iterator[Gateway]:
                 {
                     "TG_TEST_OPENAI_KEY": provider_secret,
                     "TG_TEST_ANTHROPIC_KEY": provider_secret,
+                    "TG_TEST_AZURE_KEY": provider_secret,
                     "TOLLGATE_ADMIN_KEY": admin_key,
                 }
             ),
@@ -216,14 +237,25 @@ def tiny_meter(gateway: Gateway) -> SpendMeter:
     return SpendMeter(gateway.url, gateway.tiny_key)
 
 
+@pytest.fixture
+def ledger(gateway: Gateway) -> ModelSpend:
+    """The SDK key's spend by model as it stood when the test began."""
+    return ModelSpend(gateway.url, gateway.admin_key, SDK_KEY_ID)
+
+
 class AttemptCounter:
     """Counts the HTTP requests an SDK really sends, retries included."""
 
     def __init__(self):
         self.paths: list[str] = []
+        # Each request's query, parsed: what an Azure client adds.
+        self.queries: list[dict[str, str]] = []
+        self.headers: list[dict[str, str]] = []
 
     def __call__(self, request) -> None:
         self.paths.append(request.url.path)
+        self.queries.append(dict(request.url.params))
+        self.headers.append({name.lower(): value for name, value in request.headers.items()})
 
     @property
     def count(self) -> int:
@@ -242,12 +274,15 @@ def _http_client(module, attempts: AttemptCounter | None):
 
 @pytest.fixture
 def openai_for(gateway: Gateway):
-    """Builds OpenAI clients for a given key, optionally counting attempts."""
+    """Builds OpenAI clients for a given key, optionally counting attempts;
+    `base_url` is the gateway's `/v1` unless given."""
     clients: list[openai.OpenAI] = []
 
-    def build(api_key: str, attempts: AttemptCounter | None = None, **options) -> openai.OpenAI:
+    def build(
+        api_key: str, attempts: AttemptCounter | None = None, *, base_url: str | None = None, **options
+    ) -> openai.OpenAI:
         client = openai.OpenAI(
-            base_url=f"{gateway.url}/v1",
+            base_url=base_url or f"{gateway.url}/v1",
             api_key=api_key,
             timeout=CLIENT_TIMEOUT_SECS,
             http_client=_http_client(openai, attempts),
@@ -272,6 +307,33 @@ def anthropic_for(gateway: Gateway):
             api_key=api_key,
             timeout=CLIENT_TIMEOUT_SECS,
             http_client=_http_client(anthropic, attempts),
+            **options,
+        )
+        clients.append(client)
+        return client
+
+    yield build
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def azure_for(gateway: Gateway):
+    """Builds Azure OpenAI clients (`openai.AzureOpenAI`) whose endpoint is
+    the gateway, for a given key and API version, optionally counting
+    attempts; other options (`azure_deployment`, `max_retries`, …) pass
+    through."""
+    clients: list[openai.AzureOpenAI] = []
+
+    def build(
+        api_key: str, attempts: AttemptCounter | None = None, *, api_version: str = "2024-10-21", **options
+    ) -> openai.AzureOpenAI:
+        client = openai.AzureOpenAI(
+            azure_endpoint=gateway.url,
+            api_key=api_key,
+            api_version=api_version,
+            timeout=CLIENT_TIMEOUT_SECS,
+            http_client=_http_client(openai, attempts),
             **options,
         )
         clients.append(client)

@@ -19,12 +19,21 @@ import tomllib
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRICES_FILE = REPO_ROOT / "config" / "prices.toml"
+# The session gateway's azure provider's deployments, each with the priced
+# model the gateway bills it as and the dated model the mock's answers name
+# instead (Azure's answers name the model a deployment runs, never the
+# deployment).
+AZURE_DEPLOYMENTS = {
+    "prod-4o": ("gpt-4o", "gpt-4o-2024-08-06"),
+    "mini": ("gpt-4o-mini", "gpt-4o-mini-2024-07-18"),
+}
 
 # Tracing may print the address as a bare value or as a `field=value` pair,
 # quoted or not; ANSI colours are stripped before matching.
@@ -251,6 +260,40 @@ class SpendMeter:
     def assert_unchanged(self) -> Budget:
         """Nothing was charged and nothing is held."""
         return self.assert_charged(0)
+
+
+class ModelSpend:
+    """What the ledger recorded for one key, by model
+    (`GET /admin/v1/spend?group_by=model&key=…`), as deltas from the
+    baseline taken when it was made: the model a call was billed as."""
+
+    def __init__(self, gateway_url: str, admin_key: str, key_id: str):
+        self.gateway_url = gateway_url
+        self.admin_key = admin_key
+        self.key_id = key_id
+        self.before = self.rows()
+
+    def rows(self) -> dict[str, tuple[int, int]]:
+        """Calls and µUSD per model. From two days back, so a test that
+        runs across midnight (UTC) or a month's end still sees its calls."""
+        since = (datetime.now(timezone.utc) - timedelta(days=2)).date().isoformat()
+        status, body = admin_call(
+            self.gateway_url,
+            self.admin_key,
+            "GET",
+            f"/admin/v1/spend?group_by=model&key={self.key_id}&from={since}",
+        )
+        assert status == 200, f"GET /admin/v1/spend answered {status}: {body}"
+        return {row["group"]: (row["calls"], row["cost_usd_micros"]) for row in body["rows"]}
+
+    def delta(self) -> dict[str, tuple[int, int]]:
+        """The models billed since the baseline: calls and µUSD of each."""
+        changed = {}
+        for model, (calls, cost) in self.rows().items():
+            before_calls, before_cost = self.before.get(model, (0, 0))
+            if (calls, cost) != (before_calls, before_cost):
+                changed[model] = (calls - before_calls, cost - before_cost)
+        return changed
 
 
 # === expected costs ===
