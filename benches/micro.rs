@@ -195,7 +195,7 @@ fn cost_estimation(c: &mut Criterion) {
 fn family_paths(c: &mut Criterion) {
     let mut group = c.benchmark_group("family_call");
     let price = price("gemini-2.5-flash");
-    let counter = TokenCounter::Heuristic;
+    let counter = TokenCounter::STRICT;
     for words in [100usize, 2_000] {
         let text = "lorem ipsum dolor sit amet ".repeat(words / 5);
         let answer = "consectetur adipiscing elit ".repeat(words / 10);

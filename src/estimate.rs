@@ -15,7 +15,7 @@
 //! priority prices), the hour-long cache it asked for, the long context
 //! tier when its input bound passes the threshold.
 
-use crate::api::Call;
+use crate::api::{Api, Call};
 use crate::money::{Cost, UsdMicros};
 use crate::prices::{ModelPrice, PricedOptions};
 use crate::usage::Usage;
@@ -69,6 +69,17 @@ pub use tools::{ToolBound, FILE_SEARCH_CHUNK_TOKENS, WEB_SEARCH_RESULT_TOKENS};
 pub fn estimate(call: &Call, price: &ModelPrice, counter: TokenCounter) -> Estimate {
     let context_window = price.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW);
     let seen = input::input_tokens(call.api, &call.body, counter, context_window);
+    // One prompt longer than the context window is refused by the
+    // provider, not billed. Embeddings and legacy completions take several
+    // inputs, each with its own window, and the long context beta widens
+    // the window past the price entry's.
+    let one_window =
+        !matches!(call.api, Api::Embeddings | Api::Completions) && !call.options.long_context;
+    let seen = if one_window {
+        seen.min(context_window)
+    } else {
+        seen
+    };
     bound(call, price, seen, call.output_bound())
 }
 
@@ -156,7 +167,7 @@ mod tests {
                 "model": "m", "max_tokens": 1000, "n": 3, "messages": [{"role": "user", "content": "hi"}],
             }),
         );
-        let e = estimate(&c, &price(), TokenCounter::Heuristic);
+        let e = estimate(&c, &price(), TokenCounter::STRICT);
         assert_eq!(e.output_tokens, 3000);
         // input at $1.25/Mtok (the cache-write rate), output at $5/Mtok
         let mut cost = Cost::default();
@@ -190,7 +201,7 @@ mod tests {
         let bound = |api: Api, body: serde_json::Value, long_context: bool| {
             let mut c = call(api, body);
             c.options.long_context = long_context;
-            let e = estimate(&c, &tiered, TokenCounter::Heuristic);
+            let e = estimate(&c, &tiered, TokenCounter::STRICT);
             (e.input_tokens, e.output_tokens, e.amount, e.options)
         };
         let amount = |input: u64, input_price: &str, output: u64, output_price: &str| {
@@ -244,7 +255,7 @@ mod tests {
         let mut open = short.clone();
         open.as_object_mut().unwrap().remove("service_tier");
         let c = call(Api::ChatCompletions, open);
-        let e = estimate(&c, &price(), TokenCounter::Heuristic);
+        let e = estimate(&c, &price(), TokenCounter::STRICT);
         assert_eq!(
             e.amount,
             amount(e.input_tokens, "1.25", e.output_tokens, "5")

@@ -12,6 +12,8 @@
 //! | `tollgate_reserve_total` | `outcome` = `allowed`, `denied`, `error`; `scope` = `key`, `org` (the denying one) or `""` | reserve calls |
 //! | `tollgate_settlements_total` | `status` = `ok`, `overrun`, `estimated`, `late` | settlements applied by this gateway |
 //! | `tollgate_charged_usd_micros_total` | | Σ actual cost of those settlements |
+//! | `tollgate_input_overruns_total` | | settled calls whose reported input passed the input bound reserved for them (a tokenizer denser than the price entry's `input_bytes_per_token` assumed, say) |
+//! | `tollgate_input_overrun_tokens_total` | | Σ input tokens those calls reported beyond their bound |
 //! | `tollgate_absurd_usage_total` | | calls whose provider reported usage no call can have (a count negative, fractional or 2^53 or more; a cost of 2^53 µUSD or more), charged their upper bound instead |
 //! | `tollgate_expired_reservations_total` | | reservations this gateway's periodic sweep expired unsettled (charged their amount, or released under `on_expiry = "release"`) |
 //! | `tollgate_store_call_duration_seconds` | `op` | store call latency, retries included |
@@ -177,6 +179,8 @@ pub struct Metrics {
     expired: Counter,
     charged: Counter,
     absurd_usage: Counter,
+    input_overruns: Counter,
+    input_overrun_tokens: Counter,
     /// Indexed by [`StoreOp::index`].
     store_latency: [Histogram; 7],
     store_errors: [Counter; 7],
@@ -244,6 +248,19 @@ impl Metrics {
             "Calls whose provider reported usage no call can have (negative, fractional, or \
              2^53 or more), charged their upper bound instead",
             absurd_usage.clone(),
+        );
+
+        let input_overruns = Counter::default();
+        registry.register(
+            "input_overruns",
+            "Settled calls whose reported input passed the input bound reserved for them",
+            input_overruns.clone(),
+        );
+        let input_overrun_tokens = Counter::default();
+        registry.register(
+            "input_overrun_tokens",
+            "Input tokens settled calls reported beyond their input bound",
+            input_overrun_tokens.clone(),
         );
 
         let latency =
@@ -318,6 +335,8 @@ impl Metrics {
             expired,
             charged,
             absurd_usage,
+            input_overruns,
+            input_overrun_tokens,
             store_latency: StoreOp::ALL.map(|op| latency.get_or_create_owned(&by_op(op))),
             store_errors: StoreOp::ALL.map(|op| errors.get_or_create_owned(&by_op(op))),
             requests,
@@ -413,6 +432,13 @@ impl Metrics {
     /// was absurd.
     pub fn count_absurd_usage(&self) {
         self.absurd_usage.inc();
+    }
+
+    /// Counts a settled call whose reported input passed its input bound
+    /// by `tokens`.
+    pub fn count_input_overrun(&self, tokens: u64) {
+        self.input_overruns.inc();
+        self.input_overrun_tokens.inc_by(tokens);
     }
 
     /// Counts a spending alert this gateway queued (`kind`: `threshold`

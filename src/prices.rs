@@ -31,6 +31,11 @@ mod toml_file;
 pub use tiers::{LongContextPrices, PricedOptions, PriorityPrices, Rates, TierRequest, Unpriced};
 
 /// What one model charges per token class, and its token limits.
+/// The most bytes per token a price entry may set
+/// (`input_bytes_per_token`): beyond it the count would fall below what
+/// English prose averages.
+pub const MAX_INPUT_BYTES_PER_TOKEN: u64 = 4;
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModelPrice {
     pub input: Price,
@@ -56,6 +61,11 @@ pub struct ModelPrice {
     /// its thinking budget unset or dynamic (Gemini's `thinkingBudget` -1),
     /// which the gateway then reserves as output.
     pub max_thinking_tokens: Option<u64>,
+    /// Bytes of text counted as one input token for a model without a
+    /// public tokenizer: 1 (the default) is a strict bound; more reserves
+    /// less, and text that tokenizes denser is then billed above the
+    /// reservation.
+    pub input_bytes_per_token: u64,
     /// Output may be hidden: reasoning tokens are billed but not streamed,
     /// so what a client saw of a stream says nothing of what it cost.
     pub reasoning: bool,

@@ -395,6 +395,17 @@ impl MeteredCall {
     }
 
     async fn settle(self, charge: Charge) -> Option<SettleOutcome> {
+        // Reported input beyond what was reserved for it: the input bound
+        // was too tight (the gateway's own estimates never pass it).
+        let input_excess = match &charge {
+            Charge::Usage {
+                usage,
+                estimated: false,
+            } => usage
+                .total_input()
+                .saturating_sub(self.estimate.input_tokens),
+            _ => 0,
+        };
         let (mut settlement, mut charging_bound) = match charge {
             Charge::Usage { usage, estimated } => {
                 let usage = self.estimate.options.complete(usage);
@@ -426,6 +437,9 @@ impl MeteredCall {
                         record.charged(outcome.actual);
                     }
                     self.metrics.count_settlement(&outcome);
+                    if outcome.applied && input_excess > 0 && !charging_bound {
+                        self.metrics.count_input_overrun(input_excess);
+                    }
                     return Some(outcome);
                 }
                 // Retried also for a call never sent (its reserve failed on

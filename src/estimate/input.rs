@@ -1,6 +1,7 @@
 //! Counting a request's input tokens: every string and key of its body,
-//! with OpenAI's tokenizer for OpenAI models and a conservative byte
-//! heuristic elsewhere, plus the framing of each message; each image by
+//! with OpenAI's tokenizer for OpenAI models and one token per byte
+//! elsewhere (no model's tokenizer yields more), plus the framing of each
+//! message; each image by
 //! its model's rule (`images`), and input the gateway cannot see (files,
 //! stored items, server-side state) as the model's whole context window.
 
@@ -9,6 +10,7 @@ use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer as Encoding};
 
 use super::images::{self, ImageRule, IMAGE_TYPES};
 use crate::api::Api;
+use crate::prices::MAX_INPUT_BYTES_PER_TOKEN;
 use crate::provider::ProviderKind;
 use crate::tokenizer::Tokenizer;
 
@@ -17,10 +19,6 @@ use crate::tokenizer::Tokenizer;
 const TOKENS_PER_ITEM: u64 = 4;
 /// Tokens priming the reply.
 const TOKENS_PER_REPLY: u64 = 3;
-/// Bytes per token of the heuristic count: half the 3.5 to 4 bytes an
-/// English token averages, and at or below what digits, code and CJK text
-/// average, so the count stays above the provider's for nearly all text.
-const HEURISTIC_BYTES_PER_TOKEN: u64 = 2;
 
 /// Content parts whose text lives at the provider (uploads, documents):
 /// bounded by the model's context window.
@@ -38,12 +36,20 @@ const UNSEEN_TYPES: &[&str] = &[
 pub enum TokenCounter {
     /// OpenAI's own tokenizer.
     Exact(&'static Tokenizer),
-    Heuristic,
+    /// A token per `bytes_per_token` bytes of UTF-8 text, rounded up: at 1,
+    /// a bound no byte-level or byte-fallback tokenizer can pass, as each
+    /// of their tokens is at least one byte.
+    Bytes { bytes_per_token: u64 },
 }
 
 impl TokenCounter {
-    /// OpenAI's own tokenizer for OpenAI models; the heuristic for every
-    /// other model, including other models behind OpenAI-compatible APIs.
+    /// One token per byte: the strict bound of a model without a public
+    /// tokenizer.
+    pub const STRICT: TokenCounter = TokenCounter::Bytes { bytes_per_token: 1 };
+
+    /// OpenAI's own tokenizer for OpenAI models; one token per byte for
+    /// every other model, including other models behind OpenAI-compatible
+    /// APIs (see [`TokenCounter::at_bytes_per_token`]).
     pub fn for_model(kind: ProviderKind, model: &str) -> TokenCounter {
         // OpenAI's newer families use o200k, as tiktoken's own table does
         // for gpt-4o and o3 (the crate's table predates some of them).
@@ -59,13 +65,27 @@ impl TokenCounter {
             Some(Encoding::Cl100kBase) => Tokenizer::cl100k_base(),
             _ => None,
         };
-        tokenizer.map_or(TokenCounter::Heuristic, TokenCounter::Exact)
+        tokenizer.map_or(TokenCounter::STRICT, TokenCounter::Exact)
+    }
+
+    /// A byte count at the model's `input_bytes_per_token` (a price entry's
+    /// choice to reserve less than the strict bound, at the risk of an
+    /// overrun); an exact tokenizer is kept.
+    pub fn at_bytes_per_token(self, bytes_per_token: u64) -> TokenCounter {
+        match self {
+            TokenCounter::Bytes { .. } => TokenCounter::Bytes {
+                bytes_per_token: bytes_per_token.clamp(1, MAX_INPUT_BYTES_PER_TOKEN),
+            },
+            exact => exact,
+        }
     }
 
     pub fn count(self, text: &str) -> u64 {
         match self {
             TokenCounter::Exact(tokenizer) => tokenizer.count(text),
-            TokenCounter::Heuristic => (text.len() as u64).div_ceil(HEURISTIC_BYTES_PER_TOKEN),
+            TokenCounter::Bytes { bytes_per_token } => {
+                (text.len() as u64).div_ceil(bytes_per_token)
+            }
         }
     }
 }
@@ -212,16 +232,58 @@ mod tests {
     }
 
     #[test]
-    fn heuristic_is_above_four_bytes_per_token() {
-        let text = "x".repeat(3000);
+    fn without_a_public_tokenizer_every_byte_is_a_token() {
+        // Emoji, CJK and hex: text denser than prose, at a token per byte.
+        let text = format!(
+            "{}{}{}",
+            "😀".repeat(100),
+            "漢字".repeat(50),
+            "9f3a".repeat(100)
+        );
         let c = call(
             Api::Messages,
             serde_json::json!({
                 "model": "claude-haiku-4-5", "max_tokens": 1, "messages": [{"role": "user", "content": text}],
             }),
         );
-        let e = estimate(&c, &price(), TokenCounter::Heuristic);
-        assert!(e.input_tokens >= 1000);
+        let strict = estimate(&c, &price(), TokenCounter::STRICT).input_tokens;
+        assert!(
+            strict >= text.len() as u64,
+            "{strict} < {} bytes",
+            text.len()
+        );
+        // An operator's looser bound counts a quarter of that, no looser.
+        let loose = TokenCounter::STRICT.at_bytes_per_token(9);
+        assert!(matches!(loose, TokenCounter::Bytes { bytes_per_token: 4 }));
+        let quarter = estimate(&c, &price(), loose).input_tokens;
+        assert!(quarter >= (text.len() as u64).div_ceil(4) && quarter < strict);
+        // Never more than the context window, which is all a provider bills.
+        let huge = call(
+            Api::Messages,
+            serde_json::json!({
+                "model": "claude-haiku-4-5", "max_tokens": 1,
+                "messages": [{"role": "user", "content": "x".repeat(300_000)}],
+            }),
+        );
+        let window = price().context_window.unwrap();
+        assert_eq!(
+            estimate(&huge, &price(), TokenCounter::STRICT).seen_input_tokens,
+            window
+        );
+        // OpenAI's own tokenizer stays exact.
+        let exact = TokenCounter::for_model(ProviderKind::OpenAi, "gpt-4o-mini");
+        assert!(matches!(
+            exact.at_bytes_per_token(4),
+            TokenCounter::Exact(_)
+        ));
+    }
+
+    /// The test price with a window wide enough not to bound the input.
+    fn wide() -> crate::prices::ModelPrice {
+        crate::prices::ModelPrice {
+            context_window: Some(1_000_000),
+            ..price()
+        }
     }
 
     #[test]
@@ -239,7 +301,7 @@ mod tests {
                 ]}],
             }),
         );
-        let e = estimate(&c, &price(), openai());
+        let e = estimate(&c, &wide(), openai());
         let image = 2_833 + 8 * 5_667;
         assert!(
             e.input_tokens >= image && e.input_tokens < image + 50,
@@ -278,7 +340,7 @@ mod tests {
                 serde_json::json!({"model": model, "max_tokens": 1,
                     "messages": [{"role": "user", "content": parts}]}),
             );
-            estimate(&c, &price(), TokenCounter::Heuristic).input_tokens
+            estimate(&c, &wide(), TokenCounter::STRICT).input_tokens
         };
         let text_only = input("gpt-4o-mini", vec![]);
         // A large high-detail image on gpt-4o-mini: 2048x768 after scaling,
@@ -301,7 +363,7 @@ mod tests {
                 "messages": [{"role": "user", "content": [{"type": "image", "source": {
                     "type": "base64", "media_type": "image/png", "data": encode(&png(200, 200))}}]}]}),
         );
-        let e = estimate(&c, &price(), TokenCounter::Heuristic);
+        let e = estimate(&c, &price(), TokenCounter::STRICT);
         assert!(
             e.input_tokens >= 64 && e.input_tokens < 64 + 60,
             "{}",
@@ -318,7 +380,7 @@ mod tests {
                 "model": "gpt-4o-mini", "max_tokens": 1, "messages": [{"role": "user", "content": text}],
             }),
         );
-        assert!(estimate(&c, &price(), openai()).input_tokens >= 20_000);
+        assert!(estimate(&c, &wide(), openai()).input_tokens >= 20_000);
     }
 
     #[test]
@@ -342,7 +404,7 @@ mod tests {
         }
         assert!(matches!(
             TokenCounter::for_model(ProviderKind::Anthropic, "claude-haiku-4-5"),
-            TokenCounter::Heuristic
+            TokenCounter::Bytes { bytes_per_token: 1 }
         ));
     }
 }

@@ -267,7 +267,7 @@ mod tests {
             n * (50 + n * WEB_SEARCH_RESULT_TOKENS + 100)
         );
         // The estimate prices the results as input and adds the fees.
-        let e = estimate(&c, &price(), TokenCounter::Heuristic);
+        let e = estimate(&c, &price(), TokenCounter::STRICT);
         let prompt = e.input_tokens - e.tools.result_tokens;
         assert_eq!(e.tools, bound(&c, prompt));
         let mut expected = Cost::default();

@@ -144,6 +144,12 @@ pub fn write_entry(out: &mut String, model: &str, price: &ModelPrice) {
     if let Some(tokens) = price.context_window {
         line("context_window", tokens.to_string());
     }
+    if price.input_bytes_per_token != 1 {
+        line(
+            "input_bytes_per_token",
+            price.input_bytes_per_token.to_string(),
+        );
+    }
     if let Some(tokens) = price.max_thinking_tokens {
         line("max_thinking_tokens", tokens.to_string());
     }

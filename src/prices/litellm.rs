@@ -119,6 +119,7 @@ pub(crate) fn entries(text: &str, file: &str) -> Result<Vec<LiteLlmEntry>, Price
             max_output_tokens: tokens("max_output_tokens"),
             context_window: tokens("max_input_tokens").or_else(|| tokens("max_tokens")),
             max_thinking_tokens: None,
+            input_bytes_per_token: 1,
             reasoning: entry
                 .get("supports_reasoning")
                 .and_then(serde_json::Value::as_bool)

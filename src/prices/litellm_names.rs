@@ -127,6 +127,8 @@ pub(crate) fn covering(a: &ModelPrice, b: &ModelPrice) -> ModelPrice {
         max_output_tokens: a.max_output_tokens.max(b.max_output_tokens),
         context_window: a.context_window.max(b.context_window),
         max_thinking_tokens: a.max_thinking_tokens.max(b.max_thinking_tokens),
+        // The stricter count reserves more.
+        input_bytes_per_token: a.input_bytes_per_token.min(b.input_bytes_per_token),
         reasoning: a.reasoning || b.reasoning,
         tool_call_usd,
     }

@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::{non_empty, LongContextPrices, ModelPrice, PriceError, PriceTable, PriorityPrices};
+use super::{
+    non_empty, LongContextPrices, ModelPrice, PriceError, PriceTable, PriorityPrices,
+    MAX_INPUT_BYTES_PER_TOKEN,
+};
 use crate::hosted::HostedTool;
 use crate::money::{parse_usd, Price, UsdMicros};
 
@@ -38,6 +41,7 @@ struct RawModelPrice {
     max_output_tokens: Option<toml::Value>,
     context_window: Option<toml::Value>,
     max_thinking_tokens: Option<toml::Value>,
+    input_bytes_per_token: Option<toml::Value>,
     #[serde(default)]
     reasoning: bool,
     #[serde(default)]
@@ -147,6 +151,21 @@ pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
         let max_output_tokens = tokens("max_output_tokens", raw.max_output_tokens.as_ref())?;
         let context_window = tokens("context_window", raw.context_window.as_ref())?;
         let max_thinking_tokens = tokens("max_thinking_tokens", raw.max_thinking_tokens.as_ref())?;
+        let input_bytes_per_token = match &raw.input_bytes_per_token {
+            None => 1,
+            Some(toml::Value::Integer(n)) if (1..=MAX_INPUT_BYTES_PER_TOKEN as i64).contains(n) => {
+                *n as u64
+            }
+            Some(other) => {
+                return Err(field_error(
+                    "input_bytes_per_token",
+                    format!(
+                        "{other} is not a whole number from 1 to {MAX_INPUT_BYTES_PER_TOKEN} \
+                         (1, the default, bounds any tokenizer)"
+                    ),
+                ))
+            }
+        };
         let mut tool_call_usd = BTreeMap::new();
         for (name, value) in &raw.tool_call_usd {
             let field = format!("tool_call_usd.{name}");
@@ -171,6 +190,7 @@ pub(super) fn parse(text: &str, file: &str) -> Result<PriceTable, PriceError> {
             max_output_tokens,
             context_window,
             max_thinking_tokens,
+            input_bytes_per_token,
             reasoning: raw.reasoning,
             tool_call_usd,
         };
@@ -259,6 +279,27 @@ mod tests {
     fn toml_error(body: &str) -> String {
         let text = format!("[models.\"m1\"]\n{body}\n");
         PriceTable::from_toml_str(&text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn input_bytes_per_token_is_a_whole_number_from_1_to_4() {
+        let table = |extra: &str| {
+            PriceTable::from_toml_str(&format!(
+                "[models.\"m1\"]\ninput_per_mtok = \"1\"\noutput_per_mtok = \"1\"\n{extra}"
+            ))
+        };
+        assert_eq!(
+            table("").unwrap().get("m1").unwrap().input_bytes_per_token,
+            1
+        );
+        let three = table("input_bytes_per_token = 3").unwrap();
+        assert_eq!(three.get("m1").unwrap().input_bytes_per_token, 3);
+        for bad in ["0", "5", "2.5", "\"2\""] {
+            let error = table(&format!("input_bytes_per_token = {bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("input_bytes_per_token"), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -113,7 +113,8 @@ pub async fn admit<'g>(
     );
     let credential = gateway.credentials.of(provider).await?;
 
-    let counter = TokenCounter::for_model(provider.kind, &call.model);
+    let counter = TokenCounter::for_model(provider.kind, &call.model)
+        .at_bytes_per_token(price.input_bytes_per_token);
     let (call, estimate) = if body_len > BLOCKING_ESTIMATE_BYTES {
         let price = price.clone();
         let counting = tokio::task::spawn_blocking(move || {

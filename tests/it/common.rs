@@ -49,6 +49,10 @@ pub struct Setup {
     pub upstream_timeout_secs: u64,
     /// Where the OpenAI provider points instead of the mock.
     pub openai_base_url: Option<String>,
+    /// Where the Anthropic provider points instead of the mock.
+    pub anthropic_base_url: Option<String>,
+    /// The price file, instead of `config/prices.toml`.
+    pub prices_file: Option<std::path::PathBuf>,
     /// More TOML lines for the OpenAI provider's table.
     pub openai_provider_extra: &'static str,
     /// The OpenAI provider's `service_tier_default`: `"priority"` (the
@@ -88,6 +92,8 @@ impl Default for Setup {
             shutdown_grace: server::SHUTDOWN_GRACE,
             upstream_timeout_secs: 30,
             openai_base_url: None,
+            anthropic_base_url: None,
+            prices_file: None,
             openai_provider_extra: "",
             openai_tier: "priority",
             server_extra: "",
@@ -140,7 +146,10 @@ pub async fn start(setup: Setup) -> Harness {
             .collect();
     }
     let mock = tollgate_mock::spawn(mock_options).await.unwrap();
-    let prices = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml");
+    let prices = setup
+        .prices_file
+        .clone()
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prices.toml"));
     let (google_dir, google_providers) = if setup.google {
         let gemini = setup.gemini_base_url.clone().unwrap_or_else(|| mock.url());
         let (dir, providers) = google_providers(&mock, &gemini);
@@ -177,7 +186,7 @@ models = ["gpt-*", "text-embedding-*"]
 [[providers]]
 name = "anthropic"
 kind = "anthropic"
-base_url = "http://{mock}"
+base_url = "{anthropic_url}"
 api_key_env = "TEST_ANTHROPIC_KEY"
 models = ["claude-*"]
 
@@ -225,7 +234,10 @@ models = ["gpt-4o-mini"]
         tables_extra = setup.tables_extra,
         alice_extra = setup.alice_extra,
         org_extra = setup.org_extra,
-        mock = mock.addr,
+        anthropic_url = setup
+            .anthropic_base_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", mock.addr)),
         google_providers = google_providers,
         azure_provider = if setup.azure {
             azure_provider(&mock)

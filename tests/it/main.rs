@@ -45,6 +45,7 @@ mod gemini;
 mod hosted_tools;
 mod http_layers;
 mod idempotency;
+mod input_bound;
 mod metrics_reconcile;
 mod model_routes;
 mod module_loops;
