@@ -369,8 +369,15 @@ impl Upkeep for SqliteStore {
 
     /// Returns once every call answered before it is posted to the file
     /// (or the file refused it, which the writer logs).
+    /// Posts the journal, then copies the log into the database file
+    /// and empties it: a stopped gateway leaves one file, whole.
     async fn flush(&self) -> Result<(), StoreError> {
-        self.call(|_, _| Ok(Ok(()))).await
+        self.call(|_, _| Ok(Ok(()))).await?;
+        let path = self.path().to_owned();
+        tokio::task::spawn_blocking(move || checkpoint::truncate(&path))
+            .await
+            .map_err(|error| StoreError::Unavailable(error.to_string()))?
+            .map_err(|error| StoreError::Unavailable(format!("checkpoint: {error}")))
     }
 
     /// Expires every reservation past its deadline, forgets idle runs,

@@ -327,3 +327,45 @@ async fn a_second_gateway_on_the_same_file_exits_naming_the_file_and_its_holder(
     // The first one carries on.
     assert_eq!(readyz(&first.url).await, 200);
 }
+
+#[tokio::test]
+async fn a_gateway_stopped_cleanly_leaves_its_file_whole_with_an_empty_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("books.db");
+    let provider = mock().await;
+    let key = KeySpec::new("gus", None, "1.00", "day");
+    let mut config = GatewayConfig::new(shared_redis_url(), provider.addr);
+    config.sqlite_path = Some(db.clone());
+    config.keys.push(key.clone());
+    let mut gateway = GatewayProcess::start(&config).await;
+    for stream in [false, true] {
+        let body = chat("gpt-4o-mini", "hello mock:tokens=5", stream, 50);
+        let response = post_chat(&client(), &gateway.url, &key.raw, &body).await;
+        assert_eq!(response.status(), 200);
+        response.bytes().await.unwrap();
+    }
+    let spent = field(
+        &budget(&gateway.url, &key.raw).await,
+        "key",
+        "spent_usd_micros",
+    );
+    assert!(spent > 0);
+    assert!(gateway.terminate().success(), "{}", gateway.log());
+    // Copied into the file: no frames left in a log beside it.
+    let wal = dir.path().join("books.db-wal");
+    assert_eq!(std::fs::metadata(&wal).map_or(0, |meta| meta.len()), 0);
+    let conn =
+        Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    assert_eq!(ledger_rows(&conn).len(), 2);
+    drop(conn);
+    // The next gateway on the file starts on the same books.
+    let next = GatewayProcess::start(&config).await;
+    assert_eq!(
+        field(
+            &budget(&next.url, &key.raw).await,
+            "key",
+            "spent_usd_micros"
+        ),
+        spent
+    );
+}

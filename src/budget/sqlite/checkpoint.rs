@@ -10,7 +10,10 @@
 //! has grown by a few megabytes. A `PASSIVE` checkpoint never waits for
 //! the writer nor holds it up; once it has copied the whole log, the
 //! writer's next commit starts the log again from its beginning.
-//! [`LogLength`] tells the writer how long its log is.
+//! [`LogLength`] tells the writer how long its log is. A store that is
+//! flushed (as the gateway does when it stops) is copied whole and its
+//! log emptied ([`truncate`]), so the file it leaves needs no log beside
+//! it.
 
 use std::ffi::c_int;
 use std::path::PathBuf;
@@ -48,6 +51,27 @@ pub(super) fn spawn(path: PathBuf, requests: Receiver<()>, every: Duration) {
     if let Err(error) = spawned {
         tracing::error!(%error, "could not start the store's checkpoint thread; its log will grow");
     }
+}
+
+/// How long [`truncate`] waits for a reader or the writer to finish.
+const TRUNCATE_WAIT: Duration = Duration::from_secs(5);
+
+/// Copies the whole log into the database file and empties it, waiting
+/// for any reader or commit in progress: the file then holds every call,
+/// with nothing left in its `-wal`.
+pub(super) fn truncate(path: &std::path::Path) -> rusqlite::Result<()> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(TRUNCATE_WAIT)?;
+    // `busy` is 1 when a reader or writer kept the log from being emptied.
+    let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| row.get(0))?;
+    if busy != 0 {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            Some("the log is still in use".to_owned()),
+        ));
+    }
+    Ok(())
 }
 
 fn run(path: &std::path::Path, requests: &Receiver<()>, every: Duration) {

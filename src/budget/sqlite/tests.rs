@@ -139,6 +139,35 @@ async fn the_books_survive_closing_and_reopening_the_file() {
     assert!(rows.iter().all(|row| row.drift() == 0), "{rows:?}");
 }
 
+/// A flushed store (a gateway that stopped cleanly) has copied its log
+/// into the file: nothing is left in its `-wal`, and the file alone holds
+/// the books.
+#[tokio::test]
+async fn a_flush_leaves_the_log_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let store = open(&path).unwrap();
+    for id in ["a", "b", "c"] {
+        store.reserve(&request(id, 4_000)).await.unwrap();
+        store.settle(&settlement(id, 3_000)).await.unwrap();
+    }
+    let wal = path.with_extension("db-wal");
+    assert!(
+        std::fs::metadata(&wal).unwrap().len() > 0,
+        "the calls are in the log"
+    );
+    store.flush().await.unwrap();
+    assert_eq!(std::fs::metadata(&wal).map_or(0, |meta| meta.len()), 0);
+    // The file alone, copied away from its log, holds every call.
+    let copy = dir.path().join("copy.db");
+    std::fs::copy(&path, &copy).unwrap();
+    let conn = rusqlite::Connection::open(&copy).unwrap();
+    let settled: i64 = conn
+        .query_row("SELECT count(*) FROM ledger", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(settled, 3);
+}
+
 /// A crash leaves the calls answered since the last posting in the
 /// journal only: the next open posts them, and the books are whole.
 #[tokio::test]

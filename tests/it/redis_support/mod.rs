@@ -328,6 +328,18 @@ impl GatewayProcess {
         gateway
     }
 
+    /// Stops the gateway as a service manager does (SIGTERM) and waits for
+    /// its exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let stopped = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(stopped.success(), "kill -TERM failed");
+        self.child.wait().unwrap()
+    }
+
     /// SIGKILL: no shutdown, no settlement, nothing flushed.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
