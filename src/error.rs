@@ -25,6 +25,9 @@ pub enum Shape {
     /// Google's (the Gemini API, Vertex AI):
     /// `{"error":{"code","message","status"}}`.
     Google,
+    /// Amazon Bedrock's: `{"message"}`, the error's name in the
+    /// `x-amzn-ErrorType` header (where the AWS SDKs read it).
+    Bedrock,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -254,6 +257,31 @@ impl GatewayError {
         }
     }
 
+    /// The AWS error name of this error, for Bedrock's clients: what the
+    /// SDKs raise, and whether they retry (a budget refusal is no
+    /// throttling, which they would).
+    fn aws_name(&self) -> &'static str {
+        match self {
+            GatewayError::MissingKey | GatewayError::InvalidKey => "UnrecognizedClientException",
+            GatewayError::BadRequest { .. } | GatewayError::BodyTooLarge { .. } => {
+                "ValidationException"
+            }
+            GatewayError::ModelNotAllowed { .. } => "AccessDeniedException",
+            GatewayError::UnknownModel { .. }
+            | GatewayError::UnknownDeployment { .. }
+            | GatewayError::NotFound { .. } => "ResourceNotFoundException",
+            GatewayError::BudgetExceeded(_) => "BudgetExceededException",
+            GatewayError::IdempotencyConflict | GatewayError::RunCapConflict { .. } => {
+                "ConflictException"
+            }
+            GatewayError::ProviderKeyMissing { .. }
+            | GatewayError::ProviderAuthFailed { .. }
+            | GatewayError::StoreUnavailable
+            | GatewayError::UpstreamUnreachable { .. } => "ServiceUnavailableException",
+            GatewayError::UpstreamTimeout { .. } => "ModelTimeoutException",
+        }
+    }
+
     /// The body in the caller's API shape.
     pub fn body(&self, shape: Shape) -> Bytes {
         let message = self.to_string();
@@ -277,6 +305,7 @@ impl GatewayError {
                 "message": message,
                 "status": self.google_status(),
             }}),
+            Shape::Bedrock => json!({"message": message}),
         };
         Bytes::from(value.to_string())
     }
@@ -293,6 +322,12 @@ impl GatewayError {
             if !request_id.is_empty() {
                 headers.insert("x-tollgate-request-id", id);
             }
+        }
+        if shape == Shape::Bedrock {
+            headers.insert(
+                "x-amzn-errortype",
+                HeaderValue::from_static(self.aws_name()),
+            );
         }
         if let GatewayError::BudgetExceeded(refusal) = &self {
             let denial = &refusal.denial;

@@ -77,6 +77,10 @@ enum Command {
         /// answers name); repeat for each. None: any deployment is served.
         #[arg(long = "azure-deployment", value_parser = deployment_arg)]
         azure_deployments: Vec<(String, String)>,
+        /// Check the SigV4 signatures of Bedrock calls against these AWS
+        /// credentials, as ACCESS_KEY_ID:SECRET_ACCESS_KEY.
+        #[arg(long, value_parser = aws_credentials_arg)]
+        aws_credentials: Option<(String, String)>,
     },
     /// Work with price tables.
     Prices {
@@ -162,6 +166,7 @@ fn main() -> ExitCode {
             reply_tokens,
             chat_limit_field,
             azure_deployments,
+            aws_credentials,
         } => {
             let options = MockOptions {
                 latency: Duration::from_millis(latency_ms),
@@ -170,6 +175,7 @@ fn main() -> ExitCode {
                 reply_tokens,
                 chat_limit_field,
                 azure_deployments,
+                aws_credentials,
             };
             runtime().and_then(|rt| rt.block_on(mock_upstream(listen, options)))
         }
@@ -379,5 +385,15 @@ fn deployment_arg(text: &str) -> Result<(String, String), String> {
             Ok((name.to_owned(), model.to_owned()))
         }
         _ => Err(format!("{text:?} is not NAME=MODEL")),
+    }
+}
+
+/// A `--aws-credentials ACCESS_KEY_ID:SECRET_ACCESS_KEY` argument.
+fn aws_credentials_arg(text: &str) -> Result<(String, String), String> {
+    match text.split_once(':') {
+        Some((id, secret)) if !id.is_empty() && !secret.is_empty() => {
+            Ok((id.to_owned(), secret.to_owned()))
+        }
+        _ => Err("expected ACCESS_KEY_ID:SECRET_ACCESS_KEY".to_owned()),
     }
 }

@@ -15,16 +15,20 @@ pub enum ProviderKind {
     Vertex,
     /// Azure OpenAI: OpenAI's models, served from deployments.
     Azure,
+    /// Amazon Bedrock Runtime: Claude, by Converse or Anthropic's
+    /// Messages inside `invoke`.
+    Bedrock,
 }
 
 impl ProviderKind {
     /// Every kind, by its name in the config.
-    pub const ALL: [(ProviderKind, &'static str); 5] = [
+    pub const ALL: [(ProviderKind, &'static str); 6] = [
         (ProviderKind::OpenAi, "openai"),
         (ProviderKind::Anthropic, "anthropic"),
         (ProviderKind::Gemini, "gemini"),
         (ProviderKind::Vertex, "vertex"),
         (ProviderKind::Azure, "azure"),
+        (ProviderKind::Bedrock, "bedrock"),
     ];
 
     pub fn from_name(name: &str) -> Option<ProviderKind> {

@@ -7,14 +7,18 @@
 //! `message_delta`, which repeats every input count cumulatively, as the
 //! API does. A call of a custom tool (see `function`) is a `tool_use`
 //! block in place of the text, ending with `stop_reason: "tool_use"`.
+//! The same answers serve Bedrock's InvokeModel routes ([`Wire::Bedrock`]:
+//! `chunk` frames, Bedrock's errors and invocation metrics).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use super::bedrock;
 use super::function::{is_tool_result, FunctionCall};
-use super::handler::{directed_answer, new_id, Answer, ApiError};
+use super::handler::{directed_answer_as, new_id, Answer, ApiError};
 use super::reply::{content_text, content_texts, text, u64_field, word, Directives, Reply, Tally};
 use super::stream::{named, Event, EventStream, Events};
 use super::MockOptions;
@@ -26,8 +30,30 @@ const MODELS: [(&str, &str); 3] = [
     ("claude-opus-4-1", "Claude Opus 4.1"),
 ];
 
+/// Who serves a Messages call, which decides how its stream is written and
+/// how its errors are worded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// Anthropic's API (and Vertex's `rawPredict`): server-sent events.
+    Anthropic,
+    /// Amazon Bedrock's `invoke` and `invoke-with-response-stream`: ids
+    /// `msg_bdrk_…`; each stream event's JSON in an event-stream `chunk`
+    /// frame, no `ping`, and the invocation metrics in `message_stop`.
+    Bedrock,
+}
+
 /// `POST /v1/messages`.
 pub(crate) fn messages(body: &Value, opts: &MockOptions) -> Result<Answer, ApiError> {
+    messages_on(body, opts, Wire::Anthropic)
+}
+
+/// A Messages call answered as `wire` answers it.
+pub(crate) fn messages_on(
+    body: &Value,
+    opts: &MockOptions,
+    wire: Wire,
+) -> Result<Answer, ApiError> {
+    let started = bedrock::started(opts);
     let model = body
         .get("model")
         .and_then(Value::as_str)
@@ -68,11 +94,21 @@ pub(crate) fn messages(body: &Value, opts: &MockOptions) -> Result<Answer, ApiEr
     tally.hour_cache = super::reply::asks_for_hour_cache(body);
     let tool_blocks = tool.map(|tool| tool.blocks(uses)).unwrap_or_default();
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    if let Some(answer) = directed_answer(&directives, stream, tally) {
+    let directed = match wire {
+        Wire::Anthropic => ApiError::directed,
+        Wire::Bedrock => bedrock::directed_error,
+    };
+    if let Some(answer) = directed_answer_as(directed, &directives, stream, tally) {
         return answer;
     }
     let message = Arc::new(Message {
-        id: new_id("msg_"),
+        id: new_id(match wire {
+            Wire::Anthropic => "msg_",
+            Wire::Bedrock => "msg_bdrk_",
+        }),
+        wire,
+        started,
+        first_byte: OnceLock::new(),
         model,
         reply,
         tally,
@@ -81,12 +117,16 @@ pub(crate) fn messages(body: &Value, opts: &MockOptions) -> Result<Answer, ApiEr
         call,
     });
     if stream {
-        return Ok(Answer::Stream(EventStream {
+        let events = EventStream {
             events: message.events(),
             tally,
             cut: directives.cut,
             pace: opts.pace(&directives),
-        }));
+        };
+        return Ok(match wire {
+            Wire::Anthropic => Answer::Stream(events),
+            Wire::Bedrock => Answer::AwsEventStream(events),
+        });
     }
     let mut body = message.object(message.stop_reason(), tally.output, true);
     let mut content: Vec<Value> = message
@@ -157,7 +197,7 @@ pub(crate) fn error_body(error: &ApiError) -> Value {
 
 /// ceil(bytes of the system and message texts / 4) plus 3 per message:
 /// Anthropic publishes no tokenizer, so this stands in for its count.
-fn prompt_tokens(system: Option<&Value>, messages: &[Value]) -> u64 {
+pub(crate) fn prompt_tokens(system: Option<&Value>, messages: &[Value]) -> u64 {
     let mut texts = Vec::new();
     if let Some(system) = system {
         content_texts(system, &mut texts);
@@ -174,7 +214,7 @@ fn prompt_tokens(system: Option<&Value>, messages: &[Value]) -> u64 {
 /// The directives of the last `user` message that carries no tool result:
 /// the prompt the conversation is about, also once a tool's result is sent
 /// back.
-fn user_directives(messages: &[Value]) -> Directives {
+pub(crate) fn user_directives(messages: &[Value]) -> Directives {
     messages
         .iter()
         .rev()
@@ -255,6 +295,12 @@ impl ServerTool {
 /// One message being answered.
 struct Message {
     id: String,
+    wire: Wire,
+    /// When the call came in (the configured latency before it included),
+    /// for Bedrock's invocation metrics.
+    started: Instant,
+    /// How long the first event took, once generated.
+    first_byte: OnceLock<Duration>,
     model: String,
     reply: Reply,
     tally: Tally,
@@ -349,6 +395,7 @@ impl Message {
     /// The events of the server tool blocks: each use's input streamed as
     /// JSON, each result whole.
     fn tool_frames(&self) -> Vec<Bytes> {
+        let event = |kind, fields| self.event(kind, fields);
         let mut frames = Vec::new();
         for (index, (used, result)) in (0u64..).step_by(2).zip(&self.tool_blocks) {
             let mut opening = used.clone();
@@ -387,36 +434,47 @@ impl Message {
         let closing = self.clone();
         let text_index = self.text_index();
         let (block, deltas) = self.content_pieces();
+        let delta = self.clone();
         Box::new(
             std::iter::once_with(move || {
-                let mut frames = vec![event(
+                let mut frames = vec![opening.event(
                     "message_start",
                     json!({"message": opening.object(Value::Null, 1, false)}),
                 )];
+                let _ = opening.first_byte.set(opening.started.elapsed());
                 frames.extend(opening.tool_frames());
-                frames.extend([
-                    event(
-                        "content_block_start",
-                        json!({"index": text_index, "content_block": block}),
-                    ),
-                    event("ping", json!({})),
-                ]);
+                frames.push(opening.event(
+                    "content_block_start",
+                    json!({"index": text_index, "content_block": block}),
+                ));
+                if opening.wire == Wire::Anthropic {
+                    frames.push(opening.event("ping", json!({})));
+                }
                 frames
             })
             .flatten()
             .map(Event::Frame)
-            .chain(deltas.into_iter().map(move |delta| {
-                Event::Token(event(
+            .chain(deltas.into_iter().map(move |piece| {
+                Event::Token(delta.event(
                     "content_block_delta",
-                    json!({"index": text_index, "delta": delta}),
+                    json!({"index": text_index, "delta": piece}),
                 ))
             }))
             .chain(std::iter::once(Event::Generated))
             .chain(
                 std::iter::once_with(move || {
+                    let mut stop = json!({});
+                    if closing.wire == Wire::Bedrock {
+                        let first_byte = closing.first_byte.get().copied().unwrap_or_default();
+                        stop["amazon-bedrock-invocationMetrics"] = bedrock::invocation_metrics(
+                            &closing.tally,
+                            closing.started,
+                            first_byte,
+                        );
+                    }
                     [
-                        event("content_block_stop", json!({"index": text_index})),
-                        event(
+                        closing.event("content_block_stop", json!({"index": text_index})),
+                        closing.event(
                             "message_delta",
                             json!({
                                 "delta": {
@@ -426,7 +484,7 @@ impl Message {
                                 "usage": closing.delta_usage(),
                             }),
                         ),
-                        event("message_stop", json!({})),
+                        closing.event("message_stop", stop),
                     ]
                 })
                 .flatten()
@@ -434,10 +492,14 @@ impl Message {
             ),
         )
     }
-}
 
-/// An Anthropic event: named by its type, which its data repeats.
-fn event(kind: &str, mut fields: Value) -> Bytes {
-    fields["type"] = json!(kind);
-    named(kind, &fields)
+    /// An Anthropic event, its data carrying its type: named by it on
+    /// Anthropic's wire, a Bedrock `chunk` frame on Bedrock's.
+    fn event(&self, kind: &str, mut fields: Value) -> Bytes {
+        fields["type"] = json!(kind);
+        match self.wire {
+            Wire::Anthropic => named(kind, &fields),
+            Wire::Bedrock => bedrock::chunk(&fields),
+        }
+    }
 }

@@ -97,7 +97,7 @@ impl AzureRoute {
 
 /// Decodes `%XX` escapes; `None` for a broken escape or text that is not
 /// UTF-8. A `+` is a plus in a path, not a space.
-fn percent_decode(segment: &str) -> Option<String> {
+pub(crate) fn percent_decode(segment: &str) -> Option<String> {
     let bytes = segment.as_bytes();
     let digit = |at: usize| {
         bytes

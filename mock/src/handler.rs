@@ -1,10 +1,11 @@
 //! One request, from its bytes to a response: read the body (bounded),
 //! record it, wait the configured latency, check the key (or the Vertex
-//! access token), parse the JSON, let the route's provider module answer,
-//! and turn that answer into a JSON response, an event stream, an error in
-//! the provider's shape, or a closed connection. Token grants (`POST
-//! /token`) are the auth server's traffic, not calls: they are counted by
-//! the token endpoint, not recorded, and never delayed.
+//! access token, or the Bedrock key or signature), parse the JSON, let the
+//! route's provider module answer, and turn that answer into a JSON
+//! response, an event stream, an error in the provider's shape, or a closed
+//! connection. Token grants (`POST /token`) are the auth server's traffic,
+//! not calls: they are counted by the token endpoint, not recorded, and
+//! never delayed.
 
 use std::error::Error as StdError;
 use std::sync::Arc;
@@ -17,9 +18,11 @@ use hyper::body::Incoming;
 use serde_json::Value;
 
 use super::azure::{self, AzureRoute};
+use super::bedrock::{self, BedrockRoute};
 use super::gemini::{GeminiRoute, ModelMethod, Surface};
 use super::openai::Host;
 use super::reply::{Directives, Tally};
+use super::sigv4::SignedRequest;
 use super::stream::{self, EventStream, MockBody};
 use super::token::TokenEndpoint;
 use super::vertex::{self, VertexTarget};
@@ -58,6 +61,8 @@ enum Route {
     VertexClaude(VertexTarget, bool),
     /// Azure OpenAI's deployment, dated Responses and v1 routes.
     Azure(AzureRoute),
+    /// Amazon Bedrock Runtime's model routes.
+    Bedrock(BedrockRoute),
     Token,
 }
 
@@ -83,6 +88,9 @@ impl Route {
         }
         if let Some(route) = AzureRoute::parse(path) {
             return (*method == Method::POST).then_some(Self::Azure(route));
+        }
+        if let Some(route) = BedrockRoute::parse(path) {
+            return (*method == Method::POST).then_some(Self::Bedrock(route));
         }
         let route = match path {
             "/token" => Self::Token,
@@ -113,13 +121,17 @@ pub(crate) enum Provider {
     Google,
     /// Azure OpenAI: OpenAI's bodies, Azure's errors and headers.
     Azure,
+    /// Amazon Bedrock Runtime: `{"message"}` errors named by
+    /// `x-amzn-ErrorType`.
+    Bedrock,
     /// The OAuth2 token endpoint.
     OAuth,
 }
 
 impl Provider {
     /// The route's shape; a path no route serves gets Google's when it
-    /// looks like a Google API's, Azure's under `/openai/`, else OpenAI's.
+    /// looks like a Google API's, Azure's under `/openai/`, Bedrock's under
+    /// `/model/`, else OpenAI's.
     fn of(route: Option<&Route>, path: &str, headers: &HeaderMap) -> Self {
         match route {
             Some(Route::Messages | Route::CountTokens | Route::VertexClaude(..)) => Self::Anthropic,
@@ -127,7 +139,9 @@ impl Provider {
             Some(Route::Gemini(_) | Route::VertexGemini(..)) => Self::Google,
             Some(Route::Token) => Self::OAuth,
             Some(Route::Azure(_)) => Self::Azure,
+            Some(Route::Bedrock(_)) => Self::Bedrock,
             None if path.starts_with("/openai/") => Self::Azure,
+            None if path.starts_with("/model/") => Self::Bedrock,
             None if ["/v1beta/", "/v1beta1/", "/v1/projects/"]
                 .iter()
                 .any(|prefix| path.starts_with(prefix)) =>
@@ -217,6 +231,10 @@ pub(crate) enum Answer {
     /// A stream that is one JSON array written an element at a time
     /// (Gemini's `streamGenerateContent` without `alt=sse`).
     JsonStream(EventStream),
+    /// An AWS event stream of binary frames (Bedrock's streams).
+    AwsEventStream(EventStream),
+    /// Another answer, with these response headers added.
+    WithHeaders(Box<Answer>, HeaderMap),
     /// Close the connection without a response, billing `tally`.
     Hangup {
         tally: Tally,
@@ -272,6 +290,7 @@ pub(crate) async fn handle(
 ) -> Result<Response<MockBody>, Hangup> {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path();
+    let authority = parts.uri.authority().map(|authority| authority.as_str());
     let query = parts.uri.query();
     let route = Route::of(&parts.method, path, query, &parts.headers);
     let provider = Provider::of(route.as_ref(), path, &parts.headers);
@@ -302,6 +321,7 @@ pub(crate) async fn handle(
         (None, _) if provider == Provider::Azure => {
             Err(ApiError::new(StatusCode::NOT_FOUND, "Resource not found"))
         }
+        (None, _) if provider == Provider::Bedrock => Err(bedrock::unknown_operation()),
         (None, _) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("Invalid URL ({} {path})", parts.method),
@@ -310,12 +330,24 @@ pub(crate) async fn handle(
         (Some(_), Err(too_large)) => Err(too_large),
         (Some(route), Ok(bytes)) => {
             let request = RequestParts {
-                headers: parts.headers.clone(),
+                method: parts.method.clone(),
+                path: path.to_owned(),
                 query: query.map(str::to_owned),
+                authority: authority.map(str::to_owned),
+                headers: parts.headers.clone(),
             };
             authorized_answer(route, request, bytes, shared.clone()).await
         }
     };
+    respond_with(answer, provider, &shared)
+}
+
+/// The response to an answer, or the hangup.
+fn respond_with(
+    answer: Result<Answer, ApiError>,
+    provider: Provider,
+    shared: &Shared,
+) -> Result<Response<MockBody>, Hangup> {
     match answer {
         Ok(Answer::Json { body, tally }) => {
             shared.stats.bill(tally.usage());
@@ -329,6 +361,20 @@ pub(crate) async fn handle(
             let body = stream::spawn(events, shared.stats.clone());
             Ok(respond(provider, StatusCode::OK, json_type(provider), body))
         }
+        Ok(Answer::AwsEventStream(events)) => {
+            let body = stream::spawn(events, shared.stats.clone());
+            Ok(respond(
+                provider,
+                StatusCode::OK,
+                bedrock::EVENT_STREAM,
+                body,
+            ))
+        }
+        Ok(Answer::WithHeaders(answer, added)) => {
+            let mut response = respond_with(Ok(*answer), provider, shared)?;
+            response.headers_mut().extend(added);
+            Ok(response)
+        }
         Ok(Answer::Hangup { tally }) => {
             shared.stats.bill(tally.usage());
             Err(Hangup::Cut)
@@ -340,9 +386,15 @@ pub(crate) async fn handle(
                 Provider::Anthropic => anthropic::error_body(&error),
                 Provider::Google => gemini::error_body(&error),
                 Provider::Azure => azure::error_body(&error),
+                Provider::Bedrock => bedrock::error_body(&error),
                 Provider::OAuth => token::error_body(&error),
             };
             let mut response = json_response(shape, error.status, &body);
+            if shape == Provider::Bedrock {
+                if let Ok(name) = HeaderValue::from_str(&bedrock::error_type(&error)) {
+                    response.headers_mut().insert("x-amzn-errortype", name);
+                }
+            }
             if shape == Provider::Azure && error.status == StatusCode::TOO_MANY_REQUESTS {
                 response.headers_mut().insert(
                     RETRY_AFTER,
@@ -356,17 +408,39 @@ pub(crate) async fn handle(
 
 /// What a route's answer reads of the request besides its body.
 struct RequestParts {
-    headers: HeaderMap,
+    method: Method,
+    /// The path as received, percent-encoded.
+    path: String,
     query: Option<String>,
+    /// The request URI's authority, which HTTP/2 sends instead of `Host`.
+    authority: Option<String>,
+    headers: HeaderMap,
 }
 
 /// Checks the key when the mock expects one, where each provider's SDK
-/// sends it; a Gemini API call always needs a key, and a Vertex call an
-/// access token the mock's `/token` issued.
-fn authorize(route: &Route, request: &RequestParts, shared: &Shared) -> Result<(), ApiError> {
+/// sends it; a Gemini API call always needs a key, a Vertex call an
+/// access token the mock's `/token` issued, and a Bedrock call a key or a
+/// signature when the mock expects either.
+fn authorize(
+    route: &Route,
+    request: &RequestParts,
+    body: &[u8],
+    shared: &Shared,
+) -> Result<(), ApiError> {
     let expected = shared.opts.expect_key.as_deref();
     match route {
         Route::Token => return Ok(()),
+        Route::Bedrock(_) => {
+            let signed = SignedRequest {
+                method: request.method.as_str(),
+                path: &request.path,
+                query: request.query.as_deref(),
+                authority: request.authority.as_deref(),
+                headers: &request.headers,
+                body,
+            };
+            return bedrock::authorize(&signed, &shared.opts);
+        }
         Route::Azure(_) => return azure::authorize(&request.headers, expected),
         Route::Gemini(_) => {
             return gemini::authorize(&request.headers, request.query.as_deref(), expected)
@@ -423,7 +497,7 @@ async fn authorized_answer(
     bytes: Bytes,
     shared: Arc<Shared>,
 ) -> Result<Answer, ApiError> {
-    authorize(&route, &request, &shared)?;
+    authorize(&route, &request, &bytes, &shared)?;
     if bytes.len() <= INLINE_BODY_BYTES {
         return answer(&route, &request, &bytes, &shared);
     }
@@ -478,6 +552,7 @@ fn answer(
             vertex::raw_predict(target, &parsed()?, *stream, opts)
         }
         Route::Azure(route) => azure::answer(route, request.query.as_deref(), bytes, opts),
+        Route::Bedrock(route) => bedrock::answer(route, bytes, opts),
         Route::Token => listed(shared.tokens.grant(bytes)?),
     }
 }
@@ -518,7 +593,9 @@ pub(crate) fn parse_object(bytes: &[u8]) -> Result<Value, ApiError> {
 /// The JSON content type each provider sends.
 fn json_type(provider: Provider) -> &'static str {
     match provider {
-        Provider::OpenAi | Provider::Anthropic | Provider::Azure => "application/json",
+        Provider::OpenAi | Provider::Anthropic | Provider::Azure | Provider::Bedrock => {
+            "application/json"
+        }
         Provider::Google => "application/json; charset=UTF-8",
         Provider::OAuth => "application/json; charset=utf-8",
     }
@@ -552,11 +629,12 @@ fn respond(
         // Azure's API Management front end adds its own id to the model's;
         // both are UUIDs.
         Provider::Azure => &["x-request-id", "apim-request-id"],
+        Provider::Bedrock => &["x-amzn-requestid"],
         Provider::Google | Provider::OAuth => &[],
     };
     for name in request_ids {
         let id = match provider {
-            Provider::Azure => uuid::Uuid::new_v4().to_string(),
+            Provider::Azure | Provider::Bedrock => uuid::Uuid::new_v4().to_string(),
             _ => new_id("req_"),
         };
         if let Ok(id) = HeaderValue::from_str(&id) {

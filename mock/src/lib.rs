@@ -1,6 +1,6 @@
-//! tollgate-mock: a fake OpenAI (and Azure OpenAI), Anthropic and Google
-//! (Gemini API, Vertex AI) provider for tollgate's tests, demos and load
-//! runs (`tollgate mock-upstream` serves it). It speaks the providers' wire
+//! tollgate-mock: a fake OpenAI (and Azure OpenAI), Anthropic (and Amazon
+//! Bedrock's Claude) and Google (Gemini API, Vertex AI) provider for
+//! tollgate's tests, demos and load runs (`tollgate mock-upstream` serves it). It speaks the providers' wire
 //! formats closely enough for the official SDKs, answers deterministically,
 //! reports usage that reflects the request, and records what it was sent.
 //!
@@ -84,6 +84,76 @@
 //!   Claude routes too, as Google's front end answers before the model.
 //!   [`RecordedRequest::vertex_target`] reads project, location, publisher
 //!   and model back.
+//! - Amazon Bedrock Runtime, for Claude, under `/model/{modelId}/`: the
+//!   model id (a model id, an inference profile id such as
+//!   `us.anthropic.claude-sonnet-4-5-20250929-v1:0` or `global.…`, or an
+//!   ARN; any id is served) is percent-decoded once the path is split, so
+//!   an ARN's `%2F` stays in the id; [`RecordedRequest::bedrock_model`]
+//!   reads it back.
+//!   - `POST …/converse`: the Converse API. `messages` (content blocks
+//!     `text`, `image`, `document`, `toolUse`, `toolResult`, `cachePoint`,
+//!     `reasoningContent`, …), `system`, `inferenceConfig.maxTokens` (the
+//!     output limit, at least 1, optional), `toolConfig` (`toolSpec` tools,
+//!     `toolChoice`); `additionalModelRequestFields` is accepted and
+//!     ignored. The answer is `{"output":{"message":{"role":"assistant",
+//!     "content":[{"text"}]}},"stopReason","usage","metrics":{"latencyMs"}}`,
+//!     `stopReason` `end_turn`, `max_tokens` or `tool_use`; `usage` has
+//!     `inputTokens` (without the cache reads and writes, as Bedrock
+//!     reports it), `outputTokens`, `totalTokens` (input, cache reads and
+//!     writes, and output), `cacheReadInputTokens`, `cacheWriteInputTokens`
+//!     and, with cache writes, `cacheDetails` (`ttl` `5m`, or `1h` when a
+//!     `cachePoint` asks for it).
+//!   - `POST …/converse-stream`: the same as an AWS event stream
+//!     (`application/vnd.amazon.eventstream`; binary frames with their
+//!     length prelude and both CRCs, headers `:event-type`,
+//!     `:content-type: application/json`, `:message-type: event`, each
+//!     written as it is generated): `messageStart`, one
+//!     `contentBlockDelta` per token (`{"contentBlockIndex":0,
+//!     "delta":{"text"}}`; a tool call opens with `contentBlockStart` and
+//!     streams `delta.toolUse.input` pieces), `contentBlockStop`,
+//!     `messageStop` (`stopReason`), `metadata` (`usage`, `metrics`).
+//!     Every payload carries Bedrock's `"p"` padding.
+//!   - `POST …/invoke`: an Anthropic Messages body with `anthropic_version:
+//!     "bedrock-2023-05-31"` (else 400) and neither `model` nor `stream`
+//!     (else 400), answered as `/v1/messages` answers it (the same reply,
+//!     counts, tools and directives), its `model` the path's id, its id
+//!     `msg_bdrk_…`, with `x-amzn-bedrock-input-token-count` (input
+//!     without the cache reads and writes), `-output-token-count` and
+//!     `-invocation-latency` headers.
+//!   - `POST …/invoke-with-response-stream`: the events of a
+//!     `/v1/messages` stream (without `ping`), each one's JSON base64 in
+//!     the `{"bytes"}` of an event-stream `chunk` frame; `message_stop`
+//!     carries `amazon-bedrock-invocationMetrics` (`inputTokenCount`,
+//!     `outputTokenCount`, `invocationLatency`, `firstByteLatency`, and
+//!     `cacheReadInputTokenCount` / `cacheWriteInputTokenCount` when not
+//!     zero); `x-amzn-bedrock-content-type: application/json`.
+//!   - `POST …/count-tokens`: `{"input":{"converse":{…}}}` or
+//!     `{"input":{"invokeModel":{"body":"<base64>"}}}` → `{"inputTokens": N}`,
+//!     counted as those calls count their input, billed nothing.
+//!
+//!   With [`MockOptions::expect_key`] set, a bearer token (a Bedrock API
+//!   key) must be that key; with [`MockOptions::aws_credentials`] set, a
+//!   SigV4-signed call (`Authorization: AWS4-HMAC-SHA256 …`, service
+//!   `bedrock`) is signed again with them and its signature compared; with
+//!   both set either is accepted, with neither anything is. Refusals are
+//!   403: `MissingAuthenticationTokenException` (no `Authorization`),
+//!   `AccessDeniedException` (another key), `UnrecognizedClientException`
+//!   (another access key id, or a signed call when no credentials are
+//!   configured), `IncompleteSignatureException`, and
+//!   `InvalidSignatureException` (the signature differs, or `x-amz-date`
+//!   is more than 15 minutes off). [`RecordedRequest::aws_access_key_id`],
+//!   [`RecordedRequest::aws_region`] and
+//!   [`RecordedRequest::aws_session_token`] read the signing back. Errors
+//!   are `{"message": …}` with `x-amzn-ErrorType: <Exception>:<namespace>`
+//!   (`http://internal.amazon.com/coral/com.amazon.bedrock/`, or
+//!   `…/com.amazon.coral.service/` for the front end's authentication and
+//!   unknown-operation refusals); the exception follows the status: 400
+//!   `ValidationException`, 403 `AccessDeniedException`, 404
+//!   `ResourceNotFoundException`, 408 `ModelTimeoutException`, 424
+//!   `ModelErrorException`, 429 `ThrottlingException`, 503
+//!   `ServiceUnavailableException`, other 5xx `InternalServerException`.
+//!   A path under `/model/` no route serves is 404
+//!   `UnknownOperationException`. Every answer carries `x-amzn-RequestId`.
 //! - `POST /token`: Google's OAuth2 token endpoint for the JWT-bearer grant
 //!   of a service account (see [`service_account_json`]). The JWT must be
 //!   RS256-signed by the fixture key (`mock/fixtures/`, a test key), name
@@ -119,7 +189,10 @@
 //! arrays count their length). Each text is counted on its own and the
 //! counts summed.
 //! `/v1/messages` counts ceil(bytes of the system and message texts / 4)
-//! plus 3 per message.
+//! plus 3 per message; Bedrock counts the same, a Converse request read as
+//! the Messages request it stands for (`text` blocks and the texts and
+//! JSON of `toolResult`s are counted, images, documents, tool inputs and
+//! reasoning are not, as on `/v1/messages`).
 //! A `/v1/messages` stream reports the input in `message_start` and repeats
 //! every count, cumulative, in `message_delta`, as the API does.
 //!
@@ -167,7 +240,8 @@
 //!   Anthropic types: 401 `authentication_error`, 403 `permission_error`,
 //!   404 `not_found_error`, 413 `request_too_large`, 429
 //!   `rate_limit_error`, 529 `overloaded_error`, other 5xx `api_error`,
-//!   other 4xx `invalid_request_error`.
+//!   other 4xx `invalid_request_error`; Bedrock's exceptions as listed
+//!   under "Routes", on the stream routes too (before the stream starts).
 //! - `mock:cut=N`: a stream sends N content tokens, then the connection is
 //!   dropped with no terminal event and no usage; a non-stream request gets
 //!   its connection closed without a response. A Gemini chunk carries a
@@ -176,9 +250,13 @@
 //! - `mock:cached=N`: report N input tokens (at most all) as cache reads
 //!   (Gemini: `cachedContentTokenCount`, part of `promptTokenCount`).
 //! - `mock:cache_write=N`: report N input tokens as cache writes
-//!   (`/v1/messages` only); when the request asks for a `cache_control`
-//!   ttl of `"1h"` they are all reported as hour-long
-//!   (`cache_creation.ephemeral_1h_input_tokens`).
+//!   (`/v1/messages` and Bedrock only); when the request asks for a
+//!   `cache_control` (Converse: `cachePoint`) ttl of `"1h"` they are all
+//!   reported as hour-long (`cache_creation.ephemeral_1h_input_tokens`;
+//!   Converse: `cacheDetails`).
+//! - `mock:hidden=N`: N more output tokens (hidden reasoning), counted in
+//!   the reported output and billed, also when a stream is cut, but never
+//!   shown (Gemini has `mock:thoughts` instead).
 //! - `mock:sleep_ms=N`: pause N ms between streamed tokens.
 //! - `mock:downgrade=N`: serve a request for OpenAI's priority tier at the
 //!   default one (the answer's `service_tier` says which; it is the
@@ -231,7 +309,10 @@
 //! (streamed with `response.output_item.added` and
 //! `response.function_call_arguments.delta` / `.done`), or an Anthropic
 //! `tool_use` block (`stop_reason: "tool_use"`; streamed as
-//! `input_json_delta`s), or a Gemini `functionCall` part (`finishReason:
+//! `input_json_delta`s; on Bedrock's `invoke` routes too), a Converse
+//! `toolUse` block for a `toolSpec` (`stopReason: "tool_use"`, id
+//! `tooluse_…`; streamed as `contentBlockStart` and `delta.toolUse.input`
+//! pieces), or a Gemini `functionCall` part (`finishReason:
 //! "STOP"`; streamed as one chunk that ends the stream). The tool is the one `tool_choice` names, else the
 //! first; its arguments are made from its parameter schema; the call's
 //! output tokens are the o200k_base tokens of the arguments, one per
@@ -253,14 +334,16 @@
 //! checks and routes one request; `openai`, `embeddings`, `responses` and
 //! `anthropic` build each provider's bodies and events; `azure` reads
 //! Azure OpenAI's paths, key and deployments and lets the OpenAI modules
-//! answer, with its annotations and errors; `gemini` answers
+//! answer, with its annotations and errors; `bedrock` reads Bedrock's
+//! paths, keys and errors, answers Converse and lets `anthropic` answer
+//! InvokeModel, and `sigv4` verifies AWS signatures; `gemini` answers
 //! Gemini models (reading requests with `gemini_request`, streaming with
 //! `gemini_stream`); `vertex` reads Vertex paths, checks access tokens and
 //! adapts Claude's routes to `anthropic`; `token` is the OAuth2 endpoint
 //! and the test service account; `reply` decides the
 //! reply and counts tokens; `function` decides when and how a function tool
 //! is called; `stream` writes event streams; `usage` is what an answer
-//! bills.
+//! bills (`stream` also frames AWS event streams).
 //!
 //! The crate stands apart from the gateway, which it must not depend on:
 //! the `tollgate` binary depends on it for `mock-upstream`, and tollgate's
@@ -269,6 +352,7 @@
 
 mod anthropic;
 mod azure;
+mod bedrock;
 mod embeddings;
 mod function;
 mod gemini;
@@ -278,6 +362,7 @@ mod handler;
 mod openai;
 mod reply;
 mod responses;
+mod sigv4;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -325,7 +410,9 @@ pub struct MockOptions {
     /// When set, requests must carry this key (`Authorization: Bearer` on
     /// the OpenAI routes; `x-api-key`, or a bearer token as Anthropic's
     /// current SDK sends it, on `/v1/messages`; `api-key` or a bearer token
-    /// on the Azure routes), else 401.
+    /// on the Azure routes), else 401. On the Bedrock routes it is the
+    /// Bedrock API key, sent as a bearer token (else 403); a request may
+    /// instead be signed with [`MockOptions::aws_credentials`].
     pub expect_key: Option<String>,
     /// Reply length in tokens when no directive says otherwise.
     pub reply_tokens: u64,
@@ -340,6 +427,14 @@ pub struct MockOptions {
     /// listed is 404 `DeploymentNotFound`. Empty (the default): any
     /// deployment is served, answering as a model of its own name.
     pub azure_deployments: Vec<(String, String)>,
+    /// The AWS access key id and secret access key Bedrock calls may be
+    /// SigV4-signed with (service `bedrock`, any region): the mock signs
+    /// each signed call again with them and refuses one whose signature
+    /// differs (403 `InvalidSignatureException`), whose key is another
+    /// (403 `UnrecognizedClientException`) or whose `x-amz-date` is more
+    /// than 15 minutes off. `None`: a signed call is refused when
+    /// [`MockOptions::expect_key`] is set, else accepted unchecked.
+    pub aws_credentials: Option<(String, String)>,
 }
 
 impl Default for MockOptions {
@@ -351,6 +446,7 @@ impl Default for MockOptions {
             reply_tokens: 12,
             chat_limit_field: None,
             azure_deployments: Vec::new(),
+            aws_credentials: None,
         }
     }
 }
@@ -399,6 +495,33 @@ impl RecordedRequest {
     /// (their deployment is the body's `model`).
     pub fn azure_deployment(&self) -> Option<String> {
         azure::AzureRoute::parse(&self.path).and_then(|route| route.deployment)
+    }
+
+    /// The model id a Bedrock path names (`/model/{modelId}/…`),
+    /// percent-decoded, e.g. `us.anthropic.claude-sonnet-4-5-20250929-v1:0`
+    /// or an ARN; `None` for any other path.
+    pub fn bedrock_model(&self) -> Option<String> {
+        bedrock::BedrockRoute::parse(&self.path).map(|route| route.model)
+    }
+
+    /// The access key id of a SigV4-signed request (its `Authorization`
+    /// header's `Credential`); `None` when it is not signed.
+    pub fn aws_access_key_id(&self) -> Option<String> {
+        sigv4::Authorization::of(&self.headers).map(|signed| signed.access_key_id.to_owned())
+    }
+
+    /// The region a SigV4-signed request is scoped to.
+    pub fn aws_region(&self) -> Option<String> {
+        sigv4::Authorization::of(&self.headers).map(|signed| signed.region.to_owned())
+    }
+
+    /// The session token (`x-amz-security-token`) a request carried, as
+    /// temporary AWS credentials send it.
+    pub fn aws_session_token(&self) -> Option<String> {
+        self.headers
+            .get("x-amz-security-token")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
     }
 }
 

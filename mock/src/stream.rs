@@ -1,4 +1,5 @@
-//! Response bodies and the server-sent event streams: a stream is a lazy
+//! Response bodies and the event streams (server-sent events, and AWS
+//! event-stream frames for Bedrock): a stream is a lazy
 //! sequence of events fed into a channel body by its own task, one frame
 //! per event, so the client sees each event as it is generated. The task
 //! paces content tokens, cuts the connection on `mock:cut` and bills the
@@ -9,6 +10,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use aws_smithy_eventstream::frame::write_message_to;
+use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
+use aws_smithy_types::str_bytes::StrBytes;
 use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::{Either, Full};
@@ -115,6 +119,36 @@ pub(crate) fn crlf_data(value: &Value) -> Bytes {
 /// An SSE event with a name, as Anthropic and the Responses API send.
 pub(crate) fn named(name: &str, value: &Value) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {value}\n\n"))
+}
+
+/// The padding Bedrock adds to each event's payload as `"p"`, of a length
+/// that varies with the payload (clients ignore it).
+const PADDING: &str = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+
+/// One frame of an AWS event stream (`application/vnd.amazon.eventstream`,
+/// Amazon Bedrock's streams): an `event` message named `event_type` whose
+/// payload is `payload`'s JSON with the `"p"` padding added, framed with
+/// its length prelude and both CRCs.
+pub(crate) fn aws_event(event_type: &str, payload: &Value) -> Bytes {
+    let mut payload = payload.clone();
+    let length = 1 + payload.to_string().len() % PADDING.len();
+    if let Value::Object(fields) = &mut payload {
+        fields.insert("p".to_owned(), PADDING[..length.min(PADDING.len())].into());
+    }
+    let header = |name: &'static str, value: String| {
+        Header::new(name, HeaderValue::String(StrBytes::from(value)))
+    };
+    let message = Message::new(payload.to_string())
+        .add_header(header(":event-type", event_type.to_owned()))
+        .add_header(header(":content-type", "application/json".to_owned()))
+        .add_header(header(":message-type", "event".to_owned()));
+    let mut frame = Vec::new();
+    // Writing fails only for headers or payloads too long for a frame
+    // (255-byte names, 16 MiB messages), which these never are.
+    if let Err(error) = write_message_to(&message, &mut frame) {
+        tracing::error!(%error, event_type, "mock: event-stream frame not written");
+    }
+    Bytes::from(frame)
 }
 
 /// A whole body.

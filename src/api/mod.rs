@@ -41,6 +41,9 @@ pub enum Api {
     /// Gemini API and on Vertex AI: the model and whether it streams are
     /// in the path, the output limit in `generationConfig`.
     GenerateContent,
+    /// Amazon Bedrock's Converse: the model in the path, the output limit
+    /// in `inferenceConfig`.
+    Converse,
 }
 
 impl Api {
@@ -63,6 +66,7 @@ impl Api {
             Api::Embeddings => "/v1/embeddings",
             Api::Messages => "/v1/messages",
             Api::GenerateContent => "generateContent",
+            Api::Converse => "converse",
         }
     }
 
@@ -70,6 +74,7 @@ impl Api {
         match self {
             Api::Messages => Shape::Anthropic,
             Api::GenerateContent => Shape::Google,
+            Api::Converse => Shape::Bedrock,
             _ => Shape::OpenAi,
         }
     }
@@ -81,8 +86,10 @@ impl Api {
             Api::ChatCompletions => &["max_completion_tokens", "max_tokens"],
             Api::Completions | Api::Messages => &["max_tokens"],
             Api::Responses => &["max_output_tokens"],
-            // Inside `generationConfig` (see `Call::limit_at`).
+            // Inside `generationConfig` and `inferenceConfig` (see
+            // `Call::limit_at`).
             Api::GenerateContent => &["maxOutputTokens"],
+            Api::Converse => &["maxTokens"],
             Api::Embeddings => &[],
         }
     }

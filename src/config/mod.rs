@@ -251,6 +251,30 @@ pub struct Provider {
     /// itself, `api.openai.com`). Elsewhere such a call is billed at the
     /// standard tier it was sent at.
     pub unnamed_tier_may_be_priority: bool,
+    /// A `bedrock` provider's region and AWS credentials.
+    pub aws: Option<AwsSettings>,
+}
+
+/// How a `bedrock` provider signs its calls: SigV4 for `region` with the
+/// credentials in these variables, unless the provider has a Bedrock API
+/// key (`api_key_env`), sent as a bearer token.
+#[derive(Clone, Debug)]
+pub struct AwsSettings {
+    pub region: String,
+    pub access_key_id_env: String,
+    pub secret_access_key_env: String,
+    pub session_token_env: String,
+    /// `None` when either variable is unset or empty.
+    pub keys: Option<AwsKeys>,
+}
+
+/// AWS credentials, read from the environment at start.
+#[derive(Clone, Debug)]
+pub struct AwsKeys {
+    pub access_key_id: Secret,
+    pub secret_access_key: Secret,
+    /// A temporary credential's session token.
+    pub session_token: Option<Secret>,
 }
 
 impl Provider {

@@ -102,6 +102,12 @@ pub(super) struct RawProvider {
     /// `openai` and `azure`: the tier a request that names none is served
     /// at, `"default"` or `"priority"`.
     pub service_tier_default: Option<String>,
+    /// `bedrock`: the AWS region calls are signed for, and the variables
+    /// holding the credentials that sign them.
+    pub region: Option<String>,
+    pub access_key_id_env: Option<String>,
+    pub secret_access_key_env: Option<String>,
+    pub session_token_env: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

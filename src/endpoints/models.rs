@@ -29,7 +29,8 @@ pub fn list(
         .map(|(model, provider, price)| entry(shape, model, provider, price))
         .collect();
     let body = match shape {
-        Shape::OpenAi => json!({"object": "list", "data": data}),
+        // Bedrock's model list is its control plane's, not served here.
+        Shape::OpenAi | Shape::Bedrock => json!({"object": "list", "data": data}),
         Shape::Google => json!({"models": data}),
         Shape::Anthropic => {
             let first = data.first().and_then(|m| m.get("id")).cloned();
@@ -98,7 +99,7 @@ fn entry(shape: Shape, model: &str, provider: &str, price: &ModelPrice) -> Value
             "supportedGenerationMethods": ["generateContent", "countTokens"],
             "thinking": price.reasoning,
         }),
-        Shape::OpenAi => {
+        Shape::OpenAi | Shape::Bedrock => {
             json!({"id": model, "object": "model", "created": 0, "owned_by": provider})
         }
         Shape::Anthropic => json!({

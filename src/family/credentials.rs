@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::vertex::token::{AccessToken, ServiceAccount, TokenError, TokenSource};
-use crate::config::{Config, Provider, Secret};
+use crate::config::{AwsKeys, Config, Provider, Secret};
 use crate::error::GatewayError;
 use crate::upstream::UpstreamClient;
 
@@ -17,6 +17,20 @@ pub enum Credential {
     Key(Secret),
     /// A Vertex AI access token.
     Token(AccessToken),
+    /// AWS credentials, which sign each call (SigV4).
+    Aws(AwsKeys),
+}
+
+impl Credential {
+    /// What a key or token sends; empty for AWS credentials, which sign
+    /// a request rather than travel in it.
+    pub fn secret(&self) -> &str {
+        match self {
+            Credential::Key(key) => key.expose(),
+            Credential::Token(token) => token.expose(),
+            Credential::Aws(_) => "",
+        }
+    }
 }
 
 /// Every provider's source of credentials.
@@ -59,13 +73,27 @@ impl Credentials {
                 }
             };
         }
-        provider
-            .api_key
-            .clone()
-            .map(Credential::Key)
-            .ok_or_else(|| GatewayError::ProviderKeyMissing {
+        if let Some(key) = &provider.api_key {
+            return Ok(Credential::Key(key.clone()));
+        }
+        match &provider.aws {
+            // A Bedrock provider without an API key signs with its AWS
+            // credentials.
+            Some(aws) if provider.api_key_env.is_empty() => {
+                aws.keys.clone().map(Credential::Aws).ok_or_else(|| {
+                    GatewayError::ProviderKeyMissing {
+                        provider: provider.name.clone(),
+                        env: format!(
+                            "{} and {}",
+                            aws.access_key_id_env, aws.secret_access_key_env
+                        ),
+                    }
+                })
+            }
+            _ => Err(GatewayError::ProviderKeyMissing {
                 provider: provider.name.clone(),
                 env: provider.api_key_env.clone(),
-            })
+            }),
+        }
     }
 }

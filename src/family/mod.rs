@@ -11,12 +11,15 @@
 //! - [`vertex`]: Google Cloud's Vertex AI, serving Gemini (by the gemini
 //!   rules) and Claude (by the anthropic rules);
 //! - [`azure`]: Azure OpenAI, OpenAI's models served from deployments (by
-//!   the openai rules).
+//!   the openai rules);
+//! - [`bedrock`]: Amazon Bedrock, serving Claude by Converse and by
+//!   Anthropic's Messages inside `invoke`.
 //!
 //! Error bodies are rendered in each family's shape by `crate::error`.
 
 pub mod anthropic;
 pub mod azure;
+pub mod bedrock;
 mod credentials;
 pub mod gemini;
 pub mod openai;
@@ -74,9 +77,13 @@ pub struct Route {
 }
 
 impl Route {
-    /// The shape errors are answered in.
+    /// The shape errors are answered in: Bedrock's on every Bedrock
+    /// route, Anthropic's body inside `invoke` included.
     pub fn shape(&self) -> Shape {
-        self.api.shape()
+        match self.family {
+            ProviderKind::Bedrock => Shape::Bedrock,
+            _ => self.api.shape(),
+        }
     }
 }
 
@@ -87,6 +94,7 @@ pub fn route(path: &str, query: Option<&str>) -> Option<Route> {
         .or_else(|| gemini::route(path, query))
         .or_else(|| vertex::route(path, query))
         .or_else(|| azure::route(path, query))
+        .or_else(|| bedrock::route(path))
 }
 
 /// The gateway key a request presents, where its family's clients send
@@ -100,6 +108,7 @@ pub fn gateway_key<'r>(
         ProviderKind::Gemini => gemini::gateway_key(headers, uri),
         ProviderKind::Vertex => vertex::gateway_key(headers),
         ProviderKind::Azure => azure::gateway_key(headers),
+        ProviderKind::Bedrock => bedrock::gateway_key(headers),
         ProviderKind::OpenAi | ProviderKind::Anthropic => {
             crate::directory::presented_key(headers).map(Cow::Borrowed)
         }
@@ -112,6 +121,7 @@ pub fn parse(route: &Route, body: Bytes) -> Result<Call, GatewayError> {
         ProviderKind::Gemini => gemini::parse(route, body),
         ProviderKind::Vertex => vertex::parse(route, body),
         ProviderKind::Azure => azure::parse(route, body),
+        ProviderKind::Bedrock => bedrock::parse(route, body),
         ProviderKind::OpenAi | ProviderKind::Anthropic => parse_own_route(route.api, body),
     }
 }
@@ -135,8 +145,8 @@ pub fn price_as(
 pub fn parse_own_route(api: Api, body: Bytes) -> Result<Call, GatewayError> {
     match api {
         Api::Messages => anthropic::request::parse(body, None, None),
-        Api::GenerateContent => Err(GatewayError::BadRequest {
-            message: "generateContent names its model in the path".to_owned(),
+        Api::GenerateContent | Api::Converse => Err(GatewayError::BadRequest {
+            message: "this API names its model in the path".to_owned(),
             param: None,
             code: None,
         }),
@@ -145,8 +155,16 @@ pub fn parse_own_route(api: Api, body: Bytes) -> Result<Call, GatewayError> {
 }
 
 /// What the call's headers ask for that moves its price: Anthropic's long
-/// context, asked for in `anthropic-beta`.
-pub fn read_priced_headers(call: &mut Call, headers: &HeaderMap) -> Result<(), GatewayError> {
+/// context, asked for in `anthropic-beta`; on Bedrock's `invoke`, its
+/// guardrail, latency and tier headers (refused).
+pub fn read_priced_headers(
+    route: &Route,
+    call: &mut Call,
+    headers: &HeaderMap,
+) -> Result<(), GatewayError> {
+    if route.family == ProviderKind::Bedrock {
+        bedrock::request::check_invoke_headers(headers)?;
+    }
     if call.api == Api::Messages {
         call.options.long_context = anthropic::request::long_context(headers)?;
     }
@@ -209,6 +227,7 @@ fn routes_of(kind: ProviderKind) -> &'static str {
         ProviderKind::Gemini => gemini::ROUTES,
         ProviderKind::Vertex => vertex::ROUTES,
         ProviderKind::Azure => azure::ROUTES,
+        ProviderKind::Bedrock => bedrock::ROUTES,
     }
 }
 
@@ -239,6 +258,9 @@ pub fn upstream_request(
         ProviderKind::Azure => {
             azure::upstream_request(provider, credential, route, model, headers, body)
         }
+        ProviderKind::Bedrock => {
+            bedrock::upstream_request(provider, credential, route, model, headers, body)
+        }
     }
 }
 
@@ -251,12 +273,20 @@ pub fn body_usage(api: Api, body: &[u8]) -> Option<Reported> {
         }
         Api::Messages => anthropic::body_usage(body),
         Api::GenerateContent => gemini::body_usage(body),
+        Api::Converse => bedrock::body_usage(body),
     }
 }
 
-/// How the stream of `call` on `route` is read.
-pub fn stream_kind(route: &Route, call: &Call) -> StreamKind {
-    match call.api {
+/// How the stream of `call` on `route` is read; `None` for a call that
+/// does not stream.
+pub fn stream_kind(route: &Route, call: &Call) -> Option<StreamKind> {
+    if !call.stream {
+        return None;
+    }
+    if route.family == ProviderKind::Bedrock && call.api == Api::Messages {
+        return Some(StreamKind::BedrockInvoke);
+    }
+    Some(match call.api {
         Api::Responses => StreamKind::OpenAiResponses,
         Api::Messages => StreamKind::AnthropicMessages,
         Api::GenerateContent => StreamKind::Gemini {
@@ -266,7 +296,8 @@ pub fn stream_kind(route: &Route, call: &Call) -> StreamKind {
         Api::ChatCompletions | Api::Completions | Api::Embeddings => StreamKind::OpenAiChat {
             hide_usage_chunk: call.hide_usage_chunk,
         },
-    }
+        Api::Converse => StreamKind::BedrockConverse,
+    })
 }
 
 /// Whether a successful answer to a streamed call is the stream: an event
@@ -276,7 +307,9 @@ pub fn is_stream(route: &Route, headers: &HeaderMap) -> bool {
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
-    event_stream || (route.api == Api::GenerateContent && !route.sse)
+    event_stream
+        || (route.api == Api::GenerateContent && !route.sse)
+        || (route.family == ProviderKind::Bedrock && bedrock::is_event_stream(headers))
 }
 
 #[cfg(test)]

@@ -9,9 +9,10 @@
 
 use bytes::Bytes;
 
+use super::bedrock::stream::EventStreamSplitter;
 use super::gemini::frames::{element_json, JsonArraySplitter};
 use super::gemini::stream::GeminiSeen;
-use super::{anthropic, gemini, openai};
+use super::{anthropic, bedrock, gemini, openai};
 use crate::sse::{self, SseSplitter};
 use crate::usage::{AbsurdUsage, EventAction, Reported, StreamSeen, Usage};
 
@@ -30,6 +31,11 @@ pub enum StreamKind {
     /// Gemini's `streamGenerateContent` of `candidates` candidates, as
     /// server-sent events (`sse`) or one JSON array.
     Gemini { sse: bool, candidates: u64 },
+    /// Bedrock's `converse-stream`, in AWS event-stream frames.
+    BedrockConverse,
+    /// Bedrock's `invoke-with-response-stream`: Anthropic's events inside
+    /// AWS event-stream frames.
+    BedrockInvoke,
 }
 
 impl StreamKind {
@@ -37,6 +43,9 @@ impl StreamKind {
     pub fn frames(self) -> Frames {
         match self {
             StreamKind::Gemini { sse: false, .. } => Frames::JsonArray(JsonArraySplitter::new()),
+            StreamKind::BedrockConverse | StreamKind::BedrockInvoke => {
+                Frames::EventStream(EventStreamSplitter::new())
+            }
             _ => Frames::Sse(SseSplitter::new()),
         }
     }
@@ -50,6 +59,8 @@ pub enum Frames {
     Sse(SseSplitter),
     /// The elements of one JSON array (Gemini without `alt=sse`).
     JsonArray(JsonArraySplitter),
+    /// AWS event-stream frames (Bedrock).
+    EventStream(EventStreamSplitter),
 }
 
 impl Default for Frames {
@@ -63,6 +74,7 @@ impl Frames {
         match self {
             Frames::Sse(splitter) => splitter.push(bytes),
             Frames::JsonArray(splitter) => splitter.push(bytes),
+            Frames::EventStream(splitter) => splitter.push(bytes),
         }
     }
 
@@ -71,6 +83,7 @@ impl Frames {
         match self {
             Frames::Sse(splitter) => splitter.next_event(),
             Frames::JsonArray(splitter) => splitter.next_element(),
+            Frames::EventStream(splitter) => splitter.next_frame(),
         }
     }
 
@@ -80,6 +93,7 @@ impl Frames {
         match self {
             Frames::Sse(splitter) => splitter.take_rest(),
             Frames::JsonArray(splitter) => splitter.take_rest(),
+            Frames::EventStream(splitter) => splitter.take_rest(),
         }
     }
 }
@@ -129,6 +143,8 @@ impl StreamMeter {
                     gemini::stream::chunk(seen, gemini, element_json(raw_event), candidates)
                 }
             }
+            StreamKind::BedrockConverse => bedrock::stream::converse(seen, raw_event),
+            StreamKind::BedrockInvoke => bedrock::stream::invoke(seen, raw_event),
         }
     }
 

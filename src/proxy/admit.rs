@@ -103,7 +103,7 @@ pub async fn admit<'g>(
         // one, and bills it so whether or not its answer says.
         call.options.tier = TierRequest::Standard;
     }
-    family::read_priced_headers(&mut call, headers)?;
+    family::read_priced_headers(route, &mut call, headers)?;
     check_priced_options(&call, price)?;
     check_hosted_tools(&call, price)?;
     family::bound_by_price(&mut call, price);

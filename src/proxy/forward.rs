@@ -112,15 +112,10 @@ impl Exchange {
                 body.map_err(BoxError::from).boxed_unsync(),
             ));
         }
-        if call.stream && family::is_stream(&route, &head.headers) {
+        let stream_kind = family::stream_kind(&route, &call);
+        if let (true, Some(kind)) = (family::is_stream(&route, &head.headers), stream_kind) {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let metered = MeteredBody::new(
-                body,
-                family::stream_kind(&route, &call),
-                estimate.tools,
-                ticket,
-                remaining,
-            );
+            let metered = MeteredBody::new(body, kind, estimate.tools, ticket, remaining);
             return Ok(Response::from_parts(head, metered.boxed_unsync()));
         }
 

@@ -6,7 +6,6 @@
 //! Bad input is refused in OpenAI's shape, forwarded nowhere and charged
 //! nothing.
 
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tollgate::budget::LedgerStatus;
 
@@ -308,11 +307,7 @@ async fn a_cut_stream_is_settled_once_for_at_least_what_azure_billed() {
     let path = format!("/openai/deployments/prod-4o/chat/completions?{VERSION}");
     let response = post(&h, &path, Some(ALICE), &body).await;
     assert_eq!(response.status(), 200);
-    let mut stream = response.bytes_stream();
-    let mut failed = false;
-    while let Some(chunk) = stream.next().await {
-        failed |= chunk.is_err();
-    }
+    let failed = read_to_failure(response).await;
     assert!(failed, "the client must see the stream fail");
     h.settled().await;
     let entry = only_entry(&h);

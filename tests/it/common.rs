@@ -31,6 +31,9 @@ pub const AZURE_DEPLOYMENTS: [(&str, &str, &str); 2] = [
     ("prod-4o", "gpt-4o", "gpt-4o-2024-08-06"),
     ("mini", "gpt-4o-mini", "gpt-4o-mini-2024-07-18"),
 ];
+/// The AWS credentials the test config's `bedrock` provider signs with.
+pub const AWS_KEYS: (&str, &str) = ("AKIDTOLLGATETEST", "tollgate-test-secret-key");
+pub const AWS_SESSION_TOKEN: &str = "tollgate-test-session-token";
 /// Where the test config's `vertex` provider sends every call.
 pub const VERTEX_PROJECT: &str = "tg-project";
 pub const VERTEX_LOCATION: &str = "europe-west4";
@@ -75,6 +78,9 @@ pub struct Setup {
     pub gemini_base_url: Option<String>,
     /// Add an `azure` provider on the mock, with [`AZURE_DEPLOYMENTS`].
     pub azure: bool,
+    /// Add a `bedrock` provider on the mock, signing with [`AWS_KEYS`]
+    /// (and a session token), which the mock checks.
+    pub bedrock: bool,
 }
 
 impl Default for Setup {
@@ -103,6 +109,7 @@ impl Default for Setup {
             google: false,
             gemini_base_url: None,
             azure: false,
+            bedrock: false,
         }
     }
 }
@@ -144,6 +151,9 @@ pub async fn start(setup: Setup) -> Harness {
             .iter()
             .map(|(deployment, _, answered)| ((*deployment).to_owned(), (*answered).to_owned()))
             .collect();
+    }
+    if setup.bedrock {
+        mock_options.aws_credentials = Some((AWS_KEYS.0.to_owned(), AWS_KEYS.1.to_owned()));
     }
     let mock = tollgate_mock::spawn(mock_options).await.unwrap();
     let prices = setup
@@ -192,6 +202,7 @@ models = ["claude-*"]
 
 {google_providers}
 {azure_provider}
+{bedrock_provider}
 
 [[orgs]]
 id = "acme"
@@ -244,6 +255,11 @@ models = ["gpt-4o-mini"]
         } else {
             String::new()
         },
+        bedrock_provider = if setup.bedrock {
+            bedrock_provider(&mock)
+        } else {
+            String::new()
+        },
         org_cap = setup.org_cap,
         alice = sha(ALICE),
         alice_cap = setup.alice_cap,
@@ -256,6 +272,9 @@ models = ["gpt-4o-mini"]
         "TEST_OPENAI_KEY" => Some(PROVIDER_KEY.to_owned()),
         "TEST_ANTHROPIC_KEY" if !anthropic_missing => Some(PROVIDER_KEY.to_owned()),
         "TEST_GEMINI_KEY" | "TEST_AZURE_KEY" => Some(PROVIDER_KEY.to_owned()),
+        "TEST_AWS_KEY_ID" => Some(AWS_KEYS.0.to_owned()),
+        "TEST_AWS_SECRET" => Some(AWS_KEYS.1.to_owned()),
+        "TEST_AWS_TOKEN" => Some(AWS_SESSION_TOKEN.to_owned()),
         _ => None,
     };
     let config =
@@ -346,6 +365,24 @@ deployments = {{ {deployments} }}
     )
 }
 
+/// The `bedrock` provider's TOML: SigV4 with the test credentials.
+fn bedrock_provider(mock: &MockServer) -> String {
+    format!(
+        r#"
+[[providers]]
+name = "bedrock"
+kind = "bedrock"
+base_url = "http://{mock}"
+region = "us-east-1"
+access_key_id_env = "TEST_AWS_KEY_ID"
+secret_access_key_env = "TEST_AWS_SECRET"
+session_token_env = "TEST_AWS_TOKEN"
+models = ["anthropic.claude-*"]
+"#,
+        mock = mock.addr,
+    )
+}
+
 impl Harness {
     pub fn client(&self) -> reqwest::Client {
         reqwest::Client::builder()
@@ -407,6 +444,18 @@ impl Harness {
             running.stopped().await.unwrap();
         }
     }
+}
+
+/// Reads a streamed answer to its end; whether the stream failed (was cut)
+/// rather than ending cleanly.
+pub async fn read_to_failure(response: reqwest::Response) -> bool {
+    use futures_util::StreamExt;
+    let mut stream = response.bytes_stream();
+    let mut failed = false;
+    while let Some(chunk) = stream.next().await {
+        failed |= chunk.is_err();
+    }
+    failed
 }
 
 /// The price table the gateway uses.

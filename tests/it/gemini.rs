@@ -495,11 +495,7 @@ async fn a_cut_stream_is_settled_once_for_at_least_what_google_billed() {
         body["generationConfig"] = json!({"maxOutputTokens": 100});
         let response = call(&h, FLASH, "streamGenerateContent", query, &body).await;
         assert_eq!(response.status(), 200);
-        let mut stream = response.bytes_stream();
-        let mut failed = false;
-        while let Some(chunk) = stream.next().await {
-            failed |= chunk.is_err();
-        }
+        let failed = read_to_failure(response).await;
         assert!(failed, "{query}: the client must see the stream fail");
         h.settled().await;
         let ledger = h.ledger();

@@ -37,6 +37,7 @@ mod alerts;
 mod alerts_restart;
 mod azure;
 mod bad_input;
+mod bedrock;
 mod concurrency;
 mod connections;
 mod early_ends;

@@ -400,11 +400,7 @@ async fn a_cut_claude_stream_is_settled_once_for_at_least_what_vertex_billed() {
     )
     .await;
     assert_eq!(response.status(), 200);
-    let mut stream = response.bytes_stream();
-    let mut failed = false;
-    while let Some(chunk) = stream.next().await {
-        failed |= chunk.is_err();
-    }
+    let failed = read_to_failure(response).await;
     assert!(failed, "the client must see the stream fail");
     h.settled().await;
     let entry = only_entry(&h);

@@ -4,6 +4,7 @@
 
 mod anthropic;
 mod azure;
+mod bedrock;
 mod functions;
 mod gemini;
 mod openai;

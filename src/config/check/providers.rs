@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use super::super::raw::RawProvider;
-use super::super::{ConfigError, Provider, VertexSettings};
+use super::super::{AwsKeys, AwsSettings, ConfigError, Provider, VertexSettings};
 use super::Checker;
 use crate::provider::{ProviderKind, OUTPUT_LIMIT_FIELDS};
 
@@ -34,8 +34,8 @@ impl Checker<'_> {
                 self.invalid(
                     field("kind"),
                     format!(
-                        "{:?} is not \"openai\", \"anthropic\", \"gemini\", \"vertex\" or \
-                         \"azure\"",
+                        "{:?} is not \"openai\", \"anthropic\", \"gemini\", \"vertex\", \
+                         \"azure\" or \"bedrock\"",
                         raw.kind
                     ),
                 )
@@ -44,6 +44,7 @@ impl Checker<'_> {
                 .map_err(|message| self.invalid(field("base_url"), message))?;
             let vertex = self.vertex(raw, kind, &field)?;
             let deployments = self.deployments(raw, kind, &field)?;
+            let aws = self.aws(raw, kind, &field)?;
             let unnamed_tier_may_be_priority =
                 self.service_tier_default(raw, kind, &base_url, &field)?;
             let api_key_env = match (&raw.api_key_env, kind) {
@@ -55,6 +56,8 @@ impl Checker<'_> {
                     ))
                 }
                 (None, ProviderKind::Vertex) => String::new(),
+                // A Bedrock API key is optional: without one, SigV4.
+                (None, ProviderKind::Bedrock) => String::new(),
                 (Some(env), _) if !env.trim().is_empty() => env.clone(),
                 _ => {
                     return Err(
@@ -91,6 +94,7 @@ impl Checker<'_> {
                 output_limit_fields: raw.output_limit_fields.clone(),
                 deployments,
                 unnamed_tier_may_be_priority,
+                aws,
             });
         }
         Ok(providers)
@@ -215,6 +219,69 @@ impl Checker<'_> {
             )),
             None => Ok(kind == ProviderKind::OpenAi && base_url.host() == Some(OPENAI_HOST)),
         }
+    }
+}
+
+impl Checker<'_> {
+    /// A `bedrock` provider's region and credential variables (AWS's own
+    /// names unless named); none of them for any other kind.
+    fn aws(
+        &self,
+        raw: &RawProvider,
+        kind: ProviderKind,
+        field: &dyn Fn(&str) -> String,
+    ) -> Result<Option<AwsSettings>, ConfigError> {
+        let given = [
+            ("region", &raw.region),
+            ("access_key_id_env", &raw.access_key_id_env),
+            ("secret_access_key_env", &raw.secret_access_key_env),
+            ("session_token_env", &raw.session_token_env),
+        ];
+        if kind != ProviderKind::Bedrock {
+            return match given.iter().find(|(_, value)| value.is_some()) {
+                Some((name, _)) => {
+                    Err(self.invalid(field(name), "is a setting of bedrock providers"))
+                }
+                None => Ok(None),
+            };
+        }
+        let region = raw.region.as_deref().map(str::trim).unwrap_or_default();
+        let region_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+        if region.is_empty() || !region.chars().all(region_char) {
+            return Err(self.invalid(
+                field("region"),
+                "is required for a bedrock provider: an AWS region such as \"us-east-1\"",
+            ));
+        }
+        let name = |value: &Option<String>, default: &str| {
+            value
+                .as_deref()
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .unwrap_or(default)
+                .to_owned()
+        };
+        let access_key_id_env = name(&raw.access_key_id_env, "AWS_ACCESS_KEY_ID");
+        let secret_access_key_env = name(&raw.secret_access_key_env, "AWS_SECRET_ACCESS_KEY");
+        let session_token_env = name(&raw.session_token_env, "AWS_SESSION_TOKEN");
+        let keys = match (
+            self.secret_var(&access_key_id_env),
+            self.secret_var(&secret_access_key_env),
+        ) {
+            (Some(access_key_id), Some(secret_access_key)) => Some(AwsKeys {
+                access_key_id,
+                secret_access_key,
+                session_token: self.secret_var(&session_token_env),
+            }),
+            _ => None,
+        };
+        Ok(Some(AwsSettings {
+            region: region.to_owned(),
+            access_key_id_env,
+            secret_access_key_env,
+            session_token_env,
+            keys,
+        }))
     }
 }
 

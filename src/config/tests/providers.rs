@@ -178,3 +178,80 @@ fn only_openai_itself_or_a_provider_set_so_bills_an_unnamed_tier_at_priority() {
         assert!(error.contains(expected), "{expected:?} not in {error}");
     }
 }
+
+const BEDROCK: &str = r#"
+[[providers]]
+name = "bedrock"
+kind = "bedrock"
+base_url = "https://bedrock-runtime.us-east-1.amazonaws.com"
+region = "us-east-1"
+models = ["anthropic.*"]
+"#;
+
+#[test]
+fn bedrock_signs_with_aws_credentials_from_the_environment_or_a_bedrock_api_key() {
+    let load = |providers: &str, vars: &[(&str, &str)]| {
+        let text = base().replacen("[[orgs]]", &format!("{providers}\n[[orgs]]"), 1);
+        let mut env = vec![("BOB_KEY", "bob-raw-key"), ("OPENAI_API_KEY", "sk-1")];
+        env.extend_from_slice(vars);
+        load_with(&text, &env)
+    };
+    let signed = load(
+        BEDROCK,
+        &[
+            ("AWS_ACCESS_KEY_ID", "AKID"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+        ],
+    )
+    .unwrap();
+    let bedrock = signed
+        .providers
+        .iter()
+        .find(|p| p.name == "bedrock")
+        .unwrap();
+    assert_eq!(bedrock.kind, ProviderKind::Bedrock);
+    let aws = bedrock.aws.as_ref().unwrap();
+    assert_eq!(aws.region, "us-east-1");
+    let keys = aws.keys.as_ref().unwrap();
+    assert_eq!(keys.access_key_id.expose(), "AKID");
+    assert!(keys.session_token.is_none());
+    assert!(bedrock.api_key.is_none());
+    // Variables of the operator's naming, a session token among them.
+    let named = BEDROCK.replace(
+        "models =",
+        "access_key_id_env = \"K\"\nsecret_access_key_env = \"S\"\nsession_token_env = \"T\"\nmodels =",
+    );
+    let named = load(&named, &[("K", "AKID2"), ("S", "s2"), ("T", "t2")]).unwrap();
+    let keys = named
+        .providers
+        .iter()
+        .find(|p| p.name == "bedrock")
+        .unwrap();
+    let keys = keys.aws.as_ref().unwrap().keys.as_ref().unwrap();
+    assert_eq!(keys.session_token.as_ref().map(Secret::expose), Some("t2"));
+    // No credentials: the gateway starts, and the provider is unusable.
+    let unset = load(BEDROCK, &[]).unwrap();
+    let unset = unset
+        .providers
+        .iter()
+        .find(|p| p.name == "bedrock")
+        .unwrap();
+    assert!(unset.aws.as_ref().unwrap().keys.is_none());
+    for (providers, expected) in [
+        (
+            BEDROCK.replace("region = \"us-east-1\"\n", ""),
+            "providers[3].region: is required for a bedrock provider",
+        ),
+        (
+            BEDROCK.replace("\"us-east-1\"", "\"US East\""),
+            "providers[3].region",
+        ),
+        (
+            GEMINI.replace("models =", "region = \"us-east-1\"\nmodels ="),
+            "providers[3].region: is a setting of bedrock providers",
+        ),
+    ] {
+        let error = load(&providers, &[]).unwrap_err().to_string();
+        assert!(error.contains(expected), "{expected:?} not in {error}");
+    }
+}

@@ -157,10 +157,7 @@ pub(super) fn upstream_request(
         stream_query(route)
     );
     let mut request = crate::upstream::request_to(&provider.base_url, &path, headers, body)?;
-    let secret = match credential {
-        Credential::Key(key) => key.expose(),
-        Credential::Token(token) => token.expose(),
-    };
+    let secret = credential.secret();
     let mut value = HeaderValue::try_from(secret)?;
     value.set_sensitive(true);
     request

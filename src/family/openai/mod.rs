@@ -58,10 +58,7 @@ pub(super) fn upstream_request(
 ) -> Result<Request<Full<Bytes>>, http::Error> {
     let mut request =
         crate::upstream::request_to(&provider.base_url, route.api.path(), headers, body)?;
-    let secret = match credential {
-        Credential::Key(key) => key.expose(),
-        Credential::Token(token) => token.expose(),
-    };
+    let secret = credential.secret();
     let mut value = HeaderValue::try_from(format!("Bearer {secret}"))?;
     value.set_sensitive(true);
     request.headers_mut().insert(header::AUTHORIZATION, value);

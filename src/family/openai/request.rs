@@ -114,7 +114,7 @@ fn check_input(api: Api, body: &Map<String, Value>) -> Result<(), GatewayError> 
             Some(_) => Err(bad("`input` must be a string or an array", Some("input"))),
             None => Err(bad("`input` is required", Some("input"))),
         },
-        Api::Messages | Api::GenerateContent => Ok(()),
+        Api::Messages | Api::GenerateContent | Api::Converse => Ok(()),
     }
 }
 

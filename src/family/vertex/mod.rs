@@ -142,8 +142,8 @@ pub(super) fn upstream_request(
     let mut request = crate::upstream::request_to(&provider.base_url, &path, headers, body)?;
     let value = match credential {
         Credential::Token(token) => token.authorization().clone(),
-        Credential::Key(key) => {
-            let mut value = http::HeaderValue::try_from(format!("Bearer {}", key.expose()))?;
+        other => {
+            let mut value = http::HeaderValue::try_from(format!("Bearer {}", other.secret()))?;
             value.set_sensitive(true);
             value
         }
