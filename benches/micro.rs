@@ -1,8 +1,9 @@
 //! Micro-benchmarks of the work the gateway adds to every call, each step
 //! on its own: scanning a stream for its usage, reading usage from a body,
 //! parsing and estimating a request, counting tokens (beside tiktoken-rs),
-//! and one reserve + settle on the memory store and on the SQLite store
-//! (one call at a time, and 32 at once).
+//! one call's whole path through its family (Gemini beside OpenAI, Bedrock
+//! beside Anthropic), and one reserve + settle on the memory store and on
+//! the SQLite store (one call at a time, and 32 at once).
 //!
 //! `cargo bench --bench micro` measures; `cargo bench --bench micro --
 //! --test` runs each benchmark once, to check they still work.
@@ -39,6 +40,14 @@ max_output_tokens = 16384
 context_window = 128000
 
 [models."claude-haiku-4-5"]
+input_per_mtok = "1.00"
+cached_input_per_mtok = "0.10"
+cache_write_per_mtok = "1.25"
+output_per_mtok = "5.00"
+max_output_tokens = 64000
+context_window = 200000
+
+[models."anthropic.claude-haiku-4-5-20251001-v1:0"]
 input_per_mtok = "1.00"
 cached_input_per_mtok = "0.10"
 cache_write_per_mtok = "1.25"
@@ -249,6 +258,187 @@ fn family_paths(c: &mut Criterion) {
                 },
             );
         }
+    }
+    group.finish();
+}
+
+/// The Anthropic and Bedrock providers of the Bedrock benchmark: a key,
+/// and SigV4 with a session token.
+fn bedrock_providers() -> Vec<tollgate::config::Provider> {
+    let text = r#"
+[[providers]]
+name = "anthropic"
+kind = "anthropic"
+base_url = "https://api.anthropic.com"
+api_key_env = "ANTHROPIC_API_KEY"
+models = ["claude-*"]
+
+[[providers]]
+name = "bedrock"
+kind = "bedrock"
+base_url = "https://bedrock-runtime.us-east-1.amazonaws.com"
+region = "us-east-1"
+models = ["anthropic.*"]
+
+[[keys]]
+id = "k"
+key_sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
+cap_usd = "1.00"
+period = "day"
+"#;
+    let env = |name: &str| match name {
+        "ANTHROPIC_API_KEY" => Some("sk-ant".to_owned()),
+        "AWS_ACCESS_KEY_ID" => Some("AKIDEXAMPLE".to_owned()),
+        "AWS_SECRET_ACCESS_KEY" => Some("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".to_owned()),
+        "AWS_SESSION_TOKEN" => Some("session-token".to_owned()),
+        _ => None,
+    };
+    let path = std::path::Path::new("bench.toml");
+    match tollgate::config::Config::from_toml_str_with_env(text, path, &env) {
+        Ok(config) => config.providers,
+        Err(error) => unreachable!("the benchmark's config loads: {error}"),
+    }
+}
+
+/// One AWS event-stream frame of `event_type` carrying `payload`.
+fn event_frame(event_type: &'static str, payload: &serde_json::Value) -> Bytes {
+    use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
+    let message = Message::new(payload.to_string().into_bytes())
+        .add_header(Header::new(
+            ":event-type",
+            HeaderValue::String(event_type.into()),
+        ))
+        .add_header(Header::new(
+            ":content-type",
+            HeaderValue::String("application/json".into()),
+        ))
+        .add_header(Header::new(
+            ":message-type",
+            HeaderValue::String("event".into()),
+        ));
+    let mut bytes = Vec::new();
+    if aws_smithy_eventstream::frame::write_message_to(&message, &mut bytes).is_err() {
+        unreachable!("a small frame is written");
+    }
+    Bytes::from(bytes)
+}
+
+/// A streamed Claude call's whole synchronous path, on Anthropic's API and
+/// on Bedrock's `invoke-with-response-stream` for the same prompt and the
+/// same events: route, parse, bound, estimate, the provider's request
+/// (Bedrock's signed with SigV4) and the meter over the answer (Bedrock's
+/// frames checked and their events decoded). Bedrock's cost over
+/// Anthropic's is its signing and its framing.
+fn bedrock_paths(c: &mut Criterion) {
+    use base64::Engine;
+    let mut group = c.benchmark_group("bedrock_call");
+    let providers = bedrock_providers();
+    let counter = TokenCounter::STRICT;
+    let text = "lorem ipsum dolor sit amet ".repeat(100);
+    let body = |model: Option<&str>| {
+        let mut body = serde_json::json!({"max_tokens": 400, "stream": true,
+            "messages": [{"role": "user", "content": text}]});
+        match model {
+            Some(model) => body["model"] = model.into(),
+            None => {
+                body["anthropic_version"] = "bedrock-2023-05-31".into();
+                body.as_object_mut().map(|body| body.remove("stream"));
+            }
+        }
+        Bytes::from(body.to_string())
+    };
+    let mut events = vec![
+        serde_json::json!({"type": "message_start", "message": {"id": "m",
+        "type": "message", "role": "assistant", "content": [], "model": "claude-haiku-4-5",
+        "usage": {"input_tokens": 500, "output_tokens": 1}}}),
+    ];
+    for _ in 0..STREAM_TOKENS {
+        events.push(
+            serde_json::json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": " lorem"}}),
+        );
+    }
+    events.push(serde_json::json!({"type": "message_delta",
+        "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": STREAM_TOKENS}}));
+    events.push(serde_json::json!({"type": "message_stop"}));
+    let sse: Vec<Bytes> = events
+        .iter()
+        .map(|event| {
+            Bytes::from(format!(
+                "event: {}\ndata: {event}\n\n",
+                event["type"].as_str().unwrap_or("")
+            ))
+        })
+        .collect();
+    let frames: Vec<Bytes> = events
+        .iter()
+        .map(|event| {
+            let bytes = base64::engine::general_purpose::STANDARD.encode(event.to_string());
+            event_frame("chunk", &serde_json::json!({"bytes": bytes}))
+        })
+        .collect();
+    let headers = http::HeaderMap::new();
+    let calls = [
+        (
+            "anthropic",
+            "/v1/messages",
+            body(Some("claude-haiku-4-5")),
+            sse,
+            &providers[0],
+        ),
+        (
+            "bedrock",
+            "/model/us.anthropic.claude-haiku-4-5-20251001-v1%3A0/invoke-with-response-stream",
+            body(None),
+            frames,
+            &providers[1],
+        ),
+    ];
+    for (name, path, request, answer, provider) in calls {
+        let price = match name {
+            "bedrock" => price("anthropic.claude-haiku-4-5-20251001-v1:0"),
+            _ => price("claude-haiku-4-5"),
+        };
+        let credential = match (
+            &provider.api_key,
+            provider.aws.as_ref().and_then(|aws| aws.keys.clone()),
+        ) {
+            (Some(key), _) => family::Credential::Key(key.clone()),
+            (None, Some(keys)) => family::Credential::Aws(keys),
+            (None, None) => unreachable!("the benchmark's providers have credentials"),
+        };
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let Some(route) = family::route(black_box(path), None) else {
+                    unreachable!("{path} is a route")
+                };
+                let Ok(mut call) = family::parse(&route, request.clone()) else {
+                    unreachable!("the benchmark's request is valid")
+                };
+                call.bound_output(64_000, &[]);
+                let bound = estimate(&call, &price, counter);
+                let upstream = family::upstream_request(
+                    provider,
+                    &credential,
+                    &route,
+                    call.served_as(),
+                    &headers,
+                    call.forward_body(),
+                );
+                let Some(kind) = family::stream_kind(&route, &call) else {
+                    unreachable!("the call streams")
+                };
+                let mut frames = kind.frames();
+                let mut meter = StreamMeter::new(kind);
+                for chunk in &answer {
+                    frames.push(chunk);
+                    while let Some(event) = frames.next_event() {
+                        black_box(meter.observe(&event));
+                    }
+                }
+                (bound, upstream.is_ok(), meter.reported_usage())
+            })
+        });
     }
     group.finish();
 }
@@ -472,7 +662,7 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = sse_scanning, usage_parsing, request_parsing, cost_estimation, family_paths, token_counting, reserve_and_settle,
+    targets = sse_scanning, usage_parsing, request_parsing, cost_estimation, family_paths, bedrock_paths, token_counting, reserve_and_settle,
         sqlite_reserve_and_settle, sqlite_reserve_and_settle_at_once
 }
 criterion_main!(micro);

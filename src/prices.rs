@@ -28,6 +28,7 @@ mod litellm_names;
 mod tiers;
 mod toml_file;
 
+pub use litellm_names::bedrock_model;
 pub use tiers::{LongContextPrices, PricedOptions, PriorityPrices, Rates, TierRequest, Unpriced};
 
 /// What one model charges per token class, and its token limits.

@@ -166,6 +166,12 @@ impl Call {
         }
     }
 
+    /// The name the provider serves the model under: an Azure
+    /// deployment, the Bedrock id the client named, else the model.
+    pub fn served_as(&self) -> &str {
+        self.served_as.as_deref().unwrap_or(&self.model)
+    }
+
     /// Whether the client set the output limit.
     pub fn limit_given(&self) -> bool {
         self.limit_given

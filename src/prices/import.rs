@@ -10,7 +10,11 @@
 //! `gemini-2.5-pro`, `vertex_ai/claude-sonnet-4-5@20250929` →
 //! `claude-sonnet-4-5@20250929`). A model LiteLLM lists under both the
 //! Gemini API and Vertex AI is written once, priced to bound what either
-//! bills (see `litellm_names`). Every price is converted exactly as the
+//! bills (see `litellm_names`). Claude on Amazon Bedrock is written under
+//! the model id a call is priced by (`us.anthropic.claude-…-v1:0` →
+//! `anthropic.claude-…-v1:0`, the dearer price kept when LiteLLM lists
+//! both), and Azure OpenAI's entries keep their `azure/` names, for an
+//! azure provider's `deployments` to name. Every price is converted exactly as the
 //! gateway loads the JSON itself, so the TOML prices a call the same as
 //! the JSON would. LiteLLM knows no thinking budgets: a Gemini thinking
 //! model's `max_thinking_tokens` is the reviewer's to add.
@@ -20,12 +24,17 @@ use std::fmt::Write;
 use glob::Pattern;
 
 use super::litellm::{self, LiteLlmEntry};
-use super::litellm_names::{self, GEMINI_PROVIDERS, VERTEX_ANTHROPIC_PROVIDER};
+use super::litellm_names::{self, BEDROCK_PROVIDERS, GEMINI_PROVIDERS, VERTEX_ANTHROPIC_PROVIDER};
 use super::{ModelPrice, PriceError};
 use crate::money::{Price, UsdMicros};
 
 /// LiteLLM's names for the OpenAI and Anthropic providers tollgate speaks.
 const PROVIDERS: [&str; 3] = ["openai", "text-completion-openai", "anthropic"];
+
+/// LiteLLM's name for Azure OpenAI, whose entries keep their `azure/` names
+/// (`azure/gpt-4o`, `azure/eu/gpt-4o` for a data zone): an azure
+/// provider's `deployments` map each deployment to one of them.
+const AZURE_PROVIDER: &str = "azure";
 
 /// LiteLLM's modes of the OpenAI and Anthropic models tollgate proxies.
 const MODES: [&str; 4] = ["chat", "completion", "responses", "embedding"];
@@ -41,7 +50,8 @@ pub enum ImportError {
     #[error("--models {pattern:?} is not a glob pattern: {message}")]
     Glob { pattern: String, message: String },
     #[error(
-        "{file}: no OpenAI, Anthropic, Gemini API or Vertex AI model tollgate proxies matches"
+        "{file}: no OpenAI, Anthropic, Gemini API, Vertex AI, Azure or Bedrock model tollgate \
+         proxies matches"
     )]
     Empty { file: String },
 }
@@ -97,6 +107,11 @@ fn is_proxied(entry: &LiteLlmEntry) -> bool {
         known(&entry.mode, &[GOOGLE_MODE]) && entry.model.starts_with("gemini-")
     } else if known(&entry.provider, &[VERTEX_ANTHROPIC_PROVIDER]) {
         known(&entry.mode, &[GOOGLE_MODE]) && entry.model.starts_with("claude-")
+    } else if known(&entry.provider, &BEDROCK_PROVIDERS) {
+        // Claude, which the bedrock family serves.
+        known(&entry.mode, &[GOOGLE_MODE]) && entry.model.starts_with("anthropic.claude-")
+    } else if known(&entry.provider, &[AZURE_PROVIDER]) {
+        return known(&entry.mode, &MODES) && entry.model.starts_with("azure/");
     } else {
         false
     };
@@ -374,6 +389,42 @@ mod tests {
                                          "mode": "chat", "input_cost_per_token": 2e-06,
                                          "output_cost_per_token": 6e-06}
     }"#;
+
+    #[test]
+    fn imports_bedrock_claude_by_the_model_a_profile_runs_and_azure_by_its_own_names() {
+        let litellm = r#"{
+            "anthropic.claude-haiku-4-5-20251001-v1:0": {"litellm_provider": "bedrock_converse",
+                "mode": "chat", "input_cost_per_token": 1e-06, "output_cost_per_token": 5e-06},
+            "us.anthropic.claude-haiku-4-5-20251001-v1:0": {"litellm_provider": "bedrock_converse",
+                "mode": "chat", "input_cost_per_token": 1.1e-06, "output_cost_per_token": 5.5e-06},
+            "bedrock/us-east-1/anthropic.claude-3-haiku-20240307-v1:0": {"litellm_provider": "bedrock",
+                "mode": "chat", "input_cost_per_token": 2.5e-07, "output_cost_per_token": 1.25e-06},
+            "meta.llama3-70b-instruct-v1:0": {"litellm_provider": "bedrock", "mode": "chat",
+                "input_cost_per_token": 2.65e-06, "output_cost_per_token": 3.5e-06},
+            "azure/gpt-4o": {"litellm_provider": "azure", "mode": "chat",
+                "input_cost_per_token": 2.5e-06, "output_cost_per_token": 1e-05},
+            "azure/eu/gpt-4o": {"litellm_provider": "azure", "mode": "chat",
+                "input_cost_per_token": 2.75e-06, "output_cost_per_token": 1.1e-05},
+            "azure/dall-e-3": {"litellm_provider": "azure", "mode": "image_generation"}
+        }"#;
+        let toml = litellm_to_toml(litellm, "prices.json", &[]).unwrap();
+        let imported = PriceTable::from_toml_str(&toml).unwrap();
+        let names: Vec<&str> = imported.models().map(|(name, _)| name).collect();
+        assert_eq!(
+            names,
+            [
+                "anthropic.claude-haiku-4-5-20251001-v1:0",
+                "azure/eu/gpt-4o",
+                "azure/gpt-4o"
+            ]
+        );
+        // The profile's and the model's entries are one, at the dearer prices.
+        let haiku = imported
+            .get("anthropic.claude-haiku-4-5-20251001-v1:0")
+            .unwrap();
+        assert_eq!(haiku.input, Price::per_mtok("1.1").unwrap());
+        assert_eq!(haiku.output, Price::per_mtok("5.5").unwrap());
+    }
 
     #[test]
     fn imports_gemini_and_vertex_models_under_the_names_clients_send() {

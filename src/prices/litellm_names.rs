@@ -1,5 +1,6 @@
-//! The names LiteLLM's price file gives Google's models, turned into the
-//! names clients send, and one entry for a name LiteLLM prices twice.
+//! The names LiteLLM's price file gives Google's and Amazon Bedrock's
+//! models, turned into the names the gateway prices them by, and one entry
+//! for a name LiteLLM prices twice.
 //!
 //! LiteLLM keys the Gemini API's models `gemini/gemini-2.5-pro` and
 //! Vertex AI's `vertex_ai/gemini-3-pro-preview` or plainly
@@ -26,6 +27,30 @@ pub(crate) const GEMINI_PROVIDERS: [&str; 3] = ["gemini", "vertex_ai-language-mo
 /// LiteLLM's provider of Anthropic's models on Vertex AI.
 pub(crate) const VERTEX_ANTHROPIC_PROVIDER: &str = "vertex_ai-anthropic_models";
 
+/// LiteLLM's providers of Amazon Bedrock's models.
+pub(crate) const BEDROCK_PROVIDERS: [&str; 2] = ["bedrock", "bedrock_converse"];
+
+/// Geographies of Bedrock's cross-region inference profiles: an id that
+/// starts with one of these runs the model after it, at its price.
+const PROFILE_PREFIXES: [&str; 8] = [
+    "us.", "eu.", "apac.", "global.", "us-gov.", "jp.", "au.", "ca.",
+];
+
+/// The model a Bedrock model id runs, the name it is priced and capped
+/// by: an inference profile's ARN prefix and geography taken off
+/// (`arn:…:inference-profile/us.anthropic.claude-…` and
+/// `us.anthropic.claude-…` are `anthropic.claude-…`).
+pub fn bedrock_model(id: &str) -> &str {
+    let id = match id.strip_prefix("arn:") {
+        Some(arn) => arn.rsplit('/').next().unwrap_or(arn),
+        None => id,
+    };
+    PROFILE_PREFIXES
+        .iter()
+        .find_map(|prefix| id.strip_prefix(prefix))
+        .unwrap_or(id)
+}
+
 /// The name a client sends for LiteLLM's entry `key` of `provider`:
 /// `gemini/gemini-2.5-pro` → `gemini-2.5-pro`,
 /// `vertex_ai/claude-sonnet-4-5@20250929` → `claude-sonnet-4-5@20250929`.
@@ -33,6 +58,13 @@ pub(crate) const VERTEX_ANTHROPIC_PROVIDER: &str = "vertex_ai-anthropic_models";
 /// publisher's model (`vertex_ai/xai/grok-4.3`), which no family here
 /// serves under a plain name.
 pub(crate) fn client_name<'a>(key: &'a str, provider: Option<&str>) -> &'a str {
+    if provider.is_some_and(|provider| BEDROCK_PROVIDERS.contains(&provider)) {
+        // Region-priced keys (`bedrock/us-east-1/…`) keep their names.
+        return match key.contains('/') {
+            true => key,
+            false => bedrock_model(key),
+        };
+    }
     let prefix = match provider {
         Some("gemini") => "gemini/",
         Some(provider) if is_vertex(provider) => "vertex_ai/",

@@ -160,8 +160,7 @@ fn upstream_request(
     call: &Call,
 ) -> Result<Request<Full<Bytes>>, GatewayError> {
     let body = call.forward_body();
-    let served_as = call.served_as.as_deref().unwrap_or(&call.model);
-    family::upstream_request(provider, credential, route, served_as, headers, body).map_err(|error| {
+    family::upstream_request(provider, credential, route, call.served_as(), headers, body).map_err(|error| {
         tracing::error!(provider = %provider.name, %error, "could not build the provider request");
         GatewayError::UpstreamUnreachable {
             provider: provider.name.clone(),

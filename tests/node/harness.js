@@ -29,13 +29,21 @@ const ANSI_ESCAPE = /\x1b\[[0-9;]*m/g;
 
 // The SDKs read base URLs, keys, API versions and extra headers from the
 // environment (the Azure clients `AZURE_API_KEY`, `AZURE_RESOURCE_NAME`,
-// `AZURE_OPENAI_API_KEY`, `AZURE_OPENAI_ENDPOINT`, …); a developer's real
-// settings must neither leak into nor redirect a test.
-const SDK_ENV_PREFIXES = ['OPENAI_', 'ANTHROPIC_', 'AZURE_'];
+// `AZURE_OPENAI_API_KEY`, `AZURE_OPENAI_ENDPOINT`, …; the AWS SDK and
+// `@ai-sdk/amazon-bedrock` `AWS_BEARER_TOKEN_BEDROCK`, `AWS_REGION`,
+// `AWS_PROFILE`, `AWS_ENDPOINT_URL_*`, `AWS_AUTH_SCHEME_PREFERENCE`, …); a
+// developer's real settings must neither leak into nor redirect a test.
+const SDK_ENV_PREFIXES = ['OPENAI_', 'ANTHROPIC_', 'AZURE_', 'AWS_'];
 const isSdkSetting = (name) => SDK_ENV_PREFIXES.some((prefix) => name.startsWith(prefix));
 for (const name of Object.keys(process.env)) {
   if (isSdkSetting(name)) delete process.env[name];
 }
+// Nor may a developer's ~/.aws files (profiles, regions, endpoints), and
+// no AWS client may look for credentials at the instance metadata service
+// (these names are kept from the child processes with the rest).
+process.env.AWS_CONFIG_FILE = join(tmpdir(), 'tollgate-node-no-aws-config');
+process.env.AWS_SHARED_CREDENTIALS_FILE = join(tmpdir(), 'tollgate-node-no-aws-credentials');
+process.env.AWS_EC2_METADATA_DISABLED = 'true';
 // The Google SDKs and google-auth-library read keys, projects, locations
 // and credentials from the environment too.
 const GOOGLE_ENV_PREFIXES = ['GOOGLE_', 'GEMINI_', 'CLOUD_ML_', 'GCLOUD_'];
@@ -603,5 +611,134 @@ export function geminiCost(model, usage) {
     input: prompt - cached + (usage.toolUsePromptTokenCount ?? 0),
     cachedInput: cached,
     output: (usage.candidatesTokenCount ?? 0) + (usage.thoughtsTokenCount ?? 0),
+  });
+}
+
+// === Amazon Bedrock ===
+
+/** The model a Claude call on Bedrock is priced and recorded as, and the
+ * cross-region inference profile that runs it (billed as the model). */
+export const BEDROCK_HAIKU = 'anthropic.claude-haiku-4-5-20251001-v1:0';
+export const BEDROCK_HAIKU_PROFILE = 'us.anthropic.claude-haiku-4-5-20251001-v1:0';
+export const BEDROCK_REGION = 'us-east-1';
+
+function bedrockConfig(mockAddress, key, tinyKey) {
+  return `\
+[server]
+listen = "127.0.0.1:0"
+
+[store]
+backend = "memory"
+
+[prices]
+file = "${PRICES_FILE}"
+
+# SigV4 with temporary credentials (a session token too), which the mock
+# verifies on every call.
+[[providers]]
+name = "bedrock"
+kind = "bedrock"
+base_url = "http://${mockAddress}"
+region = "${BEDROCK_REGION}"
+access_key_id_env = "TG_TEST_AWS_ACCESS_KEY_ID"
+secret_access_key_env = "TG_TEST_AWS_SECRET_ACCESS_KEY"
+session_token_env = "TG_TEST_AWS_SESSION_TOKEN"
+models = ["anthropic.claude-*"]
+
+[[orgs]]
+id = "node-bedrock"
+cap_usd = "100.00"
+period = "total"
+
+[[keys]]
+id = "node-bedrock-key"
+org = "node-bedrock"
+key_sha256 = "${sha256(key)}"
+cap_usd = "10.00"
+period = "total"
+
+# No org, a daily period: 10 µUSD, below every call's estimate.
+[[keys]]
+id = "node-bedrock-tiny-key"
+key_sha256 = "${sha256(tinyKey)}"
+cap_usd = "0.000010"
+period = "day"
+`;
+}
+
+/** Starts a mock Bedrock Runtime and a gateway in front of it whose
+ * bedrock provider signs with SigV4 (and a session token). The mock takes
+ * no bearer token, only a signature by those credentials, which it
+ * verifies, so an answered call proves the gateway signed it in the
+ * client's stead. The answer has `key` (in an org), `tinyKey` (every call
+ * denied) and `adminKey`; `url` is the plain listener, which speaks HTTP/1.1
+ * and h2c. */
+export async function startBedrockGateway() {
+  const binary = tollgateBin();
+  assert.ok(existsSync(binary), `${binary} does not exist: run \`cargo build\` (or set TOLLGATE_BIN)`);
+  const accessKeyId = `AKIDTG${randomBytes(7).toString('hex').toUpperCase()}`;
+  const secretAccessKey = randomBytes(20).toString('hex');
+  const sessionToken = `tg-session-${randomBytes(24).toString('hex')}`;
+  const key = `tg-node-bedrock-${randomBytes(16).toString('hex')}`;
+  const tinyKey = `tg-node-bedrock-tiny-${randomBytes(16).toString('hex')}`;
+  const adminKey = `tg-admin-${randomBytes(16).toString('hex')}`;
+
+  const mock = new TollgateProcess(
+    'mock-upstream',
+    [binary, 'mock-upstream', '--listen', '127.0.0.1:0', '--aws-credentials', `${accessKeyId}:${secretAccessKey}`],
+    childEnv({}),
+  );
+  const mockAddress = await mock.waitListening();
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-node-bedrock-'));
+  const configPath = join(dir, 'tollgate.toml');
+  let gateway;
+  let address;
+  try {
+    writeFileSync(configPath, bedrockConfig(mockAddress, key, tinyKey));
+    gateway = new TollgateProcess(
+      'gateway',
+      [binary, 'serve', '--config', configPath],
+      childEnv({
+        TG_TEST_AWS_ACCESS_KEY_ID: accessKeyId,
+        TG_TEST_AWS_SECRET_ACCESS_KEY: secretAccessKey,
+        TG_TEST_AWS_SESSION_TOKEN: sessionToken,
+        TOLLGATE_ADMIN_KEY: adminKey,
+      }),
+    );
+    address = await gateway.waitListening();
+  } catch (error) {
+    await mock.stop();
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
+  return {
+    url: `http://${address}`,
+    key,
+    keyId: 'node-bedrock-key',
+    tinyKey,
+    tinyKeyId: 'node-bedrock-tiny-key',
+    adminKey,
+    logs: () => `--- gateway ---\n${gateway.output()}\n--- mock-upstream ---\n${mock.output()}`,
+    async stop() {
+      await gateway.stop();
+      await mock.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A Bedrock Converse `usage` (`inputTokens` without the cache reads and
+ * writes, which come apart); the tests write no hour-long cache. */
+export function converseCost(model, usage) {
+  assert.ok(usage, 'no Converse usage to price');
+  assert.ok(
+    (usage.cacheDetails ?? []).every((detail) => detail.ttl === '5m'),
+    `an hour-long cache write: ${JSON.stringify(usage)}`,
+  );
+  return cost(model, {
+    input: usage.inputTokens,
+    cachedInput: usage.cacheReadInputTokens ?? 0,
+    cacheWrite: usage.cacheWriteInputTokens ?? 0,
+    output: usage.outputTokens,
   });
 }

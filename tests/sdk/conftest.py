@@ -7,6 +7,8 @@ give every test an exact baseline. The Gemini API and Vertex AI tests share a
 second mock and gateway (`google_gateway`), started when first asked for.
 The session gateway also serves Azure OpenAI: an azure provider with two
 deployments (`AZURE_DEPLOYMENTS`), in front of the same mock playing Azure.
+Amazon Bedrock has its own mock and gateway (`bedrock_gateway`), behind a
+TLS front, as boto3 sends a bearer token over HTTPS only.
 """
 
 from __future__ import annotations
@@ -18,22 +20,28 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import anthropic
+import boto3
 import openai
 import pytest
+from botocore.config import Config as BotoConfig
 from google import genai
 from google.genai import types as genai_types
 from google.oauth2.credentials import Credentials as GoogleCredentials
 
 from support import (
     AZURE_DEPLOYMENTS,
+    BEDROCK_REGION,
     PRICES_FILE,
     ModelSpend,
     PriceTable,
     SpendMeter,
     StartupError,
+    TlsFront,
     TollgateProcess,
+    make_tls_certificates,
     service_account_json,
     tollgate_bin,
 )
@@ -46,8 +54,9 @@ CLIENT_TIMEOUT_SECS = 30.0
 # Lines of each process's log attached to a failing test's report.
 LOG_TAIL_LINES = 40
 # Settings the SDKs read from the environment (keys, endpoints, API
-# versions); a developer's real ones must not leak into a test.
-SDK_ENV_PREFIXES = ("OPENAI_", "ANTHROPIC_", "AZURE_")
+# versions; boto3's credentials, regions, profiles, endpoints and bearer
+# tokens); a developer's real ones must not leak into a test.
+SDK_ENV_PREFIXES = ("OPENAI_", "ANTHROPIC_", "AZURE_", "AWS_")
 
 # The running processes, for the failure reports.
 _processes: list[TollgateProcess] = []
@@ -577,6 +586,240 @@ def anthropic_vertex_for(google_gateway: GoogleGateway):
             http_client=_http_client(anthropic, attempts),
             **options,
         )
+        clients.append(client)
+        return client
+
+    yield build
+    for client in clients:
+        client.close()
+
+
+# === Amazon Bedrock ===
+
+BEDROCK_KEY_ID = "bedrock-key"
+BEDROCK_TINY_KEY_ID = "bedrock-tiny-key"
+BEDROCK_ORG_ID = "bedrock"
+
+
+@dataclass(frozen=True)
+class BedrockGateway:
+    """A gateway in front of the mock's Bedrock Runtime, which takes only
+    calls SigV4-signed with the provider's credentials, and a TLS front
+    before the gateway: `url` is the front (what boto3 is pointed at, with
+    `ca_file` to trust), `plain_url` the gateway itself (budget and admin
+    reads)."""
+
+    url: str
+    plain_url: str
+    ca_file: Path
+    key: str
+    tiny_key: str
+    mock_url: str
+    admin_key: str
+    front: TlsFront
+
+
+def _bedrock_config(mock_address: str, key: str, tiny_key: str) -> str:
+    def sha256(raw: str) -> str:
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    return f"""\
+[server]
+listen = "127.0.0.1:0"
+
+[store]
+backend = "memory"
+
+[prices]
+file = "{PRICES_FILE}"
+
+# SigV4 with temporary credentials (a session token too), which the mock
+# verifies on every call.
+[[providers]]
+name = "bedrock"
+kind = "bedrock"
+base_url = "http://{mock_address}"
+region = "{BEDROCK_REGION}"
+access_key_id_env = "TG_TEST_AWS_ACCESS_KEY_ID"
+secret_access_key_env = "TG_TEST_AWS_SECRET_ACCESS_KEY"
+session_token_env = "TG_TEST_AWS_SESSION_TOKEN"
+models = ["anthropic.claude-*"]
+
+[[orgs]]
+id = "{BEDROCK_ORG_ID}"
+cap_usd = "100.00"
+period = "total"
+
+[[keys]]
+id = "{BEDROCK_KEY_ID}"
+org = "{BEDROCK_ORG_ID}"
+key_sha256 = "{sha256(key)}"
+cap_usd = "10.00"
+period = "total"
+
+# No org, a daily period: every call is denied, with a retry-after.
+[[keys]]
+id = "{BEDROCK_TINY_KEY_ID}"
+key_sha256 = "{sha256(tiny_key)}"
+cap_usd = "{TINY_CAP_USD}"
+period = "day"
+"""
+
+
+@pytest.fixture(scope="session")
+def bedrock_gateway(binary: Path, tmp_path_factory) -> Iterator[BedrockGateway]:
+    """The Bedrock tests' own mock, gateway and TLS front, started when
+    first asked for."""
+    if not PRICES_FILE.is_file():
+        pytest.fail(f"{PRICES_FILE} is missing", pytrace=False)
+    # The mock takes no bearer token on its Bedrock routes, only a SigV4
+    # signature by these credentials: a successful call proves the gateway
+    # signed it in the client's stead.
+    access_key_id = f"AKIDTG{secrets.token_hex(7).upper()}"
+    secret_access_key = secrets.token_hex(20)
+    session_token = f"tg-session-{secrets.token_hex(24)}"
+    key = f"tg-bedrock-{secrets.token_hex(16)}"
+    tiny_key = f"tg-bedrock-tiny-{secrets.token_hex(16)}"
+    admin_key = f"tg-admin-{secrets.token_hex(16)}"
+
+    mock, mock_address = _start(
+        "bedrock-mock-upstream",
+        [
+            str(binary),
+            "mock-upstream",
+            "--listen",
+            "127.0.0.1:0",
+            "--aws-credentials",
+            f"{access_key_id}:{secret_access_key}",
+        ],
+        _child_env({}),
+    )
+    directory = tmp_path_factory.mktemp("tollgate-bedrock")
+    config_path = directory / "tollgate.toml"
+    front = None
+    try:
+        config_path.write_text(_bedrock_config(mock_address, key, tiny_key))
+        server, address = _start(
+            "bedrock-gateway",
+            [str(binary), "serve", "--config", str(config_path)],
+            _child_env(
+                {
+                    "TG_TEST_AWS_ACCESS_KEY_ID": access_key_id,
+                    "TG_TEST_AWS_SECRET_ACCESS_KEY": secret_access_key,
+                    "TG_TEST_AWS_SESSION_TOKEN": session_token,
+                    "TOLLGATE_ADMIN_KEY": admin_key,
+                }
+            ),
+        )
+    except BaseException:
+        mock.stop()
+        raise
+    try:
+        certificates = make_tls_certificates(directory)
+        front = TlsFront(address, certificates)
+    except BaseException:
+        server.stop()
+        mock.stop()
+        raise
+    started = [server, mock]
+    _processes.extend(started)
+    try:
+        yield BedrockGateway(
+            url=front.url,
+            plain_url=f"http://{address}",
+            ca_file=certificates.ca_file,
+            key=key,
+            tiny_key=tiny_key,
+            mock_url=f"http://{mock_address}",
+            admin_key=admin_key,
+            front=front,
+        )
+    finally:
+        for process in started:
+            if process in _processes:
+                _processes.remove(process)
+        front.stop()
+        server.stop()
+        mock.stop()
+        for process in started:
+            if process.proc.returncode not in (0, -15):
+                sys.stderr.write(f"\n--- {process.name} output ---\n{process.output()}\n")
+
+
+@pytest.fixture
+def bedrock_meter(bedrock_gateway: BedrockGateway) -> SpendMeter:
+    """The Bedrock key's budget as it stood when the test began."""
+    return SpendMeter(bedrock_gateway.plain_url, bedrock_gateway.key)
+
+
+@pytest.fixture
+def bedrock_tiny_meter(bedrock_gateway: BedrockGateway) -> SpendMeter:
+    return SpendMeter(bedrock_gateway.plain_url, bedrock_gateway.tiny_key)
+
+
+@pytest.fixture
+def bedrock_ledger(bedrock_gateway: BedrockGateway) -> ModelSpend:
+    """The Bedrock key's spend by model as it stood when the test began."""
+    return ModelSpend(bedrock_gateway.plain_url, bedrock_gateway.admin_key, BEDROCK_KEY_ID)
+
+
+class AwsAttempts:
+    """Counts the HTTP requests a boto3 client really sends, retries
+    included (botocore's `before-send` event, once per attempt): each one's
+    path as sent (percent-encoded) and headers (lower-case names)."""
+
+    def __init__(self):
+        self.paths: list[str] = []
+        self.headers: list[dict[str, str]] = []
+
+    def __call__(self, request, **kwargs) -> None:
+        # Returning nothing lets botocore send the request.
+        self.paths.append(urlsplit(request.url).path)
+        self.headers.append({name.lower(): _header_text(value) for name, value in request.headers.items()})
+
+    def register(self, client) -> None:
+        client.meta.events.register("before-send.bedrock-runtime", self)
+
+    @property
+    def count(self) -> int:
+        return len(self.paths)
+
+
+def _header_text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@pytest.fixture
+def aws_attempts() -> AwsAttempts:
+    return AwsAttempts()
+
+
+@pytest.fixture
+def bedrock_for(bedrock_gateway: BedrockGateway, monkeypatch, tmp_path):
+    """Builds boto3 `bedrock-runtime` clients set up as Bedrock's docs set
+    up an API key: `AWS_BEARER_TOKEN_BEDROCK` holds the key (here the given
+    gateway key) and `endpoint_url` is the gateway (its TLS front, whose CA
+    the client trusts). The variable is set for the test alone (boto3 reads
+    the token when the client is made and looks for the variable on every
+    call); no profile, shared file or instance metadata can lend the client
+    other credentials. `attempts` counts what the client sends; other
+    options are botocore `Config` fields (`retries`, …)."""
+    clients = []
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+
+    def build(api_key: str, attempts: AwsAttempts | None = None, **options):
+        monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", api_key)
+        client = boto3.session.Session().client(
+            "bedrock-runtime",
+            region_name=BEDROCK_REGION,
+            endpoint_url=bedrock_gateway.url,
+            verify=str(bedrock_gateway.ca_file),
+            config=BotoConfig(connect_timeout=10, read_timeout=CLIENT_TIMEOUT_SECS, **options),
+        )
+        if attempts is not None:
+            attempts.register(client)
         clients.append(client)
         return client
 

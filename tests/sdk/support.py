@@ -8,10 +8,13 @@ an exact-equality assertion on the spent counter means something.
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import json
 import math
 import os
 import re
+import ssl
 import subprocess
 import threading
 import time
@@ -34,6 +37,12 @@ AZURE_DEPLOYMENTS = {
     "prod-4o": ("gpt-4o", "gpt-4o-2024-08-06"),
     "mini": ("gpt-4o-mini", "gpt-4o-mini-2024-07-18"),
 }
+# Amazon Bedrock: the model a Claude call is priced and recorded as, and
+# the cross-region inference profile that runs it (the gateway bills both
+# ids as the model).
+BEDROCK_HAIKU = "anthropic.claude-haiku-4-5-20251001-v1:0"
+BEDROCK_HAIKU_PROFILE = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+BEDROCK_REGION = "us-east-1"
 
 # Tracing may print the address as a bare value or as a `field=value` pair,
 # quoted or not; ANSI colours are stripped before matching.
@@ -144,6 +153,181 @@ class TollgateProcess:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self._reader.join(timeout=5)
+
+
+# === a TLS front (boto3 sends a bearer token over HTTPS only) ===
+
+
+@dataclass(frozen=True)
+class TlsCertificates:
+    """A CA made for the session and a certificate for 127.0.0.1 and
+    `localhost` that it signed, as PEM files: a client that trusts
+    `ca_file` (boto3's `verify=`) accepts a server that presents
+    `cert_file` with `key_file`."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+def make_tls_certificates(directory: Path) -> TlsCertificates:
+    """Writes a fresh CA and a server certificate signed by it (P-256,
+    valid for a day) into `directory`, with the `cryptography` package."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.now(timezone.utc)
+    valid_from, valid_to = now - timedelta(minutes=5), now + timedelta(days=1)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tollgate test CA")])
+    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid_from)
+        .not_valid_after(valid_to)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(ca_ski, critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid_from)
+        .not_valid_after(valid_to)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    files = TlsCertificates(
+        ca_file=directory / "ca.pem",
+        cert_file=directory / "server.pem",
+        key_file=directory / "server-key.pem",
+    )
+    files.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    files.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    files.key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return files
+
+
+class TlsFront:
+    """A TLS-terminating TCP proxy in front of a plain listener, as nginx or
+    a load balancer stands in front of a gateway: it accepts TLS on
+    127.0.0.1 (ALPN `http/1.1`) and copies each connection's bytes, unchanged
+    and as they arrive, to a connection of its own to `upstream`
+    (`host:port`) and back, so streamed answers stream through it. One
+    asyncio loop on its own thread serves every connection."""
+
+    CHUNK = 64 * 1024
+
+    def __init__(self, upstream: str, certificates: TlsCertificates):
+        host, _, port = upstream.rpartition(":")
+        self.upstream = (host.strip("[]"), int(port))
+        self.connections = 0
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(certificates.cert_file, certificates.key_file)
+        context.set_alpn_protocols(["http/1.1"])
+        self._loop = asyncio.new_event_loop()
+        self._tasks: set[asyncio.Task] = set()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="tls-front", daemon=True)
+        self._thread.start()
+        started = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=context), self._loop
+        )
+        self._server = started.result(timeout=10)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._tasks.add(asyncio.current_task())
+        try:
+            try:
+                upstream_reader, upstream_writer = await asyncio.open_connection(*self.upstream)
+            except OSError:
+                return
+            try:
+                # The client's end of its request half-closes the upstream
+                # connection; the upstream's end closes everything.
+                to_upstream = asyncio.ensure_future(self._copy(client_reader, upstream_writer, half_close=True))
+                await self._copy(upstream_reader, client_writer, half_close=False)
+                to_upstream.cancel()
+            finally:
+                upstream_writer.close()
+        finally:
+            client_writer.close()
+            self._tasks.discard(asyncio.current_task())
+
+    async def _copy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, half_close: bool) -> None:
+        try:
+            while data := await reader.read(self.CHUNK):
+                writer.write(data)
+                await writer.drain()
+            if half_close and writer.can_write_eof():
+                writer.write_eof()
+            else:
+                writer.close()
+        except (OSError, ssl.SSLError):
+            # A reset on one side ends the other: closing the writer ends
+            # its transport, whose reader then sees the end.
+            writer.close()
+
+    def stop(self) -> None:
+        async def shutdown() -> None:
+            self._server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
 
 
 # === the gateway's own endpoints ===
@@ -375,6 +559,31 @@ class PriceTable:
             cached_input=getattr(usage, "cache_read_input_tokens", None) or 0,
             cache_write=getattr(usage, "cache_creation_input_tokens", None) or 0,
             output=usage.output_tokens or 0,
+        )
+
+    def converse_cost(self, model: str, usage: dict) -> int:
+        """A Bedrock Converse `usage` (boto3's dict, or the JSON): its
+        `inputTokens` leave out the cache reads and writes, which come
+        apart. The tests write no hour-long cache."""
+        assert "cacheDetails" not in usage or all(d["ttl"] == "5m" for d in usage["cacheDetails"]), usage
+        return self.cost(
+            model,
+            input=usage["inputTokens"],
+            cached_input=usage.get("cacheReadInputTokens") or 0,
+            cache_write=usage.get("cacheWriteInputTokens") or 0,
+            output=usage["outputTokens"],
+        )
+
+    def anthropic_json_cost(self, model: str, usage: dict) -> int:
+        """An Anthropic `usage` as JSON (what Bedrock's InvokeModel answers
+        with, or a stream's `message_start` usage with the final
+        `output_tokens`)."""
+        return self.cost(
+            model,
+            input=usage.get("input_tokens") or 0,
+            cached_input=usage.get("cache_read_input_tokens") or 0,
+            cache_write=usage.get("cache_creation_input_tokens") or 0,
+            output=usage.get("output_tokens") or 0,
         )
 
     def gemini_cost(self, model: str, usage) -> int:

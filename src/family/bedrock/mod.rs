@@ -36,17 +36,12 @@ use super::{Action, Credential, Route};
 use crate::api::{Api, Call};
 use crate::config::Provider;
 use crate::error::GatewayError;
+use crate::prices::bedrock_model;
 use crate::provider::ProviderKind;
 
 /// The routes of the family, for messages.
 pub(super) const ROUTES: &str = "/model/{modelId}/converse, /converse-stream, /invoke or \
      /invoke-with-response-stream";
-
-/// Geographies of Bedrock's cross-region inference profiles: an id that
-/// starts with one of these runs the model after it.
-const PROFILE_PREFIXES: [&str; 8] = [
-    "us.", "eu.", "apac.", "global.", "us-gov.", "jp.", "au.", "ca.",
-];
 
 /// The family's route for a `POST` to `path`.
 pub(super) fn route(path: &str) -> Option<Route> {
@@ -94,25 +89,12 @@ pub(super) fn parse(route: &Route, body: Bytes) -> Result<Call, GatewayError> {
         Api::Converse => request::parse(id, route.stream.unwrap_or(false), body)?,
         _ => anthropic::request::parse(body, Some(id), route.stream)?,
     };
-    let model = priced_model(id);
+    let model = bedrock_model(id);
     if model != id {
         call.served_as = Some(id.to_owned());
         call.model = model.to_owned();
     }
     Ok(call)
-}
-
-/// The model an id runs: an inference profile's ARN or geography taken
-/// off.
-pub(crate) fn priced_model(id: &str) -> &str {
-    let id = match id.strip_prefix("arn:") {
-        Some(arn) => arn.rsplit('/').next().unwrap_or(arn),
-        None => id,
-    };
-    PROFILE_PREFIXES
-        .iter()
-        .find_map(|prefix| id.strip_prefix(prefix))
-        .unwrap_or(id)
 }
 
 /// The provider's request: the id the client named, percent-encoded, under

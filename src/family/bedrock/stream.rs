@@ -68,7 +68,7 @@ impl EventStreamSplitter {
 /// One frame, decoded with both checksums verified; `None` for bytes that
 /// are not a whole, intact frame.
 fn decode(frame: &[u8]) -> Option<Message> {
-    let mut bytes = Bytes::copy_from_slice(frame);
+    let mut bytes = frame;
     match MessageFrameDecoder::new().decode_frame(&mut bytes) {
         Ok(DecodedFrame::Complete(message)) => Some(message),
         _ => None,
@@ -152,11 +152,6 @@ pub(crate) fn invoke(seen: &mut StreamSeen, frame: &[u8]) -> EventAction {
     struct Chunk {
         bytes: String,
     }
-    #[derive(Deserialize)]
-    struct Kind<'a> {
-        #[serde(rename = "type", borrow)]
-        kind: Option<&'a str>,
-    }
     let Some((kind, payload)) = event(frame) else {
         return EventAction::Forward;
     };
@@ -169,10 +164,27 @@ pub(crate) fn invoke(seen: &mut StreamSeen, frame: &[u8]) -> EventAction {
     let Ok(data) = base64::engine::general_purpose::STANDARD.decode(chunk.bytes) else {
         return EventAction::Forward;
     };
-    let name = serde_json::from_slice::<Kind<'_>>(&data)
-        .ok()
-        .and_then(|event| event.kind);
-    anthropic::stream::messages(seen, name, &data)
+    anthropic::stream::messages(seen, event_type(&data), &data)
+}
+
+/// An Anthropic event's `type`: read where Anthropic writes it, first,
+/// without parsing the event twice; else from the parsed event.
+fn event_type(data: &[u8]) -> Option<&str> {
+    #[derive(Deserialize)]
+    struct Kind<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Option<&'a str>,
+    }
+    let first = data
+        .strip_prefix(br#"{"type":""#)
+        .and_then(|rest| rest.iter().position(|b| *b == b'"').map(|end| &rest[..end]))
+        .filter(|name| name.iter().all(|b| b.is_ascii_lowercase() || *b == b'_'))
+        .and_then(|name| std::str::from_utf8(name).ok());
+    first.or_else(|| {
+        serde_json::from_slice::<Kind<'_>>(data)
+            .ok()
+            .and_then(|event| event.kind)
+    })
 }
 
 #[cfg(test)]

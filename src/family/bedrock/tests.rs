@@ -44,7 +44,7 @@ fn a_call_is_priced_as_the_model_its_profile_runs() {
             "anthropic.claude-3-haiku-20240307-v1:0",
         ),
     ] {
-        assert_eq!(priced_model(id), model, "{id}");
+        assert_eq!(bedrock_model(id), model, "{id}");
     }
     let route = route("/model/us.anthropic.claude-3-haiku-20240307-v1%3A0/converse").unwrap();
     let body = Bytes::from_static(br#"{"messages":[{"role":"user","content":[{"text":"hi"}]}]}"#);
