@@ -315,3 +315,57 @@ async fn a_cut_stream_is_settled_once_for_at_least_what_azure_billed() {
     let billed = cost("gpt-4o", &billed_by(&h.mock.stats));
     assert!(entry.actual >= delta(billed), "{entry:?} < {billed}");
 }
+
+#[tokio::test]
+async fn a_client_gone_mid_stream_is_charged_at_least_what_azure_billed() {
+    let mut setup = Setup::default();
+    setup.mock.tokens_per_sec = Some(50);
+    let h = azure(setup).await;
+    let mut body = messages_of("mock:tokens=200");
+    body["stream"] = json!(true);
+    body["max_tokens"] = json!(300);
+    let path = format!("/openai/deployments/prod-4o/chat/completions?{VERSION}");
+    let response = post(&h, &path, Some(ALICE), &body).await;
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    for _ in 0..3 {
+        futures_util::StreamExt::next(&mut stream)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    drop(stream);
+    h.settled().await;
+    let entry = only_entry(&h);
+    assert_eq!(entry.model, "gpt-4o");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let billed = cost("gpt-4o", &billed_by(&h.mock.stats));
+    assert!(entry.actual >= delta(billed), "{entry:?} < {billed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_at_a_tight_cap_never_overspends() {
+    // gpt-4o: $10 a million output tokens; each call's bound is about
+    // 10,000 µUSD, and the cap holds three.
+    let h = azure(Setup {
+        alice_cap: "0.0320",
+        ..Setup::default()
+    })
+    .await;
+    let body = json!({"messages": [{"role": "user", "content": "mock:tokens=1000 hi"}], "max_tokens": 1000});
+    let path = format!("/openai/deployments/prod-4o/chat/completions?{VERSION}");
+    let calls = (0..10).map(|_| post(&h, &path, Some(ALICE), &body));
+    let statuses: Vec<u16> = futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|response| response.status().as_u16())
+        .collect();
+    h.settled().await;
+    assert!(
+        statuses.iter().all(|status| [200, 402].contains(status)),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&402), "{statuses:?}");
+    let spent = spent(&h, ALICE).await;
+    assert!(spent <= 32_000, "spent {spent} µUSD of a 32,000 µUSD cap");
+}

@@ -316,3 +316,76 @@ async fn a_cut_converse_stream_is_settled_once_for_at_least_what_bedrock_billed(
     assert!(entry.actual >= delta(billed), "{entry:?} < {billed}");
     assert!(entry.actual <= delta(entry.reserved));
 }
+
+#[tokio::test]
+async fn a_client_gone_mid_stream_is_charged_at_least_what_bedrock_billed() {
+    let mut setup = Setup::default();
+    setup.mock.tokens_per_sec = Some(50);
+    let h = bedrock(setup).await;
+    for (operation, body) in [
+        ("converse-stream", {
+            let mut body = converse("mock:tokens=200");
+            body["inferenceConfig"] = json!({"maxTokens": 300});
+            body
+        }),
+        (
+            "invoke-with-response-stream",
+            invoke("mock:tokens=200", 300),
+        ),
+    ] {
+        let before = h.ledger().len();
+        let billed_before = cost(HAIKU, &billed_by(&h.mock.stats));
+        let response = post(&h, &path(PROFILE, operation), Some(ALICE), &body).await;
+        assert_eq!(response.status(), 200);
+        let mut stream = response.bytes_stream();
+        for _ in 0..3 {
+            futures_util::StreamExt::next(&mut stream)
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        drop(stream);
+        h.settled().await;
+        let ledger = h.ledger();
+        assert_eq!(ledger.len(), before + 1, "{operation}: {ledger:?}");
+        let entry = ledger.last().unwrap();
+        assert_eq!(entry.actual, delta(cost(&entry.model, &entry.usage)));
+        // Give the provider time to notice and bill what it generated.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let billed = cost(HAIKU, &billed_by(&h.mock.stats)) - billed_before;
+        assert!(
+            entry.actual >= delta(billed),
+            "{operation}: {entry:?} < {billed}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_at_a_tight_cap_never_overspends() {
+    // Each call's bound is about 5,100 µUSD (its 1,000 output tokens at
+    // $5 a million); the cap holds three of them.
+    let h = bedrock(Setup {
+        alice_cap: "0.0160",
+        ..Setup::default()
+    })
+    .await;
+    let mut body = converse("mock:tokens=1000 hello");
+    body["inferenceConfig"] = json!({"maxTokens": 1000});
+    let path = path(PROFILE, "converse");
+    let calls = (0..10).map(|_| post(&h, &path, Some(ALICE), &body));
+    let statuses: Vec<u16> = futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|response| response.status().as_u16())
+        .collect();
+    h.settled().await;
+    assert!(
+        statuses.iter().all(|status| [200, 402].contains(status)),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&402), "{statuses:?}");
+    let spent = spent(&h, ALICE).await;
+    assert!(spent <= 16_000, "spent {spent} µUSD of a 16,000 µUSD cap");
+    let charged: i64 = h.ledger().iter().map(|entry| entry.actual).sum();
+    assert_eq!(delta(spent), charged);
+}
