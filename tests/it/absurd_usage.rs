@@ -253,3 +253,42 @@ async fn usage_the_store_cannot_add_is_charged_the_bound_at_once() {
     assert_books_balance(&reader, &config.tags()).await;
     assert_eq!(absurd_usage_count(&gateway.url).await, 1);
 }
+
+/// On an Azure deployment, as on OpenAI's routes: the same usage, read the
+/// same way, charged its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absurd_usage_on_an_azure_deployment_is_charged_the_bound_at_once() {
+    let provider = spawn_provider().await;
+    let h = common::start(common::Setup {
+        azure: true,
+        azure_base_url: Some(format!("http://{provider}")),
+        ..common::Setup::default()
+    })
+    .await;
+    let client = h.client();
+    for usage in ABSURD {
+        for stream in [false, true] {
+            let mut body = call(usage, stream);
+            body.as_object_mut().unwrap().remove("model");
+            let started = Instant::now();
+            let response = client
+                .post(format!(
+                    "{}/openai/deployments/prod-4o/chat/completions?api-version=2024-10-21",
+                    h.url
+                ))
+                .header("api-key", common::ALICE)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200, "{usage}");
+            response.bytes().await.unwrap();
+            assert!(started.elapsed() < AT_ONCE, "the settle was retried");
+            h.settled().await;
+            let entry = h.ledger().last().cloned().unwrap();
+            assert_eq!(entry.status, LedgerStatus::Estimated, "{usage}: {entry:?}");
+            assert_eq!(entry.actual, delta(entry.reserved), "{usage}: {entry:?}");
+        }
+    }
+    assert_eq!(absurd_usage_count(&h.url).await, 2 * ABSURD.len() as u64);
+}

@@ -389,3 +389,82 @@ async fn a_burst_at_a_tight_cap_never_overspends() {
     let charged: i64 = h.ledger().iter().map(|entry| entry.actual).sum();
     assert_eq!(delta(spent), charged);
 }
+
+/// A Bedrock whose Converse answer reports, as `usage`, the text of the
+/// request's first message, verbatim.
+async fn spawn_verbatim_provider() -> std::net::SocketAddr {
+    use http_body_util::{BodyExt, Full};
+    let answer = |request: hyper::Request<hyper::body::Incoming>| async move {
+        let body = request.into_body().collect().await.unwrap().to_bytes();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        let usage = body["messages"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let answer = format!(
+            r#"{{"output":{{"message":{{"role":"assistant","content":[{{"text":"Hi"}}]}}}},"stopReason":"end_turn","usage":{usage},"metrics":{{"latencyMs":1}}}}"#
+        );
+        Ok::<_, std::convert::Infallible>(
+            hyper::Response::builder()
+                .header("content-type", "application/json")
+                .body(Full::new(bytes::Bytes::from(answer)))
+                .unwrap(),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(
+                hyper_util::rt::TokioIo::new(stream),
+                hyper::service::service_fn(answer),
+            ));
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn absurd_usage_is_charged_the_bound_and_sane_usage_what_it_says() {
+    let provider = spawn_verbatim_provider().await;
+    let h = bedrock(Setup {
+        bedrock_base_url: Some(format!("http://{provider}")),
+        ..Setup::default()
+    })
+    .await;
+    let cases = [
+        (r#"{"inputTokens":4,"outputTokens":-2}"#, None),
+        (r#"{"inputTokens":4.5,"outputTokens":2}"#, None),
+        (r#"{"inputTokens":4,"outputTokens":9007199254740993}"#, None),
+        (r#"{"inputTokens":"4","outputTokens":2}"#, None),
+        (
+            r#"{"inputTokens":4,"outputTokens":3,"cacheReadInputTokens":7}"#,
+            Some((4, 7, 3)),
+        ),
+    ];
+    for (usage, sane) in cases {
+        let mut body = converse(usage);
+        body["inferenceConfig"] = json!({"maxTokens": 100});
+        let response = post(&h, &path(HAIKU, "converse"), Some(ALICE), &body).await;
+        assert_eq!(response.status(), 200, "{usage}");
+        response.bytes().await.unwrap();
+        h.settled().await;
+        let entry = h.ledger().last().cloned().unwrap();
+        match sane {
+            None => {
+                assert_eq!(entry.status, LedgerStatus::Estimated, "{usage}: {entry:?}");
+                assert_eq!(entry.actual, delta(entry.reserved), "{usage}: {entry:?}");
+            }
+            Some((input, cached, output)) => {
+                assert_eq!(entry.status, LedgerStatus::Ok, "{usage}: {entry:?}");
+                let counts = (
+                    entry.usage.input,
+                    entry.usage.cached_input,
+                    entry.usage.output,
+                );
+                assert_eq!(counts, (input, cached, output));
+            }
+        }
+    }
+    assert_eq!(metric(&h.url, "tollgate_absurd_usage_total").await, 4);
+}

@@ -81,6 +81,9 @@ pub struct Setup {
     /// Add a `bedrock` provider on the mock, signing with [`AWS_KEYS`]
     /// (and a session token), which the mock checks.
     pub bedrock: bool,
+    /// Where the `azure` and `bedrock` providers point instead of the mock.
+    pub azure_base_url: Option<String>,
+    pub bedrock_base_url: Option<String>,
 }
 
 impl Default for Setup {
@@ -110,6 +113,8 @@ impl Default for Setup {
             gemini_base_url: None,
             azure: false,
             bedrock: false,
+            azure_base_url: None,
+            bedrock_base_url: None,
         }
     }
 }
@@ -251,12 +256,12 @@ models = ["gpt-4o-mini"]
             .unwrap_or_else(|| format!("http://{}", mock.addr)),
         google_providers = google_providers,
         azure_provider = if setup.azure {
-            azure_provider(&mock)
+            azure_provider(setup.azure_base_url.as_deref().unwrap_or(&mock.url()))
         } else {
             String::new()
         },
         bedrock_provider = if setup.bedrock {
-            bedrock_provider(&mock)
+            bedrock_provider(setup.bedrock_base_url.as_deref().unwrap_or(&mock.url()))
         } else {
             String::new()
         },
@@ -346,7 +351,7 @@ models = ["gemini-*", "claude-*@*"]
 }
 
 /// The `azure` provider's TOML.
-fn azure_provider(mock: &MockServer) -> String {
+fn azure_provider(url: &str) -> String {
     let deployments: Vec<String> = AZURE_DEPLOYMENTS
         .iter()
         .map(|(deployment, priced, _)| format!("\"{deployment}\" = \"{priced}\""))
@@ -356,30 +361,28 @@ fn azure_provider(mock: &MockServer) -> String {
 [[providers]]
 name = "azure"
 kind = "azure"
-base_url = "http://{mock}"
+base_url = "{url}"
 api_key_env = "TEST_AZURE_KEY"
 deployments = {{ {deployments} }}
 "#,
-        mock = mock.addr,
         deployments = deployments.join(", "),
     )
 }
 
 /// The `bedrock` provider's TOML: SigV4 with the test credentials.
-fn bedrock_provider(mock: &MockServer) -> String {
+fn bedrock_provider(url: &str) -> String {
     format!(
         r#"
 [[providers]]
 name = "bedrock"
 kind = "bedrock"
-base_url = "http://{mock}"
+base_url = "{url}"
 region = "us-east-1"
 access_key_id_env = "TEST_AWS_KEY_ID"
 secret_access_key_env = "TEST_AWS_SECRET"
 session_token_env = "TEST_AWS_TOKEN"
 models = ["anthropic.claude-*"]
 "#,
-        mock = mock.addr,
     )
 }
 
