@@ -8,9 +8,12 @@
 //! stops accepting and waits for every in-flight call to finish and
 //! settle.
 //!
-//! Connections are bounded: beyond `server.max_connections` a new one is
-//! closed at once, and [`watch`] closes one that is slow to send its
-//! request head or idle too long.
+//! Connections are bounded: at `server.max_connections` (or fewer, where
+//! the open-files limit leaves less room), or when `accept` finds no file
+//! descriptor left, the connections that have sent nothing longest are
+//! closed to make room, and without one a new connection is closed at
+//! once; [`watch`] closes one that is slow to send its request head or
+//! idle too long.
 //!
 //! Every request goes through the tower-http [`layers`] (sensitive
 //! headers, request id, a span), and every call but a health probe or a
@@ -53,7 +56,7 @@ mod watch;
 pub use start::{start, Options, Running};
 
 use crate::budget::Upkeep;
-use watch::{Limits, Tracked, Watch, Watched};
+use watch::{Limits, Open, Tracked, Watch, Watched};
 
 /// How long shutdown waits for in-flight calls before it cuts them: a
 /// little less than the 30 s an orchestrator usually grants, so every cut
@@ -61,6 +64,20 @@ use watch::{Limits, Tracked, Watch, Watched};
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// How long shutdown then waits for settlements still in flight.
 const SETTLE_DRAIN: Duration = Duration::from_secs(8);
+
+/// File descriptors kept from client connections: for provider and store
+/// connections, the SQLite files and the logs, so a call accepted can be
+/// served.
+const FD_RESERVE: u64 = 128;
+
+/// How many silent connections are closed when `accept` finds no
+/// descriptor left, and the pause before it tries again.
+const SHED_BATCH: usize = 32;
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// How long a new connection waits for the slot of a silent one closed
+/// for it.
+const SHED_WAIT: Duration = Duration::from_millis(200);
 
 /// Raises the soft limit on open files to the hard limit, so that
 /// `server.max_connections` rather than the common default of 1,024
@@ -70,6 +87,25 @@ pub fn raise_open_files_limit() {
         Ok(limit) => tracing::info!(limit, "open files limit (RLIMIT_NOFILE)"),
         Err(error) => tracing::warn!(%error, "could not raise the open files limit"),
     }
+}
+
+/// The client connections served at once: `max_connections`, or fewer
+/// where the open-files limit leaves less room beside [`FD_RESERVE`].
+fn connection_slots(max_connections: usize) -> usize {
+    let Ok((soft, _)) = rlimit::Resource::NOFILE.get() else {
+        return max_connections;
+    };
+    let room = usize::try_from(soft.saturating_sub(FD_RESERVE)).unwrap_or(usize::MAX);
+    if room < max_connections {
+        tracing::warn!(
+            max_connections,
+            open_files_limit = soft,
+            serving = room,
+            "the open files limit leaves room for fewer connections than \
+             server.max_connections; raise the hard limit to serve them all"
+        );
+    }
+    room.clamp(1, max_connections.max(1))
 }
 
 /// Where the gateway listens: every route on `main`, unless `admin` is
@@ -122,7 +158,8 @@ async fn serve(
         idle: server.idle_timeout,
     };
     let cors = layers::cors(server.cors_allowed_origins.as_ref());
-    let slots = Arc::new(Semaphore::new(server.max_connections));
+    let slots = Arc::new(Semaphore::new(connection_slots(server.max_connections)));
+    let open = Open::default();
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -135,15 +172,28 @@ async fn serve(
         let (stream, peer) = match accepted {
             Ok(conn) => conn,
             Err(error) => {
-                // Out of file descriptors and the like: back off, go on.
-                tracing::warn!(%error, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Out of file descriptors and the like: free some from
+                // connections that have sent nothing, back off, go on.
+                let shed = open.shed_silent(SHED_BATCH);
+                tracing::warn!(%error, shed, "accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };
-        // Beyond the limit, a connection is closed at once: the file
-        // descriptors left serve the calls (and health checks) under way.
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        // At the limit, the connection open longest without sending a
+        // byte makes room; without one, the new connection is closed at
+        // once: the descriptors left serve the calls under way.
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => Some(slot),
+            Err(_) if open.shed_silent(1) == 1 => {
+                tokio::time::timeout(SHED_WAIT, slots.clone().acquire_owned())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            }
+            Err(_) => None,
+        };
+        let Some(slot) = slot else {
             tracing::warn!(%peer, "connection limit reached: closing a new connection");
             drop(stream);
             continue;
@@ -165,6 +215,7 @@ async fn serve(
                 async move { Ok::<_, Infallible>(routes.route(request).await) }
             })));
         let watch = Watch::new();
+        open.add(&watch);
         let calls = watch.clone();
         let service = service_fn(move |request| {
             let stack = stack.clone();

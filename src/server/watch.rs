@@ -8,16 +8,23 @@
 //! waits for its next request, so it cannot tell the two apart; this watch
 //! does, from the connection's bytes ([`Watched`]) and its calls
 //! ([`Watch::call`], held until the response body is dropped).
+//!
+//! When the process runs out of file descriptors or connection slots,
+//! [`Open::shed_silent`] closes the connections that have sent nothing,
+//! longest open first, so that a real call is not left waiting behind
+//! them for their header-read timeout.
 
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
 /// How long a connection may be slow or idle.
@@ -49,6 +56,10 @@ struct Shared {
     head_since: AtomicU64,
     /// When the connection's last response ended.
     idle_since: AtomicU64,
+    /// Whether the client has sent a byte.
+    read_any: AtomicBool,
+    /// Wakes the timer to close the connection now.
+    shed: Notify,
 }
 
 const NO_HEAD: u64 = u64::MAX;
@@ -61,6 +72,8 @@ impl Watch {
             in_flight: AtomicUsize::new(0),
             head_since: AtomicU64::new(0),
             idle_since: AtomicU64::new(0),
+            read_any: AtomicBool::new(false),
+            shed: Notify::new(),
         }))
     }
 
@@ -75,6 +88,7 @@ impl Watch {
 
     fn on_read(&self) {
         let shared = &self.0;
+        shared.read_any.store(true, Ordering::Release);
         if shared.in_flight.load(Ordering::Acquire) == 0
             && shared.head_since.load(Ordering::Acquire) == NO_HEAD
         {
@@ -116,15 +130,76 @@ impl Watch {
 
     /// Completes once the connection should be closed, with the reason.
     pub async fn expired(&self, limits: Limits) -> &'static str {
-        loop {
-            let now = Instant::now();
-            let next_look = now + limits.header_read.min(limits.idle);
-            match self.deadline(limits) {
-                Some((deadline, reason)) if deadline <= now => return reason,
-                Some((deadline, _)) => sleep_until(deadline.min(next_look)).await,
-                None => sleep_until(next_look).await,
+        let timed_out = async {
+            loop {
+                let now = Instant::now();
+                let next_look = now + limits.header_read.min(limits.idle);
+                match self.deadline(limits) {
+                    Some((deadline, reason)) if deadline <= now => return reason,
+                    Some((deadline, _)) => sleep_until(deadline.min(next_look)).await,
+                    None => sleep_until(next_look).await,
+                }
             }
+        };
+        tokio::select! {
+            reason = timed_out => reason,
+            () = self.0.shed.notified() => "closed to free a descriptor: it had sent nothing",
         }
+    }
+}
+
+impl Shared {
+    /// Open, and not a byte from the client yet.
+    fn sent_nothing(&self) -> bool {
+        !self.read_any.load(Ordering::Acquire) && self.in_flight.load(Ordering::Acquire) == 0
+    }
+}
+
+/// The connections open, in the order they were accepted.
+#[derive(Default)]
+pub struct Open {
+    // A std mutex: held only to walk the list, never across an await.
+    connections: Mutex<VecDeque<Weak<Shared>>>,
+}
+
+impl Open {
+    /// Records a connection just accepted.
+    pub fn add(&self, watch: &Watch) {
+        let mut connections = self.lock();
+        // Closed connections are forgotten as the list is walked; those at
+        // its front, the oldest, go at once.
+        while connections.front().is_some_and(|c| c.strong_count() == 0) {
+            connections.pop_front();
+        }
+        connections.push_back(Arc::downgrade(&watch.0));
+        if connections.len().is_power_of_two() {
+            connections.retain(|connection| connection.strong_count() > 0);
+        }
+    }
+
+    /// Closes up to `most` connections that have sent nothing, longest
+    /// open first; returns how many.
+    pub fn shed_silent(&self, most: usize) -> usize {
+        let mut connections = self.lock();
+        let mut shed = 0;
+        connections.retain(|connection| {
+            let Some(shared) = connection.upgrade() else {
+                return false;
+            };
+            if shed < most && shared.sent_nothing() {
+                shared.shed.notify_one();
+                shed += 1;
+                return false;
+            }
+            true
+        });
+        shed
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Weak<Shared>>> {
+        self.connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
