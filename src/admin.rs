@@ -85,6 +85,15 @@ pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<B
         .strip_prefix("/admin/v1/")
         .map(|rest| rest.split('/').filter(|s| !s.is_empty()).collect())
         .unwrap_or_default();
+    // An id in the path is held to the rule a body's id is: a look-alike
+    // (a Cyrillic letter, a zero-width space, a percent-encoded form — the
+    // path is not decoded) is named as the mistake it is, not answered as
+    // an id that merely does not exist.
+    if let ["keys" | "orgs", id, ..] = segments.as_slice() {
+        if !fields::valid_id(id) {
+            return fields::bad_id("id").response();
+        }
+    }
     let call = Call {
         gateway,
         query: &query,
@@ -176,6 +185,8 @@ impl Call<'_> {
             body: serde_json::to_string(body).map_err(|e| AdminError::internal(e.to_string()))?,
             audit: audit.to_string(),
         };
+        // Until the write is applied here: see `Directory::writing`.
+        let _writing = self.gateway.directory.writing.lock().await;
         let outcome = self
             .gateway
             .store

@@ -327,6 +327,13 @@ pub fn format_time(at: DateTime<Utc>) -> String {
 pub struct Directory {
     current: ArcSwap<Snapshot>,
     config: Config,
+    /// Held by an admin change from its store write to its [`apply`]
+    /// (`Directory::apply`), so the changes made on this gateway reach its
+    /// snapshot in the store's order. Applied out of order, an older
+    /// revision replaced a newer one: of twenty racing cap changes, the
+    /// key was left enforcing one that was not the last, a deleted key
+    /// could come back, until the next poll.
+    pub writing: tokio::sync::Mutex<()>,
 }
 
 impl Directory {
@@ -336,6 +343,7 @@ impl Directory {
         Directory {
             current: ArcSwap::from_pointee(Snapshot::build(config, None)),
             config: config.clone(),
+            writing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -407,6 +415,13 @@ impl Directory {
             }
         }
         self.current.rcu(|current| {
+            // A snapshot already at `version` or later (a poll read every
+            // document meanwhile) holds this write or what replaced it:
+            // applying it again would put an older revision back, and for
+            // good, since the next poll would find nothing new to read.
+            if current.version.is_some_and(|at| at >= version) {
+                return current.clone();
+            }
             let next_version = if current.version == version.checked_sub(1) {
                 Some(version)
             } else {

@@ -46,10 +46,7 @@ impl Fields {
         match self.take(name) {
             None => Ok(None),
             Some(Value::String(id)) if valid_id(&id) => Ok(Some(id)),
-            Some(_) => Err(AdminError::bad(
-                format!("{name} must be 1 to 64 of A-Z, a-z, 0-9, `.`, `_` and `-`"),
-                Some(name),
-            )),
+            Some(_) => Err(bad_id(name)),
         }
     }
 
@@ -231,9 +228,25 @@ fn bad_period() -> AdminError {
     )
 }
 
-/// Whether `id` may name a key or an org.
+/// The 400 for an id that breaks the rule of [`valid_id`], naming `name`.
+pub fn bad_id(name: &str) -> AdminError {
+    AdminError::bad(
+        format!(
+            "{name} must be 1 to 64 of A-Z, a-z, 0-9, `.`, `_` and `-`, and not `.` or `..` \
+             (in a path: as it is, not percent-encoded)"
+        ),
+        Some(name),
+    )
+}
+
+/// Whether `id` may name a key or an org. Not `.` nor `..`: in a path
+/// (`/admin/v1/keys/..`) every URL-normalizing client (curl, browsers,
+/// reqwest) rewrites them away, so such a key could be made but never
+/// shown, changed or deleted again.
 pub fn valid_id(id: &str) -> bool {
     (1..=64).contains(&id.len())
+        && id != "."
+        && id != ".."
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
@@ -283,6 +296,9 @@ mod tests {
         assert!(!valid_id("a b"));
         assert!(!valid_id("a/b"));
         assert!(!valid_id("<script>"));
+        assert!(!valid_id(".") && !valid_id(".."));
+        assert!(valid_id("...") && valid_id("a..b"));
+        assert!(!valid_id("\u{430}gent") && !valid_id("agent\u{200b}") && !valid_id("agent "));
     }
 
     #[test]

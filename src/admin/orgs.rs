@@ -107,13 +107,14 @@ pub async fn delete(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
     Ok(no_content())
 }
 
-/// The org as this gateway now enforces it: from the directory, which
-/// the write just refreshed, or from the document written when that read
-/// failed.
+/// The org as this change wrote it: from the directory while it holds
+/// that very revision, else from the document written. Not a later
+/// revision: a change racing another was answered with the other's
+/// values, as if its own had been lost.
 async fn shown(call: &Call<'_>, doc: OrgDoc, revision: u64) -> Result<Value, AdminError> {
     let snapshot = call.gateway.directory.snapshot();
     let entry = match snapshot.orgs.get(&doc.id) {
-        Some(entry) if entry.api.as_ref().is_some_and(|s| s.revision >= revision) => entry.clone(),
+        Some(entry) if entry.api.as_ref().is_some_and(|s| s.revision == revision) => entry.clone(),
         _ => org_entry(doc, revision).map_err(AdminError::internal)?,
     };
     Ok(views::org(call.gateway, &entry).await)

@@ -21,14 +21,16 @@
 //! writes it, `counters` the counters the writer keeps in memory and
 //! writes once per transaction, `aggregates` the spend per day, key and
 //! model, `records` the admin API's keys and orgs, `upkeep` forgetting,
-//! folding and reconciling, and `checkpoint` copies the log into the file
-//! on a thread of its own.
+//! folding and reconciling, `checkpoint` copies the log into the file
+//! on a thread of its own, and `damage` decides what start-up does with a
+//! journal that cannot be read whole.
 
 mod aggregates;
 mod alerts;
 mod change;
 mod checkpoint;
 mod counters;
+mod damage;
 mod desk;
 mod journal;
 mod record;
@@ -370,9 +372,19 @@ impl Upkeep for SqliteStore {
     /// Returns once every call answered before it is posted to the file
     /// (or the file refused it, which the writer logs).
     /// Posts the journal, then copies the log into the database file
-    /// and empties it: a stopped gateway leaves one file, whole.
+    /// and empties it: a stopped gateway leaves one file, whole. If every
+    /// record is posted, the file says so (`meta.stopped_clean_at`): its
+    /// journal then holds nothing it lacks, and may be left behind.
     async fn flush(&self) -> Result<(), StoreError> {
         self.call(|_, _| Ok(Ok(()))).await?;
+        if let Some(desk) = self.shared.desk.clone() {
+            tokio::task::spawn_blocking(move || writer::lock(&desk).mark_stopped_clean())
+                .await
+                .map_err(|error| StoreError::Unavailable(error.to_string()))?
+                .map_err(|error| {
+                    StoreError::Unavailable(format!("cannot mark it clean: {error}"))
+                })?;
+        }
         let path = self.path().to_owned();
         tokio::task::spawn_blocking(move || checkpoint::truncate(&path))
             .await
@@ -478,7 +490,9 @@ fn reconcile_with_journal(path: &Path) -> Result<Vec<Reconciliation>, String> {
     }
     let read = (|| {
         let posted = schema::journal_seq(&conn).map_err(|e| e.to_string())?;
-        let records = Journal::read(path).map_err(|e| format!("cannot read its journal: {e}"))?;
+        let owner = schema::store_id(&conn).map_err(|e| e.to_string())?;
+        let records =
+            Journal::read(path, owner).map_err(|e| format!("cannot read its journal: {e}"))?;
         let batch = unposted_batch(path, records, posted);
         let mut db = writer::Db::new(&conn);
         db.apply(&batch).map_err(|e| e.to_string())?;
@@ -522,17 +536,21 @@ fn spawn_writer(writer: Writer, jobs: mpsc::Receiver<Msg>, lock: Option<schema::
 
 /// Posts the journal's records that follow the last one the file has, in
 /// one transaction, then empties the journal; returns it and the sequence
-/// number posted up to. A record whose checksum holds but which this
-/// binary cannot read refuses the start: it may be an answered call.
+/// number posted up to. A journal that may hold answered calls it cannot
+/// give (`damage`), or a record whose checksum holds but which this binary
+/// cannot read, refuses the start.
 fn recover(path: &Path, conn: &Connection) -> Result<(Journal, u64), SqliteOpenError> {
     let open_error = |reason: String| SqliteOpenError::Open {
         path: path.to_owned(),
         reason,
     };
-    let (mut journal, records) =
-        Journal::open(path).map_err(|e| open_error(format!("cannot open its journal: {e}")))?;
-    let posted = schema::journal_seq(conn).map_err(|e| schema::classify(path, e))?;
-    let batch = unposted_batch(path, records, posted);
+    let sql = |e| schema::classify(path, e);
+    let parts =
+        journal::scan(path).map_err(|e| open_error(format!("cannot read its journal: {e}")))?;
+    let posted = schema::journal_seq(conn).map_err(sql)?;
+    let owner = schema::store_id(conn).map_err(sql)?;
+    let clean = schema::stopped_clean_at(conn).map_err(sql)?;
+    let batch = Batch::of(damage::check(path, parts, posted, owner, clean)?);
     let reached = batch.last_seq().unwrap_or(posted);
     if !batch.is_empty() {
         writer::Db::new(conn).post(&batch).map_err(|e| {
@@ -549,9 +567,16 @@ fn recover(path: &Path, conn: &Connection) -> Result<(Journal, u64), SqliteOpenE
         })?;
         tracing::info!(file = %path.display(), records = batch.len(), "posted the journal records the last run left");
     }
-    journal
-        .empty_all()
+    // The id is in the file before any journal file carries it.
+    let owner = match owner {
+        Some(id) => id,
+        None => schema::new_store_id(conn).map_err(sql)?,
+    };
+    let journal = Journal::create(path, owner)
         .map_err(|e| open_error(format!("cannot empty its journal: {e}")))?;
+    // From here on the journal holds this run's calls: until it stops
+    // cleanly, a missing journal file may have cost some.
+    schema::set_stopped_clean_at(conn, None).map_err(sql)?;
     Ok((journal, reached))
 }
 

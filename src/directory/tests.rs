@@ -85,6 +85,7 @@ fn directory(snapshot: Snapshot) -> Directory {
     Directory {
         current: ArcSwap::from_pointee(snapshot),
         config: config(),
+        writing: tokio::sync::Mutex::new(()),
     }
 }
 
@@ -241,6 +242,10 @@ fn a_document_written_here_is_applied_without_reading_the_others() {
     d.apply(&record(&key_doc("k3", None, "s-3"), 1), 12, &store);
     assert!(d.authenticate(&headers("x-api-key", "s-3")).is_ok());
     assert_eq!(d.snapshot().version, Some(10));
+    // A write the snapshot is already past is not applied again: it would
+    // put back the key `k1` deleted at version 10.
+    d.apply(&record(&key_doc("k1", None, "s-1"), 1), 7, &store);
+    assert!(d.authenticate(&headers("x-api-key", "s-1")).is_err());
     // A config key is never replaced by a document of its id.
     d.apply(&record(&key_doc("a", None, "s-shadow"), 1), 13, &store);
     assert!(matches!(

@@ -8,14 +8,19 @@ use serde_json::{json, Value};
 use crate::common;
 use crate::common::{chat, start, Harness, Setup, ALICE};
 
-const ADMIN: &str = "tg-admin-secret";
+pub(crate) const ADMIN: &str = "tg-admin-secret";
 
-async fn gateway() -> Harness {
+pub(crate) async fn gateway() -> Harness {
     start(Setup::with_admin_key(ADMIN)).await
 }
 
 /// An admin call: its status and JSON body (`null` when empty).
-async fn admin(h: &Harness, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+pub(crate) async fn admin(
+    h: &Harness,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
     admin_as(h, ADMIN, method, path, body).await
 }
 
@@ -45,14 +50,14 @@ async fn admin_as(
     (status, body)
 }
 
-async fn call(h: &Harness, secret: &str) -> StatusCode {
+pub(crate) async fn call(h: &Harness, secret: &str) -> StatusCode {
     h.post("/v1/chat/completions", secret, &chat("gpt-4o-mini", "hi"))
         .await
         .status()
 }
 
 /// Makes a key; returns its secret.
-async fn make_key(h: &Harness, body: Value) -> String {
+pub(crate) async fn make_key(h: &Harness, body: Value) -> String {
     let (status, made) = admin(h, "POST", "/admin/v1/keys", Some(body)).await;
     assert_eq!(status, StatusCode::CREATED, "{made}");
     made["secret"].as_str().unwrap().to_owned()

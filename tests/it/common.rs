@@ -84,6 +84,9 @@ pub struct Setup {
     /// Where the `azure` and `bedrock` providers point instead of the mock.
     pub azure_base_url: Option<String>,
     pub bedrock_base_url: Option<String>,
+    /// The admin API on a listener of its own (`Harness::admin_url`), as
+    /// `server.admin_listen` puts it.
+    pub admin_listener: bool,
 }
 
 impl Default for Setup {
@@ -115,6 +118,7 @@ impl Default for Setup {
             bedrock: false,
             azure_base_url: None,
             bedrock_base_url: None,
+            admin_listener: false,
         }
     }
 }
@@ -138,6 +142,8 @@ pub struct Harness {
     pub mock: MockServer,
     pub store: MemoryStore,
     pub config_text: String,
+    /// The admin listener's URL, with `Setup::admin_listener`.
+    pub admin_url: Option<String>,
     /// Holds the vertex provider's service account file.
     _google_dir: Option<tempfile::TempDir>,
     shutdown: Option<oneshot::Sender<()>>,
@@ -286,6 +292,15 @@ models = ["gpt-4o-mini"]
         Config::from_toml_str_with_env(&config_text, Path::new("test.toml"), &env).unwrap();
     let store = MemoryStore::new(Rules::of(&config.store));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = if setup.admin_listener {
+        Some(TcpListener::bind("127.0.0.1:0").await.unwrap())
+    } else {
+        None
+    };
+    let listeners = server::Listeners {
+        main: listener,
+        admin,
+    };
     let (tx, rx) = oneshot::channel::<()>();
     let shutdown = async move {
         let _ = rx.await;
@@ -297,19 +312,21 @@ models = ["gpt-4o-mini"]
     let running = server::start(
         config,
         BudgetStore::Memory(store.clone()),
-        listener,
+        listeners,
         shutdown,
         options,
     )
     .await
     .unwrap();
     let addr = running.addr();
+    let admin_url = running.admin_addr().map(|addr| format!("http://{addr}"));
     Harness {
         url: format!("http://{addr}"),
         addr,
         mock,
         store,
         config_text,
+        admin_url,
         _google_dir: google_dir,
         shutdown: Some(tx),
         running: Some(running),

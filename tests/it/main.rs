@@ -28,6 +28,7 @@ mod limits;
 mod redis_support;
 
 mod absurd_usage;
+mod admin_abuse;
 mod admin_api;
 mod admin_cli;
 mod admin_console;
@@ -63,6 +64,7 @@ mod redis_runs;
 mod redis_tls;
 mod routes;
 mod sqlite_crash;
+mod sqlite_damage;
 mod sqlite_disk_full;
 mod vertex;
 

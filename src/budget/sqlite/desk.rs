@@ -128,6 +128,9 @@ pub(super) struct Desk {
     undo: Vec<Undo>,
     /// Why the last posting failed, until one succeeds.
     refusing: Option<String>,
+    /// The file says the store stopped cleanly (see
+    /// [`Desk::mark_stopped_clean`]).
+    stopped_clean: bool,
     max_backlog: usize,
     wake: Sender<Msg>,
     label: String,
@@ -193,6 +196,7 @@ impl Desk {
             encoded: Vec::new(),
             undo: Vec::new(),
             refusing: None,
+            stopped_clean: false,
             max_backlog: MAX_BACKLOG,
             wake,
             label,
@@ -293,6 +297,16 @@ impl Desk {
                 "sqlite store {}: cannot write its journal: {error}",
                 self.label
             )));
+        }
+        if self.stopped_clean {
+            if let Err(error) = self.write_stopped_clean(None) {
+                self.rollback();
+                return Err(StoreError::Unavailable(format!(
+                    "sqlite store {}: cannot write its file: {error}",
+                    self.label
+                )));
+            }
+            self.stopped_clean = false;
         }
         if let Err(error) = self
             .journal
@@ -400,6 +414,30 @@ impl Desk {
         if self.runs.len() > MAX_KEPT {
             self.runs.retain(|_, run| run.seq > posted);
         }
+    }
+
+    /// If every record appended is posted, records so in the file
+    /// (`meta.stopped_clean_at`): its journal holds nothing the file
+    /// lacks, and a start-up that finds it gone loses nothing. The next
+    /// append takes the mark back first, so it is never there while the
+    /// journal holds a call the file lacks.
+    pub(super) fn mark_stopped_clean(&mut self) -> Sql<()> {
+        let all_posted =
+            self.pending.is_empty() && self.refusing.is_none() && self.next_seq == self.posted + 1;
+        if all_posted {
+            self.write_stopped_clean(Some(self.posted))?;
+            self.stopped_clean = true;
+        }
+        Ok(())
+    }
+
+    /// Writes the mark through the desk's connection, which otherwise only
+    /// reads: under the desk's lock, so no call is appended meanwhile.
+    fn write_stopped_clean(&self, seq: Option<u64>) -> Sql<()> {
+        self.file.pragma_update(None, "query_only", false)?;
+        let written = super::schema::set_stopped_clean_at(&self.file, seq);
+        self.file.pragma_update(None, "query_only", true)?;
+        written
     }
 
     /// The file refused a posting: the batch stays in the journal, to be

@@ -45,6 +45,14 @@ pub enum SqliteOpenError {
     Foreign { path: PathBuf, reason: String },
     #[error("{path} is damaged ({reason}); restore it from a backup")]
     Corrupt { path: PathBuf, reason: String },
+    /// The journal beside the file cannot be trusted to hold every call
+    /// the file lacks (`damage`): `problem` says why and what to do.
+    #[error("the journal {journal} of {path} {problem}")]
+    Journal {
+        path: PathBuf,
+        journal: PathBuf,
+        problem: String,
+    },
 }
 
 /// The exclusive lock on `<file>.lock` that makes one gateway the only
@@ -335,6 +343,57 @@ pub(super) fn journal_seq(conn: &Connection) -> rusqlite::Result<u64> {
             rusqlite::types::Type::Text,
         )
     })
+}
+
+/// The id of the store in the file, which its journal files carry in
+/// their header; `None` for a file no binary with journal headers opened.
+pub(super) fn store_id(conn: &Connection) -> rusqlite::Result<Option<[u8; 16]>> {
+    let text: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE name = 'store_id'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(text
+        .and_then(|text| uuid::Uuid::try_parse(&text).ok())
+        .map(|id| id.into_bytes()))
+}
+
+/// Gives the file a store id, once.
+pub(super) fn new_store_id(conn: &Connection) -> rusqlite::Result<[u8; 16]> {
+    let id = uuid::Uuid::now_v7();
+    conn.execute(
+        "INSERT OR REPLACE INTO meta (name, value) VALUES ('store_id', ?1)",
+        [id.to_string()],
+    )?;
+    Ok(id.into_bytes())
+}
+
+/// The sequence number the store was flushed at when it last stopped
+/// cleanly (every record of its journal posted), if its last run did.
+pub(super) fn stopped_clean_at(conn: &Connection) -> rusqlite::Result<Option<u64>> {
+    let text: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE name = 'stopped_clean_at'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(text.and_then(|text| text.parse().ok()))
+}
+
+/// Records that every journal record up to `seq` is posted and the store
+/// stops (`Some`), or that a run has started (`None`).
+pub(super) fn set_stopped_clean_at(conn: &Connection, seq: Option<u64>) -> rusqlite::Result<()> {
+    match seq {
+        Some(seq) => conn.execute(
+            "INSERT OR REPLACE INTO meta (name, value) VALUES ('stopped_clean_at', ?1)",
+            [seq.to_string()],
+        )?,
+        None => conn.execute("DELETE FROM meta WHERE name = 'stopped_clean_at'", [])?,
+    };
+    Ok(())
 }
 
 /// A connection for the desk's reads of a file its owner has opened: it

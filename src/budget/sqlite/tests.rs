@@ -31,6 +31,7 @@ use crate::budget::{
 };
 use crate::usage::Usage;
 
+mod damage;
 mod log;
 mod refusals;
 mod upgrades;

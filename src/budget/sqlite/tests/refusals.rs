@@ -39,7 +39,7 @@ async fn a_file_from_a_newer_binary_is_refused_and_left_alone() {
 }
 
 /// The error opening `path` gives once the previous owner has let go.
-async fn reopen_error(path: &Path) -> SqliteOpenError {
+pub(super) async fn reopen_error(path: &Path) -> SqliteOpenError {
     for _ in 0..100 {
         match open(path) {
             Err(SqliteOpenError::Locked { .. }) => {

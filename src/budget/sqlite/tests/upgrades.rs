@@ -34,7 +34,7 @@ async fn a_new_file_has_4_kib_pages_and_an_older_file_keeps_its_own() {
 /// version wrote them.
 fn write_books(path: &Path, conn: &Connection, decide: impl FnOnce(&mut Desk)) {
     let journal = tempfile::tempdir().unwrap();
-    let (journal, _) = Journal::open(&journal.path().join("old.db")).unwrap();
+    let journal = Journal::create(&journal.path().join("old.db"), [0; 16]).unwrap();
     let (wake, _woken) = std::sync::mpsc::channel();
     let mut desk = Desk::load(
         Connection::open(path).unwrap(),
