@@ -51,6 +51,8 @@ mod open;
 pub mod records;
 pub mod redis;
 mod rules;
+#[cfg(test)]
+mod simulation;
 pub mod sqlite;
 mod store;
 

@@ -1,0 +1,517 @@
+//! The reference model: the budget protocol of docs/design.md as plain
+//! maps, written for the simulation and sharing no code with the stores,
+//! so a rule both got wrong the same way would have to be wrong twice.
+//!
+//! Per scope and period it keeps `spent` and `reserved`; per exec id what
+//! the store must remember (the open hold and its deadline, the denial,
+//! the first settle, what expiry charged); and the ledger entries it
+//! expects, to check that no exec id is settled twice.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use crate::budget::{
+    AdjustOutcome, Adjustment, Denial, LedgerStatus, Level, OnExpiry, ReserveOutcome,
+    ReserveRequest, RunState, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement,
+};
+use crate::money::{UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
+use crate::period::Period;
+
+/// The model's answer to a late settle the protocol leaves undefined
+/// (see [`Model::late_underflows`]).
+pub(super) const UNDERFLOW: &str = "undefined: a late settle would take spent below zero";
+
+/// A scope and period: what a counter is kept under.
+pub(super) type CounterKey = (ScopeKind, String, String);
+
+/// What a store call answered, in a form both sides can give: the store's
+/// own errors that answer the call itself are kept by kind; any other
+/// (unavailable, timeout) is kept as text and never matches the model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Answer {
+    Reserve(ReserveOutcome),
+    Settle(SettleOutcome),
+    Adjust(AdjustOutcome),
+    Unknown,
+    OwnershipMismatch,
+    OutOfRange,
+    /// A step that asks the store nothing (the clock, a crash).
+    Nothing,
+    Failed(String),
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Counter {
+    spent: UsdMicros,
+    reserved: UsdMicros,
+}
+
+#[derive(Clone, Debug)]
+enum HoldState {
+    Open,
+    Denied(Denial),
+    Settled(SettleOutcome),
+    /// What expiry charged, and when the record is forgotten.
+    Expired {
+        charged: UsdMicros,
+        forget_at: DateTime<Utc>,
+    },
+}
+
+/// What the store remembers of one reserve.
+#[derive(Clone, Debug)]
+struct Hold {
+    key: String,
+    org: Option<String>,
+    amount: UsdMicros,
+    /// The counters it charged, key first; the key's cap at reserve time.
+    charges: Vec<CounterKey>,
+    key_cap: UsdMicros,
+    deadline: DateTime<Utc>,
+    ttl: TimeDelta,
+    state: HoldState,
+}
+
+/// Where an exec id stands, for the generator to pick its next steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Standing {
+    Absent,
+    Open,
+    Denied,
+    Settled,
+    Expired,
+}
+
+pub(super) struct Model {
+    pub(super) now: DateTime<Utc>,
+    on_expiry: OnExpiry,
+    epsilon: UsdMicros,
+    counters: BTreeMap<CounterKey, Counter>,
+    /// Counters a step may legitimately have taken past their cap: an
+    /// overrun, a late settle above what expiry charged, an operator's
+    /// credit. Every other counter stays at or below its cap.
+    past_cap: BTreeSet<CounterKey>,
+    caps: HashMap<(ScopeKind, String), UsdMicros>,
+    holds: HashMap<String, Hold>,
+    /// The cap each remembered run's first call fixed.
+    runs: HashMap<String, Option<UsdMicros>>,
+    adjustments: HashMap<String, (String, Option<String>, AdjustOutcome)>,
+    /// Every entry the ledger must hold: exec id, status, actual.
+    pub(super) ledger: Vec<(String, LedgerStatus, UsdMicrosDelta)>,
+}
+
+impl Model {
+    pub(super) fn new(now: DateTime<Utc>, on_expiry: OnExpiry, epsilon: UsdMicros) -> Model {
+        Model {
+            now,
+            on_expiry,
+            epsilon,
+            counters: BTreeMap::new(),
+            past_cap: BTreeSet::new(),
+            caps: HashMap::new(),
+            holds: HashMap::new(),
+            runs: HashMap::new(),
+            adjustments: HashMap::new(),
+            ledger: Vec::new(),
+        }
+    }
+
+    pub(super) fn standing(&self, exec_id: &str) -> Standing {
+        match self.holds.get(exec_id).map(|hold| &hold.state) {
+            None => Standing::Absent,
+            Some(HoldState::Open) => Standing::Open,
+            Some(HoldState::Denied(_)) => Standing::Denied,
+            Some(HoldState::Settled(_)) => Standing::Settled,
+            Some(HoldState::Expired { .. }) => Standing::Expired,
+        }
+    }
+
+    /// The amount an exec id holds or held, if it reserved.
+    pub(super) fn amount(&self, exec_id: &str) -> Option<UsdMicros> {
+        self.holds.get(exec_id).map(|hold| hold.amount)
+    }
+
+    fn counter(&self, key: &CounterKey) -> Counter {
+        self.counters.get(key).copied().unwrap_or_default()
+    }
+
+    fn committed(&self, key: &CounterKey) -> UsdMicros {
+        let counter = self.counter(key);
+        counter.spent + counter.reserved
+    }
+
+    /// Moves a counter; `spent` and `reserved` never go below zero, so
+    /// a move that would is the model's own bug.
+    fn move_counter(&mut self, key: &CounterKey, spent: i128, reserved: i128) {
+        let counter = self.counters.entry(key.clone()).or_default();
+        let to = |from: UsdMicros, by: i128| {
+            u64::try_from(i128::from(from) + by).expect("model counter below zero")
+        };
+        counter.spent = to(counter.spent, spent);
+        counter.reserved = to(counter.reserved, reserved);
+    }
+
+    fn counter_key(scope: &Scope, now: DateTime<Utc>) -> CounterKey {
+        (scope.kind, scope.id.clone(), scope.period.id_at(now))
+    }
+
+    // === reserve ===
+
+    pub(super) fn reserve(&mut self, req: &ReserveRequest) -> Answer {
+        let now = self.now;
+        if let Some(hold) = self.holds.get(&req.exec_id) {
+            return Answer::Reserve(match &hold.state {
+                HoldState::Denied(denial) => ReserveOutcome::Denied(denial.clone()),
+                _ => ReserveOutcome::Reserved {
+                    amount: hold.amount,
+                    levels: Vec::new(),
+                },
+            });
+        }
+        let mut scopes = vec![req.key.clone()];
+        scopes.extend(req.org.clone());
+        if let Some(run) = &req.run {
+            let cap = match self.runs.get(&run.id) {
+                Some(fixed) if run.cap.is_some() && run.cap != *fixed => {
+                    return Answer::Reserve(ReserveOutcome::RunCapConflict { cap: *fixed })
+                }
+                Some(fixed) => *fixed,
+                None => run.cap,
+            };
+            scopes.push(Scope {
+                kind: ScopeKind::Run,
+                id: run.id.clone(),
+                cap: cap.unwrap_or(MAX_USD_MICROS),
+                period: Period::Total,
+            });
+        }
+        for scope in &scopes {
+            self.caps.insert((scope.kind, scope.id.clone()), scope.cap);
+        }
+        let keys: Vec<CounterKey> = scopes.iter().map(|s| Self::counter_key(s, now)).collect();
+        let before: Vec<UsdMicros> = keys.iter().map(|key| self.committed(key)).collect();
+        let denial = scopes.iter().zip(&before).find_map(|(scope, &committed)| {
+            (committed + req.min_amount > scope.cap).then(|| Denial {
+                kind: scope.kind,
+                id: scope.id.clone(),
+                period: scope.period,
+                cap: scope.cap,
+                remaining: scope.cap.saturating_sub(committed),
+                resets_at: scope.period.resets_at(now),
+            })
+        });
+        let amount = scopes
+            .iter()
+            .zip(&before)
+            .fold(req.amount, |amount, (scope, &committed)| {
+                amount.min(scope.cap.saturating_sub(committed))
+            });
+        let ttl = TimeDelta::milliseconds(i64::try_from(req.ttl.as_millis()).unwrap());
+        let mut hold = Hold {
+            key: req.key.id.clone(),
+            org: req.org.as_ref().map(|org| org.id.clone()),
+            amount,
+            charges: keys.clone(),
+            key_cap: req.key.cap,
+            deadline: now + ttl,
+            ttl,
+            state: HoldState::Open,
+        };
+        if let Some(denial) = denial {
+            hold.state = HoldState::Denied(denial.clone());
+            self.holds.insert(req.exec_id.clone(), hold);
+            return Answer::Reserve(ReserveOutcome::Denied(denial));
+        }
+        let mut levels = Vec::new();
+        for ((scope, key), committed) in scopes.iter().zip(&keys).zip(before) {
+            self.move_counter(key, 0, i128::from(amount));
+            levels.push(Level {
+                kind: scope.kind,
+                period_id: key.2.clone(),
+                committed: committed + amount,
+            });
+        }
+        self.holds.insert(req.exec_id.clone(), hold);
+        if let Some(run) = &req.run {
+            self.runs.entry(run.id.clone()).or_insert(run.cap);
+        }
+        Answer::Reserve(ReserveOutcome::Reserved { amount, levels })
+    }
+
+    // === settle and expiry ===
+
+    pub(super) fn settle(&mut self, s: &Settlement) -> Answer {
+        if s.actual > MAX_USD_MICROS {
+            return Answer::OutOfRange;
+        }
+        let Some(hold) = self.holds.get(&s.exec_id).cloned() else {
+            return Answer::Unknown;
+        };
+        let expired = match &hold.state {
+            HoldState::Denied(_) => return Answer::Unknown,
+            _ if hold.key != s.key || hold.org != s.org => return Answer::OwnershipMismatch,
+            HoldState::Settled(first) => {
+                return Answer::Settle(SettleOutcome {
+                    applied: false,
+                    ..first.clone()
+                })
+            }
+            HoldState::Expired { charged, .. } => Some(*charged),
+            HoldState::Open => None,
+        };
+        let held = expired.unwrap_or(hold.amount);
+        for key in &hold.charges {
+            if i128::from(self.committed(key)) - i128::from(held) + i128::from(s.actual)
+                > i128::from(MAX_USD_MICROS)
+            {
+                return Answer::OutOfRange;
+            }
+        }
+        if self.late_underflows(&s.exec_id, s.actual) {
+            return Answer::Failed(UNDERFLOW.to_owned());
+        }
+        let expired = match expired {
+            None if hold.deadline <= self.now => Some(self.expire(&s.exec_id)),
+            charged => charged,
+        };
+        let status = if expired.is_some() {
+            LedgerStatus::Late
+        } else if s.estimated {
+            LedgerStatus::Estimated
+        } else if s.actual > hold.amount + self.epsilon {
+            LedgerStatus::Overrun
+        } else {
+            LedgerStatus::Ok
+        };
+        let actual = i128::from(s.actual);
+        let (spent, reserved) = match expired {
+            None => (actual, -i128::from(hold.amount)),
+            Some(charged) => (actual - i128::from(charged), 0),
+        };
+        for key in &hold.charges {
+            self.move_counter(key, spent, reserved);
+            if spent > 0 && spent + reserved > 0 {
+                self.past_cap.insert(key.clone());
+            }
+        }
+        let moved = i64::try_from(actual - i128::from(expired.unwrap_or(0))).unwrap();
+        self.ledger.push((s.exec_id.clone(), status, moved));
+        let outcome = SettleOutcome {
+            status,
+            reserved: hold.amount,
+            actual: s.actual,
+            applied: true,
+            key_remaining: hold
+                .key_cap
+                .saturating_sub(self.committed(&hold.charges[0])),
+        };
+        if let Some(hold) = self.holds.get_mut(&s.exec_id) {
+            hold.state = HoldState::Settled(outcome.clone());
+        }
+        Answer::Settle(outcome)
+    }
+
+    /// Whether settling `exec_id`, expired, at `actual` would give back
+    /// more of expiry's charge than a scope's `spent` still holds (an
+    /// operator refunded it in between). The protocol does not say what
+    /// then: `spent` cannot go below zero, and one ledger entry cannot
+    /// book a different amount per scope. Every store (memory, SQLite and
+    /// Redis alike) clamps the counter at zero but books the whole
+    /// amount, so `reconcile` drifts (see
+    /// `a_refund_then_a_late_settle_balances`); the generator steers
+    /// clear of it until the protocol decides.
+    pub(super) fn late_underflows(&self, exec_id: &str, actual: UsdMicros) -> bool {
+        let Some(hold) = self.holds.get(exec_id) else {
+            return false;
+        };
+        let HoldState::Expired { charged, .. } = hold.state else {
+            return false;
+        };
+        hold.charges.iter().any(|key| {
+            i128::from(self.counter(key).spent) + i128::from(actual) - i128::from(charged) < 0
+        })
+    }
+
+    /// Expires one open hold now; returns what it charged.
+    fn expire(&mut self, exec_id: &str) -> UsdMicros {
+        let hold = self.holds[exec_id].clone();
+        let charged = match self.on_expiry {
+            OnExpiry::Charge => hold.amount,
+            OnExpiry::Release => 0,
+        };
+        for key in &hold.charges {
+            self.move_counter(key, i128::from(charged), -i128::from(hold.amount));
+        }
+        self.ledger.push((
+            exec_id.to_owned(),
+            LedgerStatus::Expired,
+            i64::try_from(charged).unwrap(),
+        ));
+        let forget_at = self.now + hold.ttl;
+        if let Some(hold) = self.holds.get_mut(exec_id) {
+            hold.state = HoldState::Expired { charged, forget_at };
+        }
+        charged
+    }
+
+    /// The clock moves on and the sweep runs: every hold past its deadline
+    /// expires, every expired record past its keeping is forgotten.
+    pub(super) fn advance_and_sweep(&mut self, by: TimeDelta) {
+        self.now += by;
+        let now = self.now;
+        let mut due: Vec<(DateTime<Utc>, String)> = self
+            .holds
+            .iter()
+            .filter(|(_, hold)| matches!(hold.state, HoldState::Open) && hold.deadline <= now)
+            .map(|(id, hold)| (hold.deadline, id.clone()))
+            .collect();
+        due.sort();
+        for (_, exec_id) in due {
+            self.expire(&exec_id);
+        }
+        self.holds.retain(|_, hold| {
+            !matches!(hold.state, HoldState::Expired { forget_at, .. } if forget_at <= now)
+        });
+    }
+
+    // === adjust ===
+
+    pub(super) fn adjust(&mut self, a: &Adjustment) -> Answer {
+        if a.amount.unsigned_abs() > MAX_USD_MICROS {
+            return Answer::OutOfRange;
+        }
+        let org_id = a.org.as_ref().map(|org| org.id.clone());
+        if let Some((key, org, first)) = self.adjustments.get(&a.exec_id) {
+            if *key != a.key.id || *org != org_id {
+                return Answer::OwnershipMismatch;
+            }
+            return Answer::Adjust(match first.clone() {
+                AdjustOutcome::Applied {
+                    key_period_id,
+                    org_period_id,
+                    key_spent,
+                    ..
+                } => AdjustOutcome::Applied {
+                    key_period_id,
+                    org_period_id,
+                    key_spent,
+                    applied: false,
+                },
+                refused => refused,
+            });
+        }
+        let scopes: Vec<&Scope> = std::iter::once(&a.key).chain(a.org.as_ref()).collect();
+        let keys: Vec<CounterKey> = scopes
+            .iter()
+            .map(|s| Self::counter_key(s, self.now))
+            .collect();
+        let mut key_spent = None;
+        for (scope, key) in scopes.iter().zip(&keys) {
+            let counter = self.counter(key);
+            let Some(after) = counter.spent.checked_add_signed(a.amount) else {
+                return Answer::Adjust(AdjustOutcome::Refused {
+                    kind: scope.kind,
+                    id: scope.id.clone(),
+                    spent: counter.spent,
+                });
+            };
+            if after + counter.reserved > MAX_USD_MICROS {
+                return Answer::OutOfRange;
+            }
+            key_spent.get_or_insert(after);
+        }
+        for (scope, key) in scopes.iter().zip(&keys) {
+            self.caps.insert((scope.kind, scope.id.clone()), scope.cap);
+            self.move_counter(key, i128::from(a.amount), 0);
+            if a.amount > 0 {
+                self.past_cap.insert(key.clone());
+            }
+        }
+        self.ledger
+            .push((a.exec_id.clone(), LedgerStatus::Adjustment, a.amount));
+        let outcome = AdjustOutcome::Applied {
+            key_period_id: keys[0].2.clone(),
+            org_period_id: keys.get(1).map(|key| key.2.clone()),
+            key_spent: key_spent.unwrap_or_default(),
+            applied: true,
+        };
+        self.adjustments.insert(
+            a.exec_id.clone(),
+            (a.key.id.clone(), org_id, outcome.clone()),
+        );
+        Answer::Adjust(outcome)
+    }
+
+    // === what the store must show ===
+
+    /// The scope's counters in its current period.
+    pub(super) fn scope_state(&self, scope: &Scope) -> ScopeState {
+        let key = Self::counter_key(scope, self.now);
+        let counter = self.counter(&key);
+        ScopeState {
+            period_id: key.2,
+            spent: counter.spent,
+            reserved: counter.reserved,
+            resets_at: scope.period.resets_at(self.now),
+        }
+    }
+
+    pub(super) fn run_state(&self, id: &str) -> Option<RunState> {
+        let cap = *self.runs.get(id)?;
+        let counter = self.counter(&(ScopeKind::Run, id.to_owned(), "total".to_owned()));
+        Some(RunState {
+            cap,
+            spent: counter.spent,
+            reserved: counter.reserved,
+        })
+    }
+
+    /// How many holds are open, and the sum of their amounts.
+    pub(super) fn open_reservations(&self) -> (usize, UsdMicros) {
+        self.holds
+            .values()
+            .filter(|hold| matches!(hold.state, HoldState::Open))
+            .fold((0, 0), |(n, sum), hold| (n + 1, sum + hold.amount))
+    }
+
+    /// `spent + reserved` and the open holds' sum of one scope and period.
+    pub(super) fn books_of(&self, key: &CounterKey) -> (UsdMicros, UsdMicros) {
+        let open = self
+            .holds
+            .values()
+            .filter(|hold| matches!(hold.state, HoldState::Open) && hold.charges.contains(key))
+            .map(|hold| hold.amount)
+            .sum();
+        (self.committed(key), open)
+    }
+
+    /// The key and org counters that hold anything.
+    pub(super) fn nonzero_counters(&self) -> Vec<CounterKey> {
+        self.counters
+            .iter()
+            .filter(|(key, counter)| {
+                key.0 != ScopeKind::Run && counter.spent + counter.reserved > 0
+            })
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// The model's own invariant: a counter is at or below its cap unless
+    /// a step that may pass it (see `past_cap`) touched it.
+    pub(super) fn check_caps(&self) -> Result<(), String> {
+        for (key, counter) in &self.counters {
+            let Some(&cap) = self.caps.get(&(key.0, key.1.clone())) else {
+                continue;
+            };
+            if counter.spent + counter.reserved > cap && !self.past_cap.contains(key) {
+                return Err(format!(
+                    "{key:?} holds {} + {} over its cap {cap} with no overrun, late \
+                     settle or credit",
+                    counter.spent, counter.reserved
+                ));
+            }
+        }
+        Ok(())
+    }
+}
