@@ -166,7 +166,7 @@ pub fn read_priced_headers(
         bedrock::request::check_invoke_headers(headers)?;
     }
     if call.api == Api::Messages {
-        call.options.long_context = anthropic::request::long_context(headers)?;
+        call.options.long_context |= anthropic::request::long_context(headers)?;
     }
     Ok(())
 }

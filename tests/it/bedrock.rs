@@ -261,6 +261,16 @@ async fn refusals_are_in_bedrocks_shape_forwarded_nowhere_and_charged_nothing() 
             "ResourceNotFoundException",
         ),
         (
+            "the long context beta, unpriced for the model",
+            path(HAIKU, "invoke"),
+            Some(ALICE),
+            json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 10,
+                   "anthropic_beta": ["context-1m-2025-08-07"],
+                   "messages": [{"role": "user", "content": "hi"}]}),
+            400,
+            "ValidationException",
+        ),
+        (
             "invoke without max_tokens",
             path(HAIKU, "invoke"),
             Some(ALICE),

@@ -35,7 +35,9 @@ pub fn parse(
     let options = PricedOptions {
         tier: service_tier(&body, false)?,
         hour_cache: hour_cache(&body)?,
-        long_context: false,
+        // Vertex AI and Bedrock take the betas in the body; the header is
+        // read once headers are (`long_context`).
+        long_context: body_betas_long_context(body.get("anthropic_beta"))?,
     };
     let tools = tools::of(&body)?;
     let limit = client_output_limit(Api::Messages, &body)?
@@ -105,11 +107,34 @@ pub fn long_context(headers: &HeaderMap) -> Result<bool, GatewayError> {
                     None,
                 )
             })?;
-        long_context |= names
-            .split(',')
-            .any(|name| name.trim().to_ascii_lowercase().starts_with("context-1m"));
+        long_context |= names.split(',').any(asks_long_context);
     }
     Ok(long_context)
+}
+
+/// Whether the betas a body names (`anthropic_beta`, as Vertex AI and
+/// Bedrock take them, a list of names) ask for the long context: billed at
+/// its rates like the header's, and so read the same way.
+pub fn body_betas_long_context(betas: Option<&Value>) -> Result<bool, GatewayError> {
+    let refused = || {
+        bad(
+            "`anthropic_beta` must be a list of beta names",
+            Some("anthropic_beta"),
+        )
+    };
+    match betas {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Array(names)) => names.iter().try_fold(false, |asked, name| {
+            let name = name.as_str().ok_or_else(refused)?;
+            Ok(asked || asks_long_context(name))
+        }),
+        Some(_) => Err(refused()),
+    }
+}
+
+/// One beta name, in any case or spacing, asks for the long context.
+fn asks_long_context(name: &str) -> bool {
+    name.trim().to_ascii_lowercase().starts_with("context-1m")
 }
 
 /// Whether any `cache_control` of the body asks for the hour-long cache;
@@ -209,6 +234,29 @@ mod tests {
         }
         let default = json!({"cache_control": {"type": "ephemeral"}, "system": [{"cache_control": {"ttl": "5m"}}]});
         assert!(!hour_cache(&body(default)).unwrap());
+    }
+
+    #[test]
+    fn betas_in_the_body_ask_for_the_long_context_as_the_header_does() {
+        let asked = |value: Value| body_betas_long_context(Some(&value));
+        assert!(asked(json!(["tools-2024", " Context-1M-2025-08-07"])).unwrap());
+        assert!(!asked(json!(["prompt-caching-2024-07-31"])).unwrap());
+        assert!(!body_betas_long_context(None).unwrap());
+        assert!(asked(json!("context-1m-2025-08-07")).is_err());
+        assert!(asked(json!([1])).is_err());
+        // On a Messages body, as Vertex AI's and Bedrock's clients send it.
+        let call = parse(
+            Bytes::from(
+                json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 5,
+                       "anthropic_beta": ["context-1m-2025-08-07"],
+                       "messages": [{"role": "user", "content": "hi"}]})
+                .to_string(),
+            ),
+            Some("m"),
+            Some(false),
+        )
+        .unwrap();
+        assert!(call.options.long_context);
     }
 
     #[test]

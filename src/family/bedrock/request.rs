@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
+use super::super::anthropic;
 use crate::api::{bad, check_messages, json_object, positive_int, Api, Call, HostedTools};
 use crate::error::GatewayError;
 use crate::prices::{PricedOptions, TierRequest};
@@ -46,7 +47,11 @@ pub fn parse(model: &str, stream: bool, bytes: Bytes) -> Result<Call, GatewayErr
     let options = PricedOptions {
         tier: service_tier(&body)?,
         hour_cache: hour_cache(&body),
-        long_context: false,
+        // Claude's betas pass through `additionalModelRequestFields`.
+        long_context: anthropic::request::body_betas_long_context(
+            body.get("additionalModelRequestFields")
+                .and_then(|fields| fields.get("anthropic_beta")),
+        )?,
     };
     Ok(Call {
         api: Api::Converse,

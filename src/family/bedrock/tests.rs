@@ -130,3 +130,15 @@ fn sigv4_signs_the_encoded_path_for_the_region_with_the_session_token() {
     assert_eq!(request.headers()["authorization"], "Bearer bedrock-api-key");
     assert!(!request.headers().contains_key("x-amz-date"));
 }
+
+#[test]
+fn claudes_long_context_beta_in_converse_is_a_priced_option() {
+    let route = route("/model/anthropic.claude-sonnet-4-20250514-v1%3A0/converse").unwrap();
+    let body = Bytes::from_static(
+        br#"{"messages":[{"role":"user","content":[{"text":"hi"}]}],
+             "additionalModelRequestFields":{"anthropic_beta":["context-1m-2025-08-07"]}}"#,
+    );
+    assert!(parse(&route, body).unwrap().options.long_context);
+    let plain = Bytes::from_static(br#"{"messages":[{"role":"user","content":[{"text":"hi"}]}]}"#);
+    assert!(!parse(&route, plain).unwrap().options.long_context);
+}
