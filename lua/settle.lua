@@ -43,7 +43,8 @@ Returns:
 Invariants: idempotent on exec_id; on time, each counter moves by
 actual - amount and its reserved part by -amount, booked as one entry of
 act = actual; late (after expiry, which charged `ec`), each counter moves
-by actual - ec, booked as one `late` entry of act = actual - ec (a settle
+by actual - ec, booked as one `late` entry of act = actual - ec, giving
+back no more than the least spent of the scopes it charged (a settle
 that finds its reservation past its deadline books the `expired` entry
 first, as the sweep would have); a counter that would reach 2^53 refuses
 the settle (`out_of_range`) before anything is written, the expiry too.
@@ -127,6 +128,15 @@ for i = 1, #fields, 2 do
     return { 'out_of_range', fields[i] }
   end
 end
+-- A late settle below expiry's charge gives back no more than every scope
+-- it charged still holds in spent (committed - reserved): an operator's
+-- refund may have given part of it back already. Every scope moves by the
+-- same amount, the one its entry books.
+if not pending and committed < 0 then
+  for i = 1, #fields, 2 do
+    committed = math.max(committed, values[i + 1] - values[i])
+  end
+end
 
 if expired_now == '1' then
   book(exec_id, rec, 'expired', nil, charged, now)
@@ -145,7 +155,11 @@ write_counters(fields, values, committed, reserved)
 if pending then
   redis.call('ZREM', KEYS[3], exec_id)
 end
-book(exec_id, rec, status, call, call.actual - (charged or 0), now)
+if pending then
+  book(exec_id, rec, status, call, call.actual - (charged or 0), now)
+else
+  book(exec_id, rec, status, call, committed, now)
+end
 touch_run(rec, now)
 
 local remaining = math.max(rec.kc - (values[1] + committed), 0)

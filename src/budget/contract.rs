@@ -220,6 +220,7 @@ macro_rules! contract_tests {
             ownership_mismatch_changes_nothing,
             unknown_reservation_is_rejected,
             expiry_charges_the_hold_then_a_late_settle_corrects_it,
+            a_late_settle_gives_back_only_what_a_refund_left,
             settle_after_the_deadline_is_late,
             sweep_expires_only_due_reservations,
             expired_record_outlives_every_settle_retry,

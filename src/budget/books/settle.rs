@@ -57,12 +57,20 @@ pub(crate) fn settle<B: BookState>(
     // then reach 2^53: checked before anything changes, as `settle.lua`
     // does.
     let held = already_expired.unwrap_or(record.amount);
+    // A late settle below expiry's charge gives back no more than every
+    // scope it charged still holds in `spent`: an operator's refund may
+    // have given part of it back already, and `spent` never goes below
+    // zero. Every scope moves by the same amount, the one its entry books.
+    let mut give_back =
+        already_expired.map_or(0, |charged| charged.saturating_sub(settlement.actual));
     for charge in record.charges() {
-        let committed = committed(books, charge.kind, &charge.id, &charge.period_id)?;
-        let after = i128::from(committed) - i128::from(held) + i128::from(settlement.actual);
+        let counter = books.counter(charge.kind, &charge.id, &charge.period_id)?;
+        let after =
+            i128::from(counter.committed()) - i128::from(held) + i128::from(settlement.actual);
         if after > i128::from(MAX_USD_MICROS) {
             return Ok(Err(out_of_range()));
         }
+        give_back = give_back.min(counter.spent);
     }
     let now_ms = millis(now);
     // What expiry charged, when the settle comes after it (or finds the
@@ -87,11 +95,12 @@ pub(crate) fn settle<B: BookState>(
     };
     // On time, the reservation becomes the actual cost. Late, expiry already
     // moved its amount out of `reserved` and charged what it charged: the
-    // actual cost replaces that charge.
+    // actual cost replaces that charge, giving back at most `give_back`.
     let actual = delta(settlement.actual);
-    let (spent, reserved) = match expiry_charge {
-        None => (actual, -delta(record.amount)),
-        Some(charged) => (actual - delta(charged), 0),
+    let (spent, reserved) = match (already_expired, expiry_charge) {
+        (None, None) => (actual, -delta(record.amount)),
+        (None, Some(charged)) => (actual - delta(charged), 0),
+        (Some(charged), _) => ((actual - delta(charged)).max(-delta(give_back)), 0),
     };
     for charge in record.charges() {
         books.move_counter(charge.kind, &charge.id, &charge.period_id, spent, reserved)?;
@@ -102,7 +111,11 @@ pub(crate) fn settle<B: BookState>(
         LedgerEntry {
             model: settlement.model.clone(),
             usage: settlement.usage,
-            actual: actual - delta(expiry_charge.unwrap_or(0)),
+            actual: if expiry_charge.is_some() {
+                spent
+            } else {
+                actual
+            },
             ..ledger_entry(exec_id, &record, status, now)
         },
     );

@@ -83,6 +83,51 @@ pub(super) async fn expiry_charges_the_hold_then_a_late_settle_corrects_it(f: &i
     );
 }
 
+/// An operator refunds part of an expired call's charge, then its settle
+/// comes late and cheaper: it gives back only what the refund left in
+/// `spent`, and books what it gave back, so nothing is returned twice and
+/// the books balance.
+pub(super) async fn a_late_settle_gives_back_only_what_a_refund_left(f: &impl Fixture) {
+    let store = f.store();
+    let org = scope(ScopeKind::Org, 100_000, Period::Month);
+    let key = scope(ScopeKind::Key, 2_000, Period::Day);
+    let crashed = request(&key, Some(&org), 1_000, 2);
+    assert!(reserve(&store, &crashed).await.is_reserved());
+    f.advance(Duration::from_secs(3)).await;
+    assert_eq!(f.sweep_expired().await, 1);
+    assert_eq!(counters(&store, &key).await, (1_000, 0));
+
+    let refund = crate::budget::Adjustment {
+        exec_id: Uuid::now_v7().to_string(),
+        key: key.clone(),
+        org: Some(org.clone()),
+        amount: -600,
+        note: "not billed".to_owned(),
+    };
+    assert!(matches!(
+        store.adjust(&refund).await.unwrap(),
+        crate::budget::AdjustOutcome::Applied { .. }
+    ));
+    assert_eq!(counters(&store, &key).await, (400, 0));
+
+    // It cost 100: 900 of the charge would come back, 400 is left.
+    let late = settle(&store, &crashed, 100).await;
+    assert_eq!(late, applied(LedgerStatus::Late, 1_000, 100, 2_000));
+    assert_eq!(counters(&store, &key).await, (0, 0));
+    assert_eq!(counters(&store, &org).await, (0, 0));
+    assert_eq!(
+        statuses(&f.ledger().await),
+        [
+            (LedgerStatus::Expired, 1_000),
+            (LedgerStatus::Adjustment, -600),
+            (LedgerStatus::Late, -400),
+        ]
+    );
+    // A retry still gives nothing more back.
+    assert!(!settle(&store, &crashed, 100).await.applied);
+    assert_eq!(counters(&store, &key).await, (0, 0));
+}
+
 /// `on_expiry = "release"`: an expired reservation is charged nothing, its
 /// headroom comes back, and a late settle charges the call in full.
 pub(super) async fn expiry_releases_the_hold_then_a_late_settle_charges_in_full(f: &impl Fixture) {

@@ -18,10 +18,6 @@ use crate::budget::{
 use crate::money::{UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::period::Period;
 
-/// The model's answer to a late settle the protocol leaves undefined
-/// (see [`Model::late_underflows`]).
-pub(super) const UNDERFLOW: &str = "undefined: a late settle would take spent below zero";
-
 /// A scope and period: what a counter is kept under.
 pub(super) type CounterKey = (ScopeKind, String, String);
 
@@ -268,9 +264,15 @@ impl Model {
                 return Answer::OutOfRange;
             }
         }
-        if self.late_underflows(&s.exec_id, s.actual) {
-            return Answer::Failed(UNDERFLOW.to_owned());
-        }
+        // Already expired, a settle below the charge gives back at most
+        // the least `spent` of the scopes it charged (a refund may have
+        // given the rest back).
+        let give_back = expired.map(|charged| {
+            hold.charges
+                .iter()
+                .map(|key| self.counter(key).spent)
+                .fold(charged.saturating_sub(s.actual), UsdMicros::min)
+        });
         let expired = match expired {
             None if hold.deadline <= self.now => Some(self.expire(&s.exec_id)),
             charged => charged,
@@ -287,7 +289,10 @@ impl Model {
         let actual = i128::from(s.actual);
         let (spent, reserved) = match expired {
             None => (actual, -i128::from(hold.amount)),
-            Some(charged) => (actual - i128::from(charged), 0),
+            Some(charged) => (
+                (actual - i128::from(charged)).max(-i128::from(give_back.unwrap_or(charged))),
+                0,
+            ),
         };
         for key in &hold.charges {
             self.move_counter(key, spent, reserved);
@@ -295,7 +300,7 @@ impl Model {
                 self.past_cap.insert(key.clone());
             }
         }
-        let moved = i64::try_from(actual - i128::from(expired.unwrap_or(0))).unwrap();
+        let moved = i64::try_from(if expired.is_some() { spent } else { actual }).unwrap();
         self.ledger.push((s.exec_id.clone(), status, moved));
         let outcome = SettleOutcome {
             status,
@@ -310,27 +315,6 @@ impl Model {
             hold.state = HoldState::Settled(outcome.clone());
         }
         Answer::Settle(outcome)
-    }
-
-    /// Whether settling `exec_id`, expired, at `actual` would give back
-    /// more of expiry's charge than a scope's `spent` still holds (an
-    /// operator refunded it in between). The protocol does not say what
-    /// then: `spent` cannot go below zero, and one ledger entry cannot
-    /// book a different amount per scope. Every store (memory, SQLite and
-    /// Redis alike) clamps the counter at zero but books the whole
-    /// amount, so `reconcile` drifts (see
-    /// `a_refund_then_a_late_settle_balances`); the generator steers
-    /// clear of it until the protocol decides.
-    pub(super) fn late_underflows(&self, exec_id: &str, actual: UsdMicros) -> bool {
-        let Some(hold) = self.holds.get(exec_id) else {
-            return false;
-        };
-        let HoldState::Expired { charged, .. } = hold.state else {
-            return false;
-        };
-        hold.charges.iter().any(|key| {
-            i128::from(self.counter(key).spent) + i128::from(actual) - i128::from(charged) < 0
-        })
     }
 
     /// Expires one open hold now; returns what it charged.

@@ -298,18 +298,12 @@ pub(super) fn generate(world: &World, seed: u64, steps: usize) -> Vec<Op> {
                     estimated: rng.chance(5),
                     wrong_owner: rng.chance(4),
                 };
-                if model.late_underflows(&world.exec_id(settle.exec), settle.actual) {
-                    continue;
-                }
                 settles.push(settle);
                 Op::Settle(settle)
             }
             65..=72 => match rng.pick(&settles) {
                 // The gateway's retry of a settle.
-                Some(settle)
-                    if model.standing(&world.exec_id(settle.exec)) != Standing::Absent
-                        && !model.late_underflows(&world.exec_id(settle.exec), settle.actual) =>
-                {
+                Some(settle) if model.standing(&world.exec_id(settle.exec)) != Standing::Absent => {
                     Op::Settle(settle)
                 }
                 _ => continue,
