@@ -464,6 +464,11 @@ impl Desk {
         self.max_backlog = records;
     }
 
+    #[cfg(test)]
+    pub(super) fn set_journal_room(&mut self, room: Option<u64>) {
+        self.journal.set_room(room);
+    }
+
     /// Keeps `record` in `records` under `exec_id` (or removes it), with
     /// its deadline listed while it is open; returns what was there.
     fn set_record(&mut self, exec_id: &str, new: Option<Held>) -> Option<Held> {

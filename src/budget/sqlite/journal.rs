@@ -75,6 +75,10 @@ pub(super) struct Logged {
 pub(super) struct Journal {
     parts: [Part; 2],
     active: usize,
+    /// Bytes the disk has left for appends (`None`: as many as it has), so
+    /// a test can fill the disk between two appends.
+    #[cfg(test)]
+    room: Option<u64>,
 }
 
 struct Part {
@@ -173,6 +177,8 @@ impl Journal {
         Ok(Journal {
             parts: [first?, second?],
             active: 0,
+            #[cfg(test)]
+            room: None,
         })
     }
 
@@ -208,12 +214,39 @@ impl Journal {
         bytes.extend_from_slice(&checksum(seq, payload).to_le_bytes());
         bytes.extend_from_slice(&seq.to_le_bytes());
         bytes.extend_from_slice(payload);
+        #[cfg(test)]
+        self.use_room(&bytes)?;
         let part = &mut self.parts[self.active];
         part.file.write_all_at(&bytes, part.len)?;
         part.len += bytes.len() as u64;
         part.high_water = part.high_water.max(part.len);
         part.last_seq = seq;
         Ok(())
+    }
+
+    /// Leaves the disk `room` bytes for appends (`None`: no limit).
+    #[cfg(test)]
+    pub(super) fn set_room(&mut self, room: Option<u64>) {
+        self.room = room;
+    }
+
+    /// Takes `bytes` from the room left, or, as a full disk does, writes
+    /// what fits and fails with `ENOSPC`.
+    #[cfg(test)]
+    fn use_room(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let Some(room) = self.room else {
+            return Ok(());
+        };
+        let len = bytes.len() as u64;
+        if len <= room {
+            self.room = Some(room - len);
+            return Ok(());
+        }
+        let part = &mut self.parts[self.active];
+        part.file.write_all_at(&bytes[..room as usize], part.len)?;
+        part.high_water = part.high_water.max(part.len + room);
+        self.room = Some(0);
+        Err(io::Error::from_raw_os_error(28))
     }
 
     /// Hands over to the other file once the active one is full, if every

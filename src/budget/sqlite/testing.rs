@@ -56,6 +56,15 @@ impl SqliteStore {
         }
     }
 
+    /// Leaves the journal's disk `bytes` for appends (`None`: no limit),
+    /// as a full disk would: the append that needs more writes what fits
+    /// and fails with `ENOSPC`.
+    pub(crate) fn limit_journal_room(&self, bytes: Option<u64>) {
+        if let Some(desk) = &self.shared.desk {
+            writer::lock(desk).set_journal_room(bytes);
+        }
+    }
+
     /// Caps the file at `pages` pages (`None`: no cap), as a full disk
     /// would: a transaction that needs more fails with `SQLITE_FULL`.
     pub(crate) async fn limit_pages(&self, pages: Option<u32>) -> Result<(), StoreError> {

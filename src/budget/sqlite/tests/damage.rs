@@ -221,3 +221,58 @@ async fn a_journal_and_file_of_the_earlier_format_still_open() {
     let state = store.scope_state(&key(10_000)).await.unwrap();
     assert_eq!(state.reserved, 2_000);
 }
+
+/// Case 7: the disk fills while a call is appended. The append writes
+/// what fits and fails: that call is refused (nothing changed, nothing
+/// answered), the calls answered before it are kept, a crash then loses
+/// none of them (the part written is read as a torn tail), and once space
+/// returns the refused call goes through.
+#[tokio::test]
+async fn a_full_disk_while_appending_refuses_that_call_and_keeps_every_answered_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let store = open(&path).unwrap();
+    store.set_posting(false);
+    for id in ["a", "b", "c"] {
+        assert!(store
+            .reserve(&request(id, 1_000))
+            .await
+            .unwrap()
+            .is_reserved());
+    }
+    let before = std::fs::metadata(journal_0(&path)).unwrap().len();
+    store.limit_journal_room(Some(20));
+    let error = store.reserve(&request("d", 1_000)).await.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error}");
+    let message = error.to_string();
+    assert!(
+        message.contains("journal") && message.contains(&path.display().to_string()),
+        "{message}"
+    );
+    assert!(message.contains("No space left"), "{message}");
+    assert_eq!(
+        std::fs::metadata(journal_0(&path)).unwrap().len(),
+        before + 20,
+        "what fitted of the append was written"
+    );
+    let state = store.scope_state(&key(10_000)).await.unwrap();
+    assert_eq!(state.reserved, 3_000, "the refused call changed nothing");
+    store.crash();
+
+    let store = reopen(&path).await;
+    let state = store.scope_state(&key(10_000)).await.unwrap();
+    assert_eq!(state.reserved, 3_000, "a, b and c kept; d never answered");
+    assert!(matches!(
+        store.settle(&settlement("d", 900)).await,
+        Err(StoreError::UnknownReservation(_))
+    ));
+    assert!(store
+        .reserve(&request("d", 1_000))
+        .await
+        .unwrap()
+        .is_reserved());
+    assert!(store.settle(&settlement("a", 900)).await.unwrap().applied);
+    store.flush().await.unwrap();
+    let rows = store.reconcile().await.unwrap();
+    assert!(rows.iter().all(|row| row.drift() == 0), "{rows:?}");
+}
