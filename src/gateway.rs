@@ -43,6 +43,7 @@ impl Gateway {
                 );
             }
         }
+        crate::tokenizer::cache::CountCache::configure(config.server.token_count_cache_mb);
         crate::estimate::warm_up();
         let metrics = Arc::new(Metrics::new());
         let settler = Settler::new(store.clone(), metrics.clone(), config.store.reservation_ttl);

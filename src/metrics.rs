@@ -14,6 +14,8 @@
 //! | `tollgate_charged_usd_micros_total` | | Σ actual cost of those settlements |
 //! | `tollgate_input_overruns_total` | | settled calls whose reported input passed the input bound reserved for them (a tokenizer denser than the price entry's `input_bytes_per_token` assumed, say) |
 //! | `tollgate_input_overrun_tokens_total` | | Σ input tokens those calls reported beyond their bound |
+//! | `tollgate_token_count_cache_hits_total` | | texts of 256 bytes or more (message contents, tool schemas) whose input token count came from the count cache: the same text counted before, as a conversation resent every turn is |
+//! | `tollgate_token_count_cache_misses_total` | | such texts counted afresh (and then kept) |
 //! | `tollgate_absurd_usage_total` | | calls whose provider reported usage no call can have (a count negative, fractional or 2^53 or more; a cost of 2^53 µUSD or more), charged their upper bound instead |
 //! | `tollgate_expired_reservations_total` | | reservations this gateway's periodic sweep expired unsettled (charged their amount, or released under `on_expiry = "release"`) |
 //! | `tollgate_store_call_duration_seconds` | `op` | store call latency, retries included |
@@ -255,6 +257,17 @@ impl Metrics {
             "input_overruns",
             "Settled calls whose reported input passed the input bound reserved for them",
             input_overruns.clone(),
+        );
+        let (cache_hits, cache_misses) = crate::tokenizer::cache::CountCache::global().counters();
+        registry.register(
+            "token_count_cache_hits",
+            "Texts whose token count came from the count cache: counted once already",
+            cache_hits,
+        );
+        registry.register(
+            "token_count_cache_misses",
+            "Texts long enough for the count cache that were counted afresh",
+            cache_misses,
         );
         let input_overrun_tokens = Counter::default();
         registry.register(

@@ -39,6 +39,8 @@ const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
 /// The least output limit a call is fitted to: enough for a short answer
 /// or a tool call.
 const DEFAULT_MIN_CLAMPED_OUTPUT_TOKENS: u64 = 256;
+/// The largest count cache a config may ask for (64 GiB).
+const MAX_TOKEN_COUNT_CACHE_MB: u64 = 64 * 1024;
 const DEFAULT_ADMIN_KEY_ENV: &str = "TOLLGATE_ADMIN_KEY";
 const DEFAULT_PRICES_FILE: &str = "config/prices.toml";
 
@@ -156,7 +158,20 @@ impl Checker<'_> {
                 raw.admin_timeout_secs,
                 http_layers::DEFAULT_ADMIN_TIMEOUT_SECS,
             )?),
+            token_count_cache_mb: self.token_count_cache_mb(raw.token_count_cache_mb)?,
         })
+    }
+
+    /// `server.token_count_cache_mb`: 0 (off) up to 64 GiB.
+    fn token_count_cache_mb(&self, raw: Option<u64>) -> Result<u64, ConfigError> {
+        match raw {
+            None => Ok(crate::tokenizer::cache::DEFAULT_CACHE_MB),
+            Some(mb) if mb <= MAX_TOKEN_COUNT_CACHE_MB => Ok(mb),
+            Some(_) => Err(self.invalid(
+                "server.token_count_cache_mb",
+                format!("must be at most {MAX_TOKEN_COUNT_CACHE_MB} (MiB; 0 turns the cache off)"),
+            )),
+        }
     }
 
     /// The admin key's digest: `admin_key_sha256` when set (the key itself

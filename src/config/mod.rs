@@ -94,6 +94,9 @@ pub struct ServerConfig {
     /// How long an admin call may take before it is answered 503: a store
     /// that hangs must not hold the operator's console for ever.
     pub admin_timeout: Duration,
+    /// How much memory (MiB) the remembered token counts may take; 0: none
+    /// are kept, every text is counted each time.
+    pub token_count_cache_mb: u64,
 }
 
 /// `server.log_format`: text for a person, or JSON lines for a collector.

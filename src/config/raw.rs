@@ -51,6 +51,7 @@ pub(super) struct RawServer {
     pub access_log: Option<bool>,
     pub cors_allowed_origins: Option<Vec<String>>,
     pub admin_timeout_secs: Option<u64>,
+    pub token_count_cache_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

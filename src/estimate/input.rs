@@ -12,6 +12,7 @@ use super::images::{self, ImageRule, IMAGE_TYPES};
 use crate::api::Api;
 use crate::prices::MAX_INPUT_BYTES_PER_TOKEN;
 use crate::provider::ProviderKind;
+use crate::tokenizer::cache::CountCache;
 use crate::tokenizer::Tokenizer;
 
 /// Tokens framing each message or input item (role markers, separators):
@@ -81,8 +82,13 @@ impl TokenCounter {
     }
 
     pub fn count(self, text: &str) -> u64 {
+        self.count_in(CountCache::global(), text)
+    }
+
+    /// [`TokenCounter::count`], an exact count remembered in `cache`.
+    pub fn count_in(self, cache: &CountCache, text: &str) -> u64 {
         match self {
-            TokenCounter::Exact(tokenizer) => tokenizer.count(text),
+            TokenCounter::Exact(tokenizer) => tokenizer.count_in(cache, text),
             TokenCounter::Bytes { bytes_per_token } => {
                 (text.len() as u64).div_ceil(bytes_per_token)
             }
@@ -102,8 +108,20 @@ pub(super) fn input_tokens(
     counter: TokenCounter,
     context_window: u64,
 ) -> u64 {
+    input_tokens_in(CountCache::global(), api, body, counter, context_window)
+}
+
+/// [`input_tokens`], with exact counts remembered in `cache`.
+fn input_tokens_in(
+    cache: &CountCache,
+    api: Api,
+    body: &Map<String, Value>,
+    counter: TokenCounter,
+    context_window: u64,
+) -> u64 {
     let model = body.get("model").and_then(Value::as_str).unwrap_or("");
     let mut tally = Tally {
+        cache,
         counter,
         context_window,
         images: images::rule_for(model),
@@ -128,7 +146,7 @@ pub(super) fn input_tokens(
             // one more message.
             "system" | "instructions" | "systemInstruction" | "system_instruction" => {
                 tally.add(TOKENS_PER_ITEM);
-                tally.add(counter.count(key));
+                tally.add(tally.count(key));
                 tally.walk(value);
             }
             // Server-side state the gateway cannot see.
@@ -141,7 +159,7 @@ pub(super) fn input_tokens(
                 tally.add(context_window)
             }
             _ => {
-                tally.add(counter.count(key));
+                tally.add(tally.count(key));
                 tally.walk(value);
             }
         }
@@ -149,23 +167,28 @@ pub(super) fn input_tokens(
     tally.tokens
 }
 
-struct Tally {
+struct Tally<'a> {
+    cache: &'a CountCache,
     counter: TokenCounter,
     context_window: u64,
     images: ImageRule,
     tokens: u64,
 }
 
-impl Tally {
+impl Tally<'_> {
     fn add(&mut self, tokens: u64) {
         self.tokens = self.tokens.saturating_add(tokens);
+    }
+
+    fn count(&self, text: &str) -> u64 {
+        self.counter.count_in(self.cache, text)
     }
 
     fn walk(&mut self, value: &Value) {
         match value {
             Value::Null => {}
             Value::Bool(_) | Value::Number(_) => self.add(1),
-            Value::String(text) => self.add(self.counter.count(text)),
+            Value::String(text) => self.add(self.count(text)),
             Value::Array(items) => items.iter().for_each(|item| self.walk(item)),
             Value::Object(map) => {
                 let kind = map.get("type").and_then(Value::as_str).unwrap_or("");
@@ -179,7 +202,7 @@ impl Tally {
                     self.add(self.context_window);
                 } else {
                     for (key, value) in map {
-                        self.add(self.counter.count(key));
+                        self.add(self.count(key));
                         self.walk(value);
                     }
                 }
@@ -381,6 +404,81 @@ mod tests {
             }),
         );
         assert!(estimate(&c, &wide(), openai()).input_tokens >= 20_000);
+    }
+
+    /// A conversation resent every turn, one exchange longer each time,
+    /// with a system prompt, tools, an image and tool results: counted
+    /// with remembered counts, every turn's count is exactly the count
+    /// taken afresh, and every turn after the first finds its earlier
+    /// messages remembered.
+    #[test]
+    fn remembered_counts_are_exactly_the_counts_afresh() {
+        use super::super::image_size::tests::{encode, png};
+        let words = |seed: usize, n: usize| {
+            let vocabulary = [
+                "budget", "agent", "token", "stream", "settle", "reserve", "cap", "the", "of",
+                "provider", "gateway", "call", "{\"id\":", "0x9f3a", "über", "漢字",
+            ];
+            (0..n)
+                .map(|i| vocabulary[(seed * 7 + i * 13) % vocabulary.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let image = format!("data:image/png;base64,{}", encode(&png(640, 480)));
+        let tools = serde_json::json!([{"type": "function", "function": {
+            "name": "search", "description": words(99, 80),
+            "parameters": {"type": "object", "properties": {"q": {"type": "string",
+                "description": words(98, 60)}}}}}]);
+        let exact = TokenCounter::for_model(ProviderKind::OpenAi, "gpt-4o-mini");
+        let remembered = CountCache::new(4);
+        let afresh = CountCache::new(0);
+        let mut messages = vec![
+            serde_json::json!({"role": "system", "content": words(1, 300)}),
+            serde_json::json!({"role": "user", "content": [
+                {"type": "text", "text": words(2, 120)},
+                {"type": "image_url", "image_url": {"url": image}}]}),
+        ];
+        for turn in 0..12 {
+            messages.push(serde_json::json!({"role": "assistant", "content": null,
+                "tool_calls": [{"id": format!("call_{turn}"), "type": "function",
+                    "function": {"name": "search", "arguments": format!("{{\"q\": \"{}\"}}", words(turn, 70))}}]}));
+            messages.push(
+                serde_json::json!({"role": "tool", "tool_call_id": format!("call_{turn}"),
+                "content": words(turn + 50, 200 + turn * 40)}),
+            );
+            messages.push(serde_json::json!({"role": "user", "content": words(turn + 100, 90)}));
+            let body = serde_json::json!({"model": "gpt-4o-mini", "max_tokens": 10,
+                "messages": messages, "tools": tools});
+            let body = body.as_object().unwrap();
+            let hits_before = remembered.counters().0.get();
+            let counted = input_tokens_in(&remembered, Api::ChatCompletions, body, exact, 1 << 40);
+            let fresh = input_tokens_in(&afresh, Api::ChatCompletions, body, exact, 1 << 40);
+            assert_eq!(counted, fresh, "turn {turn}");
+            // Counted again, everything long comes from the cache.
+            assert_eq!(
+                input_tokens_in(&remembered, Api::ChatCompletions, body, exact, 1 << 40),
+                fresh
+            );
+            if turn > 0 {
+                assert!(remembered.counters().0.get() > hits_before, "turn {turn}");
+            }
+        }
+        // Anthropic's shape, a system prompt beside the messages, by the
+        // same rule (the byte count needs no cache, and gets the same).
+        let body = serde_json::json!({"model": "claude-haiku-4-5", "max_tokens": 10,
+            "system": [{"type": "text", "text": words(7, 400)}],
+            "tools": [{"name": "search", "description": words(8, 100), "input_schema": {"type": "object"}}],
+            "messages": [{"role": "user", "content": words(9, 500)}]});
+        let body = body.as_object().unwrap();
+        for counter in [exact, TokenCounter::STRICT] {
+            let fresh = input_tokens_in(&afresh, Api::Messages, body, counter, 1 << 40);
+            for _ in 0..2 {
+                assert_eq!(
+                    input_tokens_in(&remembered, Api::Messages, body, counter, 1 << 40),
+                    fresh
+                );
+            }
+        }
     }
 
     #[test]

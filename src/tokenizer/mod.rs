@@ -19,13 +19,18 @@
 //! gateway's work per call. This counts the same at about a tenth of the
 //! time and memory (`cargo bench --bench micro -- token_count`;
 //! docs/performance.md), and needs only a count, never the token ids.
+//!
+//! A long text's count is remembered by its content ([`cache`]), so the
+//! conversation an agent resends every turn is counted once.
 
+pub mod cache;
 mod merge;
 mod pieces;
 mod vocab;
 
 use std::sync::OnceLock;
 
+use cache::CountCache;
 use pieces::Splitter;
 use vocab::Vocab;
 
@@ -54,6 +59,8 @@ const CL100K_PATTERNS: &[&str] = &[
 
 /// A byte-pair encoding that counts tokens.
 pub struct Tokenizer {
+    /// Its own id in the count cache.
+    id: u8,
     vocab: Vocab,
     splitter: Splitter,
 }
@@ -64,7 +71,7 @@ impl Tokenizer {
     pub fn o200k_base() -> Option<&'static Tokenizer> {
         static TOKENIZER: OnceLock<Option<Tokenizer>> = OnceLock::new();
         TOKENIZER
-            .get_or_init(|| Tokenizer::build("o200k_base", O200K_TABLE, O200K_PATTERNS))
+            .get_or_init(|| Tokenizer::build(1, "o200k_base", O200K_TABLE, O200K_PATTERNS))
             .as_ref()
     }
 
@@ -72,14 +79,18 @@ impl Tokenizer {
     pub fn cl100k_base() -> Option<&'static Tokenizer> {
         static TOKENIZER: OnceLock<Option<Tokenizer>> = OnceLock::new();
         TOKENIZER
-            .get_or_init(|| Tokenizer::build("cl100k_base", CL100K_TABLE, CL100K_PATTERNS))
+            .get_or_init(|| Tokenizer::build(2, "cl100k_base", CL100K_TABLE, CL100K_PATTERNS))
             .as_ref()
     }
 
-    fn build(name: &str, table: &'static [u8], patterns: &[&str]) -> Option<Tokenizer> {
+    fn build(id: u8, name: &str, table: &'static [u8], patterns: &[&str]) -> Option<Tokenizer> {
         let built = Vocab::new(table).and_then(|vocab| {
             let splitter = Splitter::new(patterns)?;
-            Ok(Tokenizer { vocab, splitter })
+            Ok(Tokenizer {
+                id,
+                vocab,
+                splitter,
+            })
         });
         match built {
             Ok(tokenizer) => Some(tokenizer),
@@ -90,8 +101,19 @@ impl Tokenizer {
         }
     }
 
-    /// The number of tokens `text` encodes to.
+    /// The number of tokens `text` encodes to, remembered for the next
+    /// time the same text comes ([`cache`]).
     pub fn count(&self, text: &str) -> u64 {
+        self.count_in(CountCache::global(), text)
+    }
+
+    /// [`Tokenizer::count`] with the counts remembered in `cache`.
+    pub fn count_in(&self, cache: &CountCache, text: &str) -> u64 {
+        cache.count(self.id, text, |text| self.count_afresh(text))
+    }
+
+    /// The number of tokens `text` encodes to, counted now.
+    pub fn count_afresh(&self, text: &str) -> u64 {
         let mut scratch = merge::Scratch::default();
         self.splitter
             .pieces(text)

@@ -41,6 +41,7 @@ mod bad_input;
 mod bedrock;
 mod concurrency;
 mod connections;
+mod conversation;
 mod early_ends;
 mod estimate_bound;
 mod gemini;
