@@ -14,6 +14,7 @@
 
 mod json;
 mod rules;
+mod splice;
 mod tools;
 
 use bytes::Bytes;
@@ -145,10 +146,12 @@ pub struct Call {
     pub(crate) served_as: Option<String>,
     /// The parsed body; the estimate walks it.
     pub body: Map<String, Value>,
-    /// The bytes to forward: the client's own, unless the gateway changed
-    /// the body.
+    /// The client's bytes, forwarded as they are but for the top-level
+    /// members the gateway changed.
     pub(crate) original: Bytes,
-    pub(crate) changed: bool,
+    /// The top-level members of `body` the gateway set, changed or
+    /// removed ([`Call::touch`]).
+    pub(crate) touched: Vec<String>,
 }
 
 impl Call {
@@ -185,11 +188,21 @@ impl Call {
 
     /// The body to forward.
     pub fn forward_body(&self) -> Bytes {
-        if self.changed {
+        if self.touched.is_empty() {
+            return self.original.clone();
+        }
+        match splice::splice(&self.original, &self.body, &self.touched) {
+            Some(spliced) => Bytes::from(spliced),
             // Serialising a parsed JSON map cannot fail.
-            Bytes::from(serde_json::to_vec(&self.body).unwrap_or_default())
-        } else {
-            self.original.clone()
+            None => Bytes::from(serde_json::to_vec(&self.body).unwrap_or_default()),
+        }
+    }
+
+    /// Records that the gateway set, changed or removed the top-level
+    /// member `key` of the body: it is forwarded as the body has it now.
+    pub(crate) fn touch(&mut self, key: &str) {
+        if !self.touched.iter().any(|touched| touched == key) {
+            self.touched.push(key.to_owned());
         }
     }
 
@@ -247,11 +260,16 @@ impl Call {
             if entry.is_null() {
                 *entry = Value::Object(Map::new());
             }
-            if let Value::Object(config) = entry {
-                if config.get(field) != Some(&limit) {
+            let changed = match entry {
+                Value::Object(config) if config.get(field) != Some(&limit) => {
                     config.insert(field.clone(), limit);
-                    self.changed = true;
+                    true
                 }
+                _ => false,
+            };
+            if changed {
+                let object = object.clone();
+                self.touch(&object);
             }
             return;
         }
@@ -261,10 +279,10 @@ impl Call {
             let present = self.body.get(*field);
             if wanted && present != Some(&limit) {
                 self.body.insert((*field).to_owned(), limit.clone());
-                self.changed = true;
+                self.touch(field);
             } else if !wanted && present.is_some() {
                 self.body.remove(*field);
-                self.changed = true;
+                self.touch(field);
             }
         }
     }

@@ -60,7 +60,7 @@ pub fn parse(
         served_as: None,
         body,
         original: bytes,
-        changed: false,
+        touched: Vec::new(),
     };
     tools::bound_uses(&mut call);
     Ok(call)

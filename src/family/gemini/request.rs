@@ -112,7 +112,7 @@ pub fn parse(model: &str, stream: bool, bytes: Bytes) -> Result<Call, GatewayErr
         served_as: None,
         body,
         original: bytes,
-        changed: false,
+        touched: Vec::new(),
     })
 }
 

@@ -75,7 +75,7 @@ pub fn parse_for(api: Api, bytes: Bytes, path_model: Option<&str>) -> Result<Cal
         served_as: None,
         body,
         original: bytes,
-        changed: false,
+        touched: Vec::new(),
     };
     if stream && matches!(api, Api::ChatCompletions | Api::Completions) {
         ask_for_stream_usage(&mut call)?;
@@ -194,7 +194,7 @@ fn ask_for_stream_usage(call: &mut Call) -> Result<(), GatewayError> {
         None | Some(Value::Null) | Some(Value::Bool(false)) => {
             options.insert("include_usage".to_owned(), Value::Bool(true));
             call.hide_usage_chunk = true;
-            call.changed = true;
+            call.touch("stream_options");
         }
         Some(_) => {
             return Err(bad(

@@ -56,6 +56,50 @@ fn keeps_the_client_limit_and_bytes() {
     assert_eq!(call.forward_body(), raw.as_bytes());
 }
 
+/// What the gateway adds or changes is spliced into the client's bytes:
+/// the conversation goes on byte for byte as the client wrote it (spacing,
+/// escapes, key order), and the whole reads as the body the gateway
+/// checked and priced.
+#[test]
+fn changes_are_spliced_into_the_client_bytes() {
+    let messages = r#""messages": [ {"role":"system", "content":"Be \u0062rief.\n"},
+        {"role": "user","content": "a \"quoted\" }{ ] text" } ]"#;
+    let contents = r#""contents":[{"role":"user","parts":[{"text":"a }]{ \u00e9"}]}]"#;
+    let cases = [
+        // A stream asking for no usage and no limit: both added.
+        (
+            "/v1/chat/completions",
+            format!(r#"{{"model":"gpt-4o-mini", "stream":true, {messages} }}"#),
+            messages,
+        ),
+        // Usage turned off, a limit in the field the provider does not read.
+        (
+            "/v1/chat/completions",
+            format!(
+                r#"{{"stream_options":{{"include_usage":false}},"max_tokens":5000,"model":"gpt-4o-mini","stream":true,{messages}}}"#
+            ),
+            messages,
+        ),
+        // Gemini's config object, holding other settings.
+        (
+            "/v1beta/models/gemini-2.5-flash:generateContent",
+            format!(r#"{{{contents}, "generationConfig": {{"temperature": 0.5}} }}"#),
+            contents,
+        ),
+    ];
+    for (path, raw, kept) in cases {
+        let route = crate::family::route(path, None).unwrap();
+        let mut call = crate::family::parse(&route, Bytes::from(raw.clone())).unwrap();
+        call.bound_output(1000, &["max_completion_tokens".to_owned()]);
+        let sent = call.forward_body();
+        let sent_text = std::str::from_utf8(&sent).unwrap();
+        assert_ne!(sent_text, raw);
+        assert!(sent_text.contains(kept), "{sent_text}");
+        let reread: serde_json::Map<String, Value> = serde_json::from_slice(&sent).unwrap();
+        assert_eq!(reread, call.body, "{sent_text}");
+    }
+}
+
 #[test]
 fn the_limit_goes_where_the_provider_reads_it_and_nowhere_else() {
     let body = r#"{"model":"m","messages":[{}],"max_tokens":5}"#;

@@ -20,13 +20,17 @@ pub(super) fn bound_uses(call: &mut Call) {
     let Some(Value::Array(tools)) = call.body.get_mut("tools") else {
         return;
     };
+    let mut touched = false;
     for declared in &mut call.tools.declared {
         let entry = declared.index.and_then(|index| tools.get_mut(index));
         if let (None, Some(Value::Object(entry))) = (declared.max_uses, entry) {
             entry.insert("max_uses".to_owned(), DEFAULT_MAX_USES.into());
             declared.max_uses = Some(DEFAULT_MAX_USES);
-            call.changed = true;
+            touched = true;
         }
+    }
+    if touched {
+        call.touch("tools");
     }
 }
 

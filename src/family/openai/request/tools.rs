@@ -43,7 +43,7 @@ pub(super) fn bound_uses(call: &mut Call) {
         // Its hosted tools, unseen, are allowed no call.
         if call.body.get("max_tool_calls") != Some(&Value::from(0)) {
             call.body.insert("max_tool_calls".to_owned(), 0.into());
-            call.changed = true;
+            call.touch("max_tool_calls");
         }
         return;
     }
@@ -51,7 +51,7 @@ pub(super) fn bound_uses(call: &mut Call) {
         call.body
             .insert("max_tool_calls".to_owned(), DEFAULT_MAX_TOOL_CALLS.into());
         call.tools.max_calls = Some(DEFAULT_MAX_TOOL_CALLS);
-        call.changed = true;
+        call.touch("max_tool_calls");
     }
 }
 
