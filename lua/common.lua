@@ -12,6 +12,8 @@ of a Redis Cluster):
                                  `folds`                        times the ledger was trimmed
                                  `epoch`                        the store epoch these books were
                                                                 written under (see meta.lua)
+                                 `lazy_at`                      when reserve's lazy sweep of this
+                                                                tag is next due (ms)
   KEYS[2] tg:{T}:res      hash   exec_id -> reservation record (cjson, amounts as strings)
                                  `claim:<claim>` -> the exec_id holding that idempotency claim
                                  `adj:<exec_id>` -> an applied adjustment's record
@@ -310,10 +312,12 @@ end
 
 -- Moves each committed counter in `fields` by `committed` and each
 -- reserved part by `reserved`; like `add`, a move of 0 writes nothing.
-local function write_counters(fields, values, committed, reserved)
+-- `extra`, if given, holds more field-value pairs of KEYS[1] to write in
+-- the same command.
+local function write_counters(fields, values, committed, reserved, extra)
   -- The common case, every field moving, spells its HSET out: a list
   -- built field by field costs more than the command.
-  if committed ~= 0 and reserved ~= 0 and #fields <= 4 then
+  if committed ~= 0 and reserved ~= 0 and #fields <= 4 and not (extra and extra[1]) then
     if fields[3] then
       redis.call('HSET', KEYS[1],
         fields[1], fmt(values[1] + committed), fields[2], fmt(values[2] + reserved),
@@ -335,8 +339,26 @@ local function write_counters(fields, values, committed, reserved)
       args[#args + 1] = fmt(values[i + 1] + reserved)
     end
   end
+  if extra then
+    for i = 1, #extra do
+      args[#args + 1] = extra[i]
+    end
+  end
   if #args > 0 then
     redis.call('HSET', KEYS[1], unpack(args))
+  end
+end
+
+-- The lazy sweep inside `reserve` runs at most this often per tag (see
+-- reserve.lua), and forgets up to this many times its limit of records.
+local LAZY_EVERY_MS = 1000
+local FORGET_PER_SWEEP = 64
+
+-- Notes when the lazy sweep is next due, when `swept`, for a reserve that
+-- writes no counter.
+local function mark_swept(swept, now)
+  if swept then
+    redis.call('HSET', KEYS[1], 'lazy_at', fmt(now + LAZY_EVERY_MS))
   end
 end
 

@@ -20,8 +20,9 @@ this body (a test holds this list to it).
   org_id
   org_period
   org_cap (µUSD): the org's three are ignored without org
-  lazy_limit: due reservations expired (and records in `done` forgotten)
-    before this reserve, at most
+  lazy_limit: due reservations expired before this reserve, at most (and
+    FORGET_PER_SWEEP times as many records in `done` forgotten); the
+    lazy sweep runs at most once a LAZY_EVERY_MS per tag (`lazy_at`)
   claim: the idempotency claim (64 hex digits), or '' for none: the
     request is a duplicate while an open reservation under another exec
     id holds it
@@ -54,7 +55,7 @@ Returns:
   where `expired` counts the reservations the lazy sweep expired, and a
   denial names the first scope, in the order key, org, run, without room
   for the min amount.
-Invariants: the epoch mark is checked before anything else, and an epoch
+Invariants: the epoch mark is checked before anything is written, and an epoch
 answer changes nothing (not even the lazy sweep): the gateway reads
 tg:meta, marks the tag (mark_epoch.lua) only if the store still holds the
 epoch it saw, and asks again; so no reserve is charged against books that
@@ -72,13 +73,6 @@ until it closes; every key touched is in KEYS.
 
 if not argv.epoch or argv.epoch == '' then
   fail('no store epoch')
-end
-local mark = redis.call('HGET', KEYS[1], 'epoch')
-if mark ~= argv.epoch then
-  if not mark then
-    return { 'epoch_unknown' }
-  end
-  return { 'epoch_mismatch', mark }
 end
 
 local exec_id = argv.exec_id
@@ -123,10 +117,54 @@ if run ~= '' then
 end
 
 local now = store_now()
-local expired = expire_due(now, lazy_limit, on_expiry)
--- The records of settled and denied calls, one LRANGE; expired records and
--- runs, few, wait for the periodic sweep.
-forget_done(now, lazy_limit)
+
+-- The scopes charged, key first; a run's joins once its cap is known.
+for i = 1, #scopes do
+  local scope = scopes[i]
+  -- An org on the key's period shares its id, which is not cheap to derive.
+  if i > 1 and scope.period == scopes[1].period then
+    scope.pid = scopes[1].pid
+  else
+    scope.pid = period_id(scope.period, now)
+  end
+  scope.field = counter_field(scope.kind, scope.id, scope.pid)
+end
+local run_counter = run ~= '' and run_field(run) or nil
+
+-- One read of the tag's books: the epoch mark, when the lazy sweep is
+-- next due, the run's cap, then every counter this reserve may charge.
+local fields = { 'epoch', 'lazy_at', run_counter and run_counter .. ':cap' or 'epoch' }
+for i = 1, #scopes do
+  fields[#fields + 1] = scopes[i].field
+  fields[#fields + 1] = scopes[i].field .. ':r'
+end
+if run_counter then
+  fields[#fields + 1] = run_counter
+  fields[#fields + 1] = run_counter .. ':r'
+end
+local read = redis.call('HMGET', KEYS[1], unpack(fields))
+local mark = read[1]
+if mark ~= argv.epoch then
+  if not mark then
+    return { 'epoch_unknown' }
+  end
+  return { 'epoch_mismatch', mark }
+end
+
+-- The lazy sweep runs at most once a LAZY_EVERY_MS per tag: expiring a
+-- hold a moment late only keeps its headroom held a moment longer, and
+-- forgetting a record late only keeps it a moment longer.
+local expired = 0
+local swept = false
+if not read[2] or tonumber(read[2]) <= now then
+  expired = expire_due(now, lazy_limit, on_expiry)
+  forget_done(now, lazy_limit * FORGET_PER_SWEEP)
+  swept = true
+  if expired > 0 then
+    -- Expiry moved counters this reserve may charge: read them again.
+    read = redis.call('HMGET', KEYS[1], unpack(fields))
+  end
+end
 
 -- The record and the claim's holder in one read.
 local first, holder
@@ -137,6 +175,7 @@ else
   first = load_record(exec_id)
 end
 if first then
+  mark_swept(swept, now)
   if first.s == 'denied' then
     return { 'denied', fmt(expired), first.dk, first.di, first.dp, first.dc, first.dr, first.at }
   end
@@ -145,15 +184,17 @@ end
 
 local held = holder and load_record(holder)
 if held and held.s == 'open' and tonumber(held.d) > now then
+  mark_swept(swept, now)
   return { 'duplicate', fmt(expired) }
 end
 
 -- The run's first call fixes its cap (or that it has none); a call naming
 -- another one is refused.
 local new_run_cap = nil
-if run ~= '' then
-  local fixed = redis.call('HGET', KEYS[1], run_field(run) .. ':cap')
+if run_counter then
+  local fixed = read[3] or nil
   if fixed and run_cap ~= '' and run_cap ~= fixed then
+    mark_swept(swept, now)
     return { 'run_cap_conflict', fmt(expired), fixed }
   end
   if not fixed then
@@ -164,25 +205,19 @@ if run ~= '' then
   if fixed ~= 'none' then
     cap = tonumber(fixed)
   end
-  scopes[#scopes + 1] = { kind = 'run', id = run, period = 'total', cap = cap }
+  scopes[#scopes + 1] = { kind = 'run', id = run, period = 'total', cap = cap, pid = 'total',
+    field = run_counter }
 end
 
--- An org on the key's period shares its id, which is not cheap to derive.
+-- Each scope's committed counter and its reserved part, as read above.
+fields = {}
+local values = {}
 for i = 1, #scopes do
-  local scope = scopes[i]
-  if i > 1 and scope.period == scopes[1].period then
-    scope.pid = scopes[1].pid
-  else
-    scope.pid = period_id(scope.period, now)
-  end
-  scope.field = counter_field(scope.kind, scope.id, scope.pid)
+  fields[2 * i - 1] = scopes[i].field
+  fields[2 * i] = scopes[i].field .. ':r'
+  values[2 * i - 1] = (read[2 * i + 2] or 0) + 0
+  values[2 * i] = (read[2 * i + 3] or 0) + 0
 end
-local committed_fields = {}
-for i = 1, #scopes do
-  committed_fields[i] = scopes[i].field
-end
-local fields = held_fields(committed_fields)
-local values = read_counters(fields)
 
 -- The most every scope has room for, up to the amount.
 local grant = amount
@@ -205,6 +240,7 @@ for i = 1, #scopes do
       dc = fmt(scope.cap), dr = fmt(remaining), at = fmt(now),
     }
     close_for_retries(exec_id, denial, now, keep_ms)
+    mark_swept(swept, now)
     return { 'denied', fmt(expired), denial.dk, denial.di, denial.dp, denial.dc, denial.dr, denial.at }
   end
 end
@@ -218,10 +254,18 @@ local rec = {
   c = claim ~= '' and claim or nil, m = model ~= '' and model or nil,
   r = run ~= '' and run or nil, rt = run ~= '' and fmt(run_ttl) or nil,
 }
-write_counters(fields, values, grant, grant)
+-- The run's cap, fixed now, and when the lazy sweep is next due go in
+-- the same write as the counters.
+local extra = {}
 if new_run_cap then
-  redis.call('HSET', KEYS[1], run_field(run) .. ':cap', new_run_cap)
+  extra[#extra + 1] = run_counter .. ':cap'
+  extra[#extra + 1] = new_run_cap
 end
+if swept then
+  extra[#extra + 1] = 'lazy_at'
+  extra[#extra + 1] = fmt(now + LAZY_EVERY_MS)
+end
+write_counters(fields, values, grant, grant, extra)
 touch_run(rec, now)
 local records = { exec_id, cjson.encode(rec) }
 if claim ~= '' then
