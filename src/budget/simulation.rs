@@ -6,7 +6,8 @@
 //!
 //! Steps (`ops`): reserves, fixed and ranged, with and without a run (and
 //! its cap, sometimes one conflicting with the cap the run's first call
-//! fixed); settles exact, below, within the epsilon, overrun, estimated,
+//! fixed), with and without a client's idempotency claim (a duplicate of
+//! one in flight); settles exact, below, within the epsilon, overrun, estimated,
 //! refused (past 2^53 µUSD), under the wrong owner, of a denied or unknown
 //! exec id, and late, after expiry; retries of each with the same exec id;
 //! operators' refunds and credits, refused ones and retries; clock
@@ -59,7 +60,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use uuid::Uuid;
 
 use crate::budget::{
-    AdjustOutcome, Books, LedgerStatus, OnExpiry, Reports, ReserveOutcome, StoreError,
+    AdjustOutcome, Books, ClaimedReserve, LedgerStatus, OnExpiry, Reports, ReserveOutcome,
+    StoreError,
 };
 use crate::money::UsdMicrosDelta;
 use backend::{Backend, Kind};
@@ -203,6 +205,7 @@ fn label(answer: &Answer) -> &'static str {
         Answer::Unknown => "unknown",
         Answer::OwnershipMismatch => "ownership mismatch",
         Answer::OutOfRange => "out of range",
+        Answer::Duplicate => "duplicate",
         Answer::Nothing => "clock or crash",
         Answer::Failed(_) => "failed",
     }
@@ -250,10 +253,19 @@ async fn run(
 async fn perform(backend: &mut Backend, world: &World, op: &Op, model: &Model) -> Answer {
     let store = backend.store();
     let answer = match op {
-        Op::Reserve(reserve) => store
-            .reserve(&world.request(reserve))
-            .await
-            .map(Answer::Reserve),
+        Op::Reserve(reserve) => match world.claim(reserve) {
+            Some(claim) => store
+                .reserve_claimed(&world.request(reserve), &claim)
+                .await
+                .map(|claimed| match claimed {
+                    ClaimedReserve::Ran(outcome) => Answer::Reserve(outcome),
+                    ClaimedReserve::Duplicate => Answer::Duplicate,
+                }),
+            None => store
+                .reserve(&world.request(reserve))
+                .await
+                .map(Answer::Reserve),
+        },
         Op::Settle(settle) => store
             .settle(&world.settlement(settle))
             .await
@@ -404,6 +416,7 @@ async fn a_late_settle_after_a_refund_gives_back_only_what_is_left() {
             min: 5_000,
             max: 5_000,
             ttl_ticks: 1,
+            claim: None,
         }),
         Op::Advance { ticks: 2 },
         Op::Adjust(Adjust {

@@ -32,6 +32,8 @@ pub(super) enum Answer {
     Unknown,
     OwnershipMismatch,
     OutOfRange,
+    /// A claimed reserve whose claim an open reservation holds.
+    Duplicate,
     /// A step that asks the store nothing (the clock, a crash).
     Nothing,
     Failed(String),
@@ -93,6 +95,8 @@ pub(super) struct Model {
     /// The cap each remembered run's first call fixed.
     runs: HashMap<String, Option<UsdMicros>>,
     adjustments: HashMap<String, (String, Option<String>, AdjustOutcome)>,
+    /// Each idempotency claim and the exec id whose reservation took it.
+    claims: HashMap<String, String>,
     /// Every entry the ledger must hold: exec id, status, actual.
     pub(super) ledger: Vec<(String, LedgerStatus, UsdMicrosDelta)>,
 }
@@ -109,6 +113,7 @@ impl Model {
             holds: HashMap::new(),
             runs: HashMap::new(),
             adjustments: HashMap::new(),
+            claims: HashMap::new(),
             ledger: Vec::new(),
         }
     }
@@ -235,6 +240,34 @@ impl Model {
         Answer::Reserve(ReserveOutcome::Reserved { amount, levels })
     }
 
+    /// A reserve under `claim`: a duplicate while another exec id's open
+    /// reservation holds it (nothing remembered), else a reserve whose
+    /// new reservation takes the claim. The sweep that runs with every
+    /// clock advance leaves no open reservation past its deadline.
+    pub(super) fn reserve_claimed(&mut self, req: &ReserveRequest, claim: &str) -> Answer {
+        if !self.holds.contains_key(&req.exec_id) {
+            let held = self
+                .claims
+                .get(claim)
+                .and_then(|holder| self.holds.get(holder));
+            if held.is_some_and(|hold| matches!(hold.state, HoldState::Open)) {
+                return Answer::Duplicate;
+            }
+        } else {
+            return self.reserve(req);
+        }
+        let answer = self.reserve(req);
+        if matches!(answer, Answer::Reserve(ReserveOutcome::Reserved { .. })) {
+            self.claims.insert(claim.to_owned(), req.exec_id.clone());
+        }
+        answer
+    }
+
+    /// The reservation of `exec_id` closed: the claim it held is free.
+    fn release_claim(&mut self, exec_id: &str) {
+        self.claims.retain(|_, holder| holder != exec_id);
+    }
+
     // === settle and expiry ===
 
     pub(super) fn settle(&mut self, s: &Settlement) -> Answer {
@@ -314,6 +347,7 @@ impl Model {
         if let Some(hold) = self.holds.get_mut(&s.exec_id) {
             hold.state = HoldState::Settled(outcome.clone());
         }
+        self.release_claim(&s.exec_id);
         Answer::Settle(outcome)
     }
 
@@ -336,6 +370,7 @@ impl Model {
         if let Some(hold) = self.holds.get_mut(exec_id) {
             hold.state = HoldState::Expired { charged, forget_at };
         }
+        self.release_claim(exec_id);
         charged
     }
 

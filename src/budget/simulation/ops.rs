@@ -135,6 +135,13 @@ impl World {
         }
     }
 
+    /// The claim `op` holds, as the gateway writes one (64 hex digits):
+    /// the same number under another key is another claim.
+    pub(super) fn claim(&self, op: &Reserve) -> Option<String> {
+        op.claim
+            .map(|claim| format!("{:064x}", op.key as u64 * 16 + u64::from(claim)))
+    }
+
     pub(super) fn settlement(&self, op: &Settle) -> Settlement {
         // The wrong owner is the next key over: another key, maybe
         // another org.
@@ -174,6 +181,8 @@ pub(super) struct Reserve {
     pub(super) min: UsdMicros,
     pub(super) max: UsdMicros,
     pub(super) ttl_ticks: u64,
+    /// The client's idempotency claim (one of a few per key), if any.
+    pub(super) claim: Option<u8>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -249,14 +258,24 @@ pub(super) fn generate(world: &World, seed: u64, steps: usize) -> Vec<Op> {
                     };
                     (rng.range(0, 2) as u8, cap)
                 });
-                let reserve = Reserve {
+                let mut reserve = Reserve {
                     exec: reserves.len() as u32,
                     key: rng.range(0, 2) as usize,
                     run,
                     min,
                     max,
                     ttl_ticks: rng.range(1, 6),
+                    claim: rng.chance(25).then(|| rng.range(0, 2) as u8),
                 };
+                // Now and then the client sends a claimed request again
+                // while the first is in flight.
+                let in_flight: Vec<Reserve> = with(Standing::Open, &model)
+                    .into_iter()
+                    .filter(|open| open.claim.is_some())
+                    .collect();
+                if let Some(first) = rng.pick(&in_flight).filter(|_| rng.chance(30)) {
+                    (reserve.key, reserve.claim) = (first.key, first.claim);
+                }
                 reserves.push(reserve);
                 Op::Reserve(reserve)
             }
@@ -373,7 +392,10 @@ pub(super) fn generate(world: &World, seed: u64, steps: usize) -> Vec<Op> {
 pub(super) fn apply(world: &World, model: &mut Model, op: &Op) -> super::model::Answer {
     use super::model::Answer;
     match op {
-        Op::Reserve(reserve) => model.reserve(&world.request(reserve)),
+        Op::Reserve(reserve) => match world.claim(reserve) {
+            Some(claim) => model.reserve_claimed(&world.request(reserve), &claim),
+            None => model.reserve(&world.request(reserve)),
+        },
         Op::Settle(settle) => model.settle(&world.settlement(settle)),
         Op::Adjust(adjust) => model.adjust(&world.adjustment(adjust)),
         Op::Advance { ticks } => {
