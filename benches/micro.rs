@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the work the gateway adds to every call, each step
 //! on its own: scanning a stream for its usage, reading usage from a body,
 //! parsing and estimating a request, counting tokens (beside tiktoken-rs),
+//! a turn of a long conversation (its counts remembered, or not),
 //! one call's whole path through its family (Gemini beside OpenAI, Bedrock
 //! beside Anthropic), and one reserve + settle on the memory store and on
 //! the SQLite store (one call at a time, and 32 at once).
@@ -443,6 +444,54 @@ fn bedrock_paths(c: &mut Criterion) {
     group.finish();
 }
 
+/// One turn of an agent's conversation, resent whole as agents do: parse,
+/// estimate and the body to forward (an output limit added), for a turn
+/// whose messages were all counted before (`again`, the common case: the
+/// counts come from the count cache) and for one whose messages are all
+/// new (`first`, every message counted afresh).
+fn conversation_turns(c: &mut Criterion) {
+    let counter = TokenCounter::for_model(ProviderKind::OpenAi, "gpt-4o-mini");
+    let price = price("gpt-4o-mini");
+    let message = prose(800, counter);
+    let conversation = |tokens: u64, nonce: u64| {
+        let messages: Vec<serde_json::Value> = (0..tokens / 800)
+            .map(|i| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                serde_json::json!({"role": role, "content": format!("{nonce} {i} {message}")})
+            })
+            .collect();
+        Bytes::from(serde_json::json!({"model": "gpt-4o-mini", "messages": messages}).to_string())
+    };
+    let turn = |body: &Bytes| {
+        let call = parse(body);
+        let bound = estimate(&call, &price, counter);
+        (bound, call.forward_body())
+    };
+    let mut group = c.benchmark_group("conversation_turn");
+    group.sample_size(20);
+    for tokens in [32_000u64, 128_000] {
+        let body = conversation(tokens, 0);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        let name = format!("{}k_tokens", tokens / 1000);
+        group.bench_with_input(BenchmarkId::new("again", &name), &body, |b, body| {
+            turn(body);
+            b.iter(|| turn(black_box(body)))
+        });
+        let mut nonce = 0;
+        group.bench_function(BenchmarkId::new("first", &name), |b| {
+            b.iter_batched(
+                || {
+                    nonce += 1;
+                    conversation(tokens, nonce)
+                },
+                |body| turn(&body),
+                criterion::BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+}
+
 /// The gateway's count-only tokenizer beside tiktoken-rs, the reference it
 /// matches, on the same texts: a chat message and long prose.
 fn token_counting(c: &mut Criterion) {
@@ -666,7 +715,7 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = sse_scanning, usage_parsing, request_parsing, cost_estimation, family_paths, bedrock_paths, token_counting, reserve_and_settle,
+    targets = sse_scanning, usage_parsing, request_parsing, cost_estimation, family_paths, bedrock_paths, token_counting, conversation_turns, reserve_and_settle,
         sqlite_reserve_and_settle, sqlite_reserve_and_settle_at_once
 }
 criterion_main!(micro);

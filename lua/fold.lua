@@ -31,18 +31,31 @@ end
 local function fold(items, stop)
   local folded = 0
   local last_id = nil
+  -- Summed per folded field first: a page of a busy key's entries moves
+  -- two fields, not two per entry.
+  local sums, order = {}, {}
+  local function sum(field, actual)
+    if not sums[field] then
+      sums[field] = 0
+      order[#order + 1] = field
+    end
+    sums[field] = sums[field] + actual
+  end
   for _, item in ipairs(items) do
     local entry = entry_fields(item)
     if stop and stop(entry) then
       break
     end
     local actual = tonumber(entry.act)
-    add(counter_field('key', entry.key, entry.kp) .. ':f', actual)
+    sum(counter_field('key', entry.key, entry.kp) .. ':f', actual)
     if entry.org then
-      add(counter_field('org', entry.org, entry.op) .. ':f', actual)
+      sum(counter_field('org', entry.org, entry.op) .. ':f', actual)
     end
     folded = folded + 1
     last_id = item[1]
+  end
+  for _, field in ipairs(order) do
+    add(field, sums[field])
   end
   if last_id then
     -- MINID keeps every entry at or above the id given: the one right
