@@ -18,7 +18,7 @@
 //!
 //! The text is generated from a fixed seed: sentences of varied English
 //! words and the identifiers, paths, numbers and code of a coding session,
-//! which OpenAI's tokenizer counts at about four bytes a token, as it does
+//! which OpenAI's tokenizer counts at about 4.3 bytes a token, as it does
 //! real chat, rather than one repeated word, which it would take whole.
 //! Depths are counted with the gateway's own tokenizer (o200k_base, exact
 //! for `gpt-4o-mini`) as OpenAI counts a chat prompt: each message's
