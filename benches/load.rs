@@ -6,6 +6,9 @@
 //! cargo bench --bench load -- --soak 20m --soak-store redis,memory,sqlite
 //!                                       # one gateway per store at a steady rate:
 //!                                       # does its memory stay flat?
+//! cargo bench --bench load -- --conversation
+//!                                       # agents' turns resent whole, 1k to 128k
+//!                                       # tokens deep (a few minutes)
 //! cargo bench --bench load -- --help    # every knob
 //! ```
 //!
@@ -29,6 +32,12 @@
 //! `--soak` runs instead one gateway under the open loop for a long time
 //! and prints a line per interval and verdicts on its memory
 //! (`load/soak.rs`, `load/soak_report.rs`).
+//! `--conversation` runs instead the agents' conversations: every turn
+//! resends the whole conversation, 1k to 128k tokens deep, to D P N G0 G
+//! GS at concurrency 1 and in a closed loop of `--agents`, with the added
+//! latency and CPU per turn at each depth (`load/conversation.rs`,
+//! `load/conversation_run.rs`, `load/conversation_report.rs`). `--smoke`
+//! ends with a shallow one unless `--modes` names the modes.
 //!
 //! Traffic goes only to 127.0.0.1; every loop is bounded in count and
 //! time; every process started is killed when the run ends, fails or
@@ -48,6 +57,12 @@ mod calls;
 mod child;
 #[path = "load/client.rs"]
 mod client;
+#[path = "load/conversation.rs"]
+mod conversation;
+#[path = "load/conversation_report.rs"]
+mod conversation_report;
+#[path = "load/conversation_run.rs"]
+mod conversation_run;
 #[path = "load/cores.rs"]
 mod cores;
 #[path = "load/drive.rs"]
@@ -87,8 +102,10 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
+use conversation_run::ConversationPlan;
 use error::BenchError;
 use soak::{SoakPlan, SoakStore};
 
@@ -148,7 +165,8 @@ impl Mode {
     about = "Load benchmark: direct vs pass-through (hyper, nginx) vs tollgate (memory, Redis, SQLite)"
 )]
 struct Cli {
-    /// A few seconds: tiny load, 20 streams, one round. Checks that the
+    /// A few seconds: tiny load, 20 streams, one round, and (unless
+    /// `--modes` names the modes) a shallow conversation. Checks that the
     /// benchmark runs and that every call and stream settles.
     #[arg(long)]
     smoke: bool,
@@ -204,6 +222,16 @@ struct Cli {
     /// under 3 minutes): does its memory stay flat?
     #[arg(long, value_parser = soak::parse_duration, conflicts_with_all = ["smoke", "modes", "upstream", "store_core"])]
     soak: Option<Duration>,
+    /// The conversation mode instead of the modes: agents' turns, each
+    /// resending the whole conversation, 1k to 128k tokens deep, at
+    /// concurrency 1 and in a closed loop of `--agents`; with `--smoke`,
+    /// shallow and few.
+    #[arg(long, conflicts_with_all = ["soak", "modes", "store_core", "api_keys"])]
+    conversation: bool,
+    /// Agents of the conversation mode's closed loop, each resending a
+    /// conversation of its own.
+    #[arg(long, default_value_t = 8)]
+    agents: usize,
     /// Calls per second of the soak.
     #[arg(long, default_value_t = 2000)]
     soak_rate: u32,
@@ -350,14 +378,20 @@ fn main() -> ExitCode {
             }
         };
     }
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
+    // The plain smoke run, CI's, covers the conversation mode too.
+    let modes_named = matches.value_source("modes") == Some(ValueSource::CommandLine);
     if !cli.bench && !cli.smoke {
         eprintln!(
             "load: a benchmark, not a test; run `cargo bench --bench load` (or `-- --smoke`)"
         );
         return ExitCode::SUCCESS;
     }
-    match bench(&cli) {
+    match bench(&cli, modes_named) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
             eprintln!("load: a call or a stream was not settled as it should be (see above)");
@@ -371,8 +405,8 @@ fn main() -> ExitCode {
 }
 
 /// Runs the benchmark and prints the report; `Ok(false)` when the run's
-/// own checks failed.
-fn bench(cli: &Cli) -> Result<bool, BenchError> {
+/// own checks failed. `modes_named`: `--modes` was given.
+fn bench(cli: &Cli, modes_named: bool) -> Result<bool, BenchError> {
     let mut settings = Settings::from_cli(cli)?;
     if cli.store_core {
         settings.store_core = Some(cores::pin_run()?);
@@ -394,21 +428,47 @@ fn bench(cli: &Cli) -> Result<bool, BenchError> {
         )?;
         return soak::run(&plan, &runtime);
     }
-    let outcome = run::run(&settings, &runtime)?;
-    let report = report::render(&settings, &outcome);
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(report.text.as_bytes())?;
+    let conversation = (cli.conversation || (cli.smoke && !modes_named))
+        .then(|| {
+            ConversationPlan::new(
+                cli.smoke,
+                settings.rounds,
+                cli.agents,
+                cli.upstream,
+                &cli.redis_url,
+                settings.cores,
+            )
+        })
+        .transpose()?;
+    let mut holds = true;
+    if !cli.conversation {
+        let outcome = run::run(&settings, &runtime)?;
+        let report = report::render(&settings, &outcome);
+        print(&report.text)?;
+        holds &= report.checks_hold;
+    }
+    if let Some(plan) = conversation {
+        let outcome = conversation_run::run(&plan, &runtime)?;
+        let report = conversation_report::render(&plan, &outcome);
+        print(&report.text)?;
+        holds &= report.checks_hold;
+    }
     if settings.smoke {
-        writeln!(
-            stdout,
-            "\nsmoke: {}",
-            if report.checks_hold {
+        print(&format!(
+            "\nsmoke: {}\n",
+            if holds {
                 "every call and stream settled"
             } else {
                 "FAILED"
             }
-        )?;
+        ))?;
     }
+    Ok(holds)
+}
+
+fn print(text: &str) -> Result<(), BenchError> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
     stdout.flush()?;
-    Ok(report.checks_hold)
+    Ok(())
 }

@@ -1,4 +1,4 @@
-//! The two ways load is generated.
+//! The ways load is generated.
 //!
 //! - Closed loop: N connections, each sending its next request as soon as
 //!   the last one is answered. It finds the most a configuration carries,
@@ -8,6 +8,9 @@
 //!   *intended* start. A configuration that stalls for 10 ms is charged
 //!   those 10 ms on every request that should have started meanwhile —
 //!   the coordinated omission a closed loop hides.
+//! - Scripted: each connection sends its own list of bodies in order, each
+//!   once its last call is answered — an agent resending its conversation.
+//!   Bounded by the bodies' count, so every configuration is sent the same.
 //!
 //! The open loop is paced by a plain OS thread: tokio's timer rounds every
 //! sleep up to the next millisecond, which would add up to 1 ms to each
@@ -18,6 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -173,6 +177,60 @@ async fn closed_loop_worker(
             break;
         }
         let outcome = call(&mut conn, target, calls).await;
+        sample.record(outcome, start.elapsed());
+        if !conn.is_open() {
+            match Conn::open(target.addr).await {
+                Ok(fresh) => conn = fresh,
+                Err(error) => {
+                    sample.fail(error.to_string());
+                    break;
+                }
+            }
+        }
+    }
+    sample
+}
+
+/// Each script on a connection of its own, its bodies sent in order, each
+/// once the last one is answered; abandoned after `limit`.
+pub async fn scripted(
+    target: &Target,
+    scripts: Vec<Vec<Bytes>>,
+    limit: Duration,
+) -> Result<Sample, BenchError> {
+    let mut conns = Vec::with_capacity(scripts.len());
+    for _ in &scripts {
+        conns.push(Conn::open(target.addr).await?);
+    }
+    let started = Instant::now();
+    let mut workers = JoinSet::new();
+    for (conn, bodies) in conns.into_iter().zip(scripts) {
+        let target = target.clone();
+        workers.spawn(async move { scripted_worker(conn, &target, bodies).await });
+    }
+    let mut total = Sample::empty();
+    let collect = async {
+        while let Some(done) = workers.join_next().await {
+            if let Ok(sample) = done {
+                total.merge(&sample);
+            }
+        }
+    };
+    tokio::time::timeout(limit, collect)
+        .await
+        .map_err(|_| BenchError::Timeout("a scripted phase", limit))?;
+    total.elapsed = started.elapsed();
+    Ok(total)
+}
+
+async fn scripted_worker(mut conn: Conn, target: &Target, bodies: Vec<Bytes>) -> Sample {
+    let mut sample = Sample::empty();
+    for body in bodies {
+        let start = Instant::now();
+        let outcome = match target.post(CHAT_PATH, body) {
+            Ok(request) => conn.call(request).await,
+            Err(error) => Err(error),
+        };
         sample.record(outcome, start.elapsed());
         if !conn.is_open() {
             match Conn::open(target.addr).await {
