@@ -30,8 +30,9 @@ pub const MIN_CACHED_BYTES: usize = 256;
 /// `server.token_count_cache_mb` when the config does not say.
 pub const DEFAULT_CACHE_MB: u64 = 64;
 
-/// What one entry costs in a map (key, count, control byte, load factor).
-const ENTRY_BYTES: u64 = 48;
+/// What one bucket of a map costs: an entry (key and count) and its
+/// control byte.
+const BUCKET_BYTES: u64 = std::mem::size_of::<(Key, u64)>() as u64 + 1;
 
 const SHARDS: usize = 16;
 
@@ -84,8 +85,15 @@ pub struct CountCache {
 impl CountCache {
     /// A cache of at most about `megabytes` MiB; 0 turns it off.
     pub fn new(megabytes: u64) -> CountCache {
-        let entries = megabytes.saturating_mul(1 << 20) / ENTRY_BYTES;
-        let per_generation = usize::try_from(entries / (2 * SHARDS as u64)).unwrap_or(usize::MAX);
+        // A map's buckets are a power of two, at most seven eighths full:
+        // each generation of each shard gets the most buckets that fit
+        // its share, and holds as many entries as fill them.
+        let share = megabytes.saturating_mul(1 << 20) / (2 * SHARDS as u64);
+        let buckets = match share / BUCKET_BYTES {
+            0 => 0,
+            fit => 1u64 << fit.ilog2(),
+        };
+        let per_generation = usize::try_from(buckets / 8 * 7).unwrap_or(usize::MAX);
         CountCache {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             per_generation,
@@ -159,6 +167,18 @@ impl CountCache {
         shard.current.insert(key, tokens);
     }
 
+    /// The bytes its maps have allocated.
+    #[cfg(test)]
+    fn allocated(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| {
+                let shard = shard.lock().unwrap();
+                shard.current.allocation_size() + shard.previous.allocation_size()
+            })
+            .sum()
+    }
+
     /// Entries held now, both generations.
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -223,6 +243,9 @@ mod tests {
             assert!(!recounted, "the text in use was dropped at {i}");
             assert!(cache.len() <= bound, "{} > {bound}", cache.len());
         }
+        // Full, it holds no more memory than it was given.
+        assert!(cache.allocated() <= 1 << 20, "{} bytes", cache.allocated());
+        assert!(cache.allocated() > 1 << 18, "{} bytes", cache.allocated());
     }
 
     #[test]
