@@ -44,7 +44,8 @@ Invariants: idempotent on exec_id; on time, each counter moves by
 actual - amount and its reserved part by -amount, booked as one entry of
 act = actual; late (after expiry, which charged `ec`), each counter moves
 by actual - ec, booked as one `late` entry of act = actual - ec, giving
-back no more than the least spent of the scopes it charged (a settle
+back no more than the least spent of the key and org (a run's spent stops
+at zero) (a settle
 that finds its reservation past its deadline books the `expired` entry
 first, as the sweep would have); a counter that would reach 2^53 refuses
 the settle (`out_of_range`) before anything is written, the expiry too.
@@ -128,13 +129,19 @@ for i = 1, #fields, 2 do
     return { 'out_of_range', fields[i] }
   end
 end
--- A late settle below expiry's charge gives back no more than every scope
--- it charged still holds in spent (committed - reserved): an operator's
--- refund may have given part of it back already. Every scope moves by the
--- same amount, the one its entry books.
+-- A late settle below expiry's charge gives back no more than the key and
+-- its org still hold in spent (committed - reserved): an operator's refund
+-- (which moves those two) may have given part of it back already. They
+-- move by the same amount, the one its entry books; the run moves by it
+-- too, down to zero if the run was forgotten meanwhile (below).
+local run_at = nil
 if not pending and committed < 0 then
   for i = 1, #fields, 2 do
-    committed = math.max(committed, values[i + 1] - values[i])
+    if string.sub(fields[i], 1, 4) == 'run:' then
+      run_at = i
+    else
+      committed = math.max(committed, values[i + 1] - values[i])
+    end
   end
 end
 
@@ -152,6 +159,10 @@ elseif call.actual > amount + epsilon then
 end
 
 write_counters(fields, values, committed, reserved)
+if run_at and values[run_at] + committed < values[run_at + 1] then
+  -- A run forgotten since its expiry: its spent stops at zero.
+  redis.call('HSET', KEYS[1], fields[run_at], fmt(values[run_at + 1]))
+end
 if pending then
   redis.call('ZREM', KEYS[3], exec_id)
 end

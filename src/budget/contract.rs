@@ -261,6 +261,7 @@ macro_rules! contract_tests {
             a_range_reserve_holds_the_most_that_fits,
             concurrent_reserves_never_exceed_the_run_cap,
             an_idle_run_is_forgotten_after_its_ttl,
+            a_late_settle_after_its_run_is_forgotten_still_gives_back,
             spend_rows_carry_the_run,
             an_alert_is_queued_once_and_delivered_once,
             a_leased_alert_is_due_again_when_its_lease_runs_out,

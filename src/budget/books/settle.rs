@@ -57,10 +57,13 @@ pub(crate) fn settle<B: BookState>(
     // then reach 2^53: checked before anything changes, as `settle.lua`
     // does.
     let held = already_expired.unwrap_or(record.amount);
-    // A late settle below expiry's charge gives back no more than every
-    // scope it charged still holds in `spent`: an operator's refund may
-    // have given part of it back already, and `spent` never goes below
-    // zero. Every scope moves by the same amount, the one its entry books.
+    // A late settle below expiry's charge gives back no more than the key
+    // and its org still hold in `spent`: an operator's refund (which moves
+    // those two) may have given part of it back already, and `spent` never
+    // goes below zero. They move by the same amount, the one the entry
+    // books; the run moves by it too, down to zero if the run was
+    // forgotten meanwhile (a run is a cap inside its key, not in the
+    // books `reconcile` proves).
     let mut give_back =
         already_expired.map_or(0, |charged| charged.saturating_sub(settlement.actual));
     for charge in record.charges() {
@@ -70,7 +73,9 @@ pub(crate) fn settle<B: BookState>(
         if after > i128::from(MAX_USD_MICROS) {
             return Ok(Err(out_of_range()));
         }
-        give_back = give_back.min(counter.spent);
+        if charge.kind != ScopeKind::Run {
+            give_back = give_back.min(counter.spent);
+        }
     }
     let now_ms = millis(now);
     // What expiry charged, when the settle comes after it (or finds the

@@ -325,3 +325,35 @@ pub(super) async fn spend_rows_carry_the_run(f: &impl Fixture) {
         .collect();
     assert_eq!(by_run, [("", 1, 300), (capped.run_id(), 1, 700)]);
 }
+
+/// A call in a run expires, its idle run is forgotten, then the call's
+/// settle comes late and cheaper: the key and org get back what the
+/// expiry charged above the cost, however little the forgotten run still
+/// holds.
+pub(super) async fn a_late_settle_after_its_run_is_forgotten_still_gives_back(f: &impl Fixture) {
+    let store = f.store();
+    let org = scope(ScopeKind::Org, 1_000_000, Period::Total);
+    let key = scope(ScopeKind::Key, 1_000_000, Period::Total);
+    let idle = run(&key, None);
+    // A hold longer than the run is kept idle after its last call.
+    let hold = DEFAULT_RUN_TTL - Duration::from_secs(4 * 3_600);
+    let crashed = ReserveRequest {
+        ttl: hold,
+        ..in_run(&key, Some(&org), &idle, 1_000)
+    };
+    assert_eq!(held(reserve(&store, &crashed).await), reserved(1_000));
+    f.advance(hold + Duration::from_secs(1)).await;
+    assert_eq!(f.sweep_expired().await, 1);
+    f.advance(Duration::from_secs(5 * 3_600)).await;
+    f.sweep_expired().await;
+    assert_eq!(run_state(&store, &idle).await, None, "the run is forgotten");
+
+    let late = settle(&store, &crashed, 100).await;
+    assert_eq!(late.status, LedgerStatus::Late);
+    assert_eq!(counters(&store, &key).await, (100, 0));
+    assert_eq!(counters(&store, &org).await, (100, 0));
+    assert_eq!(
+        statuses(&f.ledger().await),
+        [(LedgerStatus::Expired, 1_000), (LedgerStatus::Late, -900)]
+    );
+}

@@ -303,6 +303,7 @@ impl Model {
         let give_back = expired.map(|charged| {
             hold.charges
                 .iter()
+                .filter(|key| key.0 != ScopeKind::Run)
                 .map(|key| self.counter(key).spent)
                 .fold(charged.saturating_sub(s.actual), UsdMicros::min)
         });
@@ -328,6 +329,8 @@ impl Model {
             ),
         };
         for key in &hold.charges {
+            // A run forgotten since the expiry stops at zero.
+            let spent = spent.max(-i128::from(self.counter(key).spent));
             self.move_counter(key, spent, reserved);
             if spent > 0 && spent + reserved > 0 {
                 self.past_cap.insert(key.clone());
