@@ -57,10 +57,14 @@ pub fn parse(model: &str, stream: bool, bytes: Bytes) -> Result<Call, GatewayErr
             let field = field.map_or("maxOutputTokens", |(name, _)| name);
             (((*key).to_owned(), field.to_owned()), limit)
         }
-        None => (
-            ("generationConfig".to_owned(), "maxOutputTokens".to_owned()),
-            None,
-        ),
+        // Written where the client named it, if only as null: a body
+        // naming the config under both spellings would read differently
+        // to different parsers.
+        None => {
+            let named = spelled(&body, "generationConfig", "generation_config")?;
+            let key = named.map_or("generationConfig", |(name, _)| name);
+            ((key.to_owned(), "maxOutputTokens".to_owned()), None)
+        }
     };
     let config = config.map(|(_, config)| config);
     let choices = match config

@@ -58,6 +58,16 @@ fn an_absent_limit_is_set_where_the_client_spells_the_config() {
     let body: serde_json::Value = serde_json::from_slice(&call.forward_body()).unwrap();
     assert_eq!(body["generation_config"]["maxOutputTokens"], 1000);
     assert!(body.get("generationConfig").is_none());
+
+    // A config the client named as null is filled in under its name, not
+    // sent beside a second spelling.
+    for name in ["generation_config", "generationConfig"] {
+        let mut call = parse_json(json!({"contents": contents(), name: null})).unwrap();
+        call.bound_output(1000, &[]);
+        let body: serde_json::Value = serde_json::from_slice(&call.forward_body()).unwrap();
+        assert_eq!(body[name]["maxOutputTokens"], 1000, "{body}");
+        assert_eq!(body.as_object().unwrap().len(), 2, "{body}");
+    }
 }
 
 #[test]
