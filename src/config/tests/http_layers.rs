@@ -32,6 +32,12 @@ fn the_fields_are_read() {
     };
     assert_eq!(origins, ["https://app.example", "http://localhost:5173"]);
     assert_eq!(server.admin_timeout, Duration::from_secs(5));
+    assert_eq!(
+        server.token_count_cache_mb,
+        crate::tokenizer::cache::DEFAULT_CACHE_MB
+    );
+    let off = load(&with_server("token_count_cache_mb = 0")).unwrap();
+    assert_eq!(off.server.token_count_cache_mb, 0);
     let any = load(&with_server("cors_allowed_origins = [\"*\"]")).unwrap();
     assert_eq!(any.server.cors_allowed_origins, Some(CorsOrigins::Any));
     let none = load(&with_server("cors_allowed_origins = []")).unwrap();
@@ -60,6 +66,11 @@ fn bad_values_name_the_field() {
             "admin_timeout_secs = 0",
             "server.admin_timeout_secs",
             "above 0",
+        ),
+        (
+            "token_count_cache_mb = 70000",
+            "server.token_count_cache_mb",
+            "at most 65536",
         ),
     ] {
         let error = error_after(SERVER, &format!("{SERVER}{lines}\n"));
