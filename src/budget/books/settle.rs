@@ -140,8 +140,12 @@ pub(crate) fn settle<B: BookState>(
     if let Some(claim) = claim {
         books.release_claim(&claim, exec_id);
     }
+    // A run forgotten since the call's reserve stays forgotten: its next
+    // call fixes its cap anew.
     if let Some(run) = run {
-        books.touch_run(&run, None, now_ms)?;
+        if books.run_cap(&run)?.is_some() {
+            books.touch_run(&run, None, now_ms)?;
+        }
     }
     Ok(Ok(outcome))
 }

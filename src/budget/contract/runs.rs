@@ -356,4 +356,19 @@ pub(super) async fn a_late_settle_after_its_run_is_forgotten_still_gives_back(f:
         statuses(&f.ledger().await),
         [(LedgerStatus::Expired, 1_000), (LedgerStatus::Late, -900)]
     );
+    // The run stays forgotten: its next call fixes a cap anew.
+    assert_eq!(run_state(&store, &idle).await, None);
+    let again = RunScope {
+        cap: Some(5_000),
+        ..idle.clone()
+    };
+    let next = in_run(&key, Some(&org), &again, 1_000);
+    assert_eq!(held(reserve(&store, &next).await), reserved(1_000));
+    assert_eq!(
+        run_state(&store, &again)
+            .await
+            .map(|run| (run.cap, run.reserved)),
+        Some((Some(5_000), 1_000))
+    );
+    settle(&store, &next, 1_000).await;
 }
