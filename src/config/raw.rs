@@ -106,7 +106,11 @@ pub(super) struct RawProvider {
     /// `bedrock`: the AWS region calls are signed for, and the variables
     /// holding the credentials that sign them.
     pub region: Option<String>,
+    /// Also spelled `access_key_env` and `secret_key_env`, as the design
+    /// names them.
+    #[serde(alias = "access_key_env")]
     pub access_key_id_env: Option<String>,
+    #[serde(alias = "secret_key_env")]
     pub secret_access_key_env: Option<String>,
     pub session_token_env: Option<String>,
 }

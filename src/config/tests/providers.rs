@@ -229,6 +229,19 @@ fn bedrock_signs_with_aws_credentials_from_the_environment_or_a_bedrock_api_key(
         .unwrap();
     let keys = keys.aws.as_ref().unwrap().keys.as_ref().unwrap();
     assert_eq!(keys.session_token.as_ref().map(Secret::expose), Some("t2"));
+    // The design's shorter names read the same.
+    let short = BEDROCK.replace(
+        "models =",
+        "access_key_env = \"K\"\nsecret_key_env = \"S\"\nmodels =",
+    );
+    let short = load(&short, &[("K", "AKID3"), ("S", "s3")]).unwrap();
+    let short = short
+        .providers
+        .iter()
+        .find(|p| p.name == "bedrock")
+        .unwrap();
+    let short = short.aws.as_ref().unwrap().keys.as_ref().unwrap();
+    assert_eq!(short.access_key_id.expose(), "AKID3");
     // No credentials: the gateway starts, and the provider is unusable.
     let unset = load(BEDROCK, &[]).unwrap();
     let unset = unset
