@@ -46,12 +46,9 @@ spent never goes below zero; every key touched is in KEYS.
 if not argv.epoch or argv.epoch == '' then
   fail('no store epoch')
 end
-local mark = redis.call('HGET', KEYS[1], 'epoch')
-if mark ~= argv.epoch then
-  if not mark then
-    return { 'epoch_unknown' }
-  end
-  return { 'epoch_mismatch', mark }
+local refusal = epoch_refusal(redis.call('HGET', KEYS[1], 'epoch'), argv.epoch)
+if refusal then
+  return refusal
 end
 
 local exec_id = argv.exec_id

@@ -174,6 +174,19 @@ local function period_arg(text, what)
   return text
 end
 
+-- The answer to a call on books marked with another epoch than the one
+-- the gateway serves under (`mark` nil: not marked at all), or nil when
+-- they are its own (see meta.lua).
+local function epoch_refusal(mark, epoch)
+  if mark == epoch then
+    return nil
+  end
+  if not mark then
+    return { 'epoch_unknown' }
+  end
+  return { 'epoch_mismatch', mark }
+end
+
 -- The store's clock in ms: Redis's TIME, never the caller's clock.
 -- TIME answers decimal strings, which arithmetic reads as numbers.
 local function store_now()
@@ -310,6 +323,14 @@ local function read_counters(fields)
   return values
 end
 
+-- A committed counter `value` moved by `by`, never below its reserved
+-- part once that has moved (`reserved_after`): spent never goes below
+-- zero, as `books::moved` keeps it in the other stores. Only a late settle
+-- of a run forgotten since its expiry would take it there.
+local function committed_after(value, by, reserved_after)
+  return fmt(math.max(value + by, reserved_after))
+end
+
 -- Moves each committed counter in `fields` by `committed` and each
 -- reserved part by `reserved`; like `add`, a move of 0 writes nothing.
 -- `extra`, if given, holds more field-value pairs of KEYS[1] to write in
@@ -318,13 +339,15 @@ local function write_counters(fields, values, committed, reserved, extra)
   -- The common case, every field moving, spells its HSET out: a list
   -- built field by field costs more than the command.
   if committed ~= 0 and reserved ~= 0 and #fields <= 4 and not (extra and extra[1]) then
+    local r1 = values[2] + reserved
     if fields[3] then
+      local r2 = values[4] + reserved
       redis.call('HSET', KEYS[1],
-        fields[1], fmt(values[1] + committed), fields[2], fmt(values[2] + reserved),
-        fields[3], fmt(values[3] + committed), fields[4], fmt(values[4] + reserved))
+        fields[1], committed_after(values[1], committed, r1), fields[2], fmt(r1),
+        fields[3], committed_after(values[3], committed, r2), fields[4], fmt(r2))
     else
       redis.call('HSET', KEYS[1],
-        fields[1], fmt(values[1] + committed), fields[2], fmt(values[2] + reserved))
+        fields[1], committed_after(values[1], committed, r1), fields[2], fmt(r1))
     end
     return
   end
@@ -332,7 +355,7 @@ local function write_counters(fields, values, committed, reserved, extra)
   for i = 1, #fields, 2 do
     if committed ~= 0 then
       args[#args + 1] = fields[i]
-      args[#args + 1] = fmt(values[i] + committed)
+      args[#args + 1] = committed_after(values[i], committed, values[i + 1] + reserved)
     end
     if reserved ~= 0 then
       args[#args + 1] = fields[i + 1]

@@ -143,12 +143,9 @@ if run_counter then
   fields[#fields + 1] = run_counter .. ':r'
 end
 local read = redis.call('HMGET', KEYS[1], unpack(fields))
-local mark = read[1]
-if mark ~= argv.epoch then
-  if not mark then
-    return { 'epoch_unknown' }
-  end
-  return { 'epoch_mismatch', mark }
+local refusal = epoch_refusal(read[1], argv.epoch)
+if refusal then
+  return refusal
 end
 
 -- The lazy sweep runs at most once a LAZY_EVERY_MS per tag: expiring a
@@ -156,7 +153,9 @@ end
 -- forgetting a record late only keeps it a moment longer.
 local expired = 0
 local swept = false
-if not read[2] or tonumber(read[2]) <= now then
+-- A mark further ahead than that was written by a clock since set back.
+local lazy_at = tonumber(read[2] or '0')
+if lazy_at <= now or lazy_at > now + LAZY_EVERY_MS then
   expired = expire_due(now, lazy_limit, on_expiry)
   forget_done(now, lazy_limit * FORGET_PER_SWEEP)
   swept = true

@@ -133,13 +133,10 @@ end
 -- its org still hold in spent (committed - reserved): an operator's refund
 -- (which moves those two) may have given part of it back already. They
 -- move by the same amount, the one its entry books; the run moves by it
--- too, down to zero if the run was forgotten meanwhile (below).
-local run_at = nil
+-- too, down to zero if the run was forgotten meanwhile (`write_counters`).
 if not pending and committed < 0 then
   for i = 1, #fields, 2 do
-    if string.sub(fields[i], 1, 4) == 'run:' then
-      run_at = i
-    else
+    if string.sub(fields[i], 1, 4) ~= 'run:' then
       committed = math.max(committed, values[i + 1] - values[i])
     end
   end
@@ -159,10 +156,6 @@ elseif call.actual > amount + epsilon then
 end
 
 write_counters(fields, values, committed, reserved)
-if run_at and values[run_at] + committed < values[run_at + 1] then
-  -- A run forgotten since its expiry: its spent stops at zero.
-  redis.call('HSET', KEYS[1], fields[run_at], fmt(values[run_at + 1]))
-end
 if pending then
   redis.call('ZREM', KEYS[3], exec_id)
 end
