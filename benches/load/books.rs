@@ -29,6 +29,20 @@ impl SettleCheck {
     pub fn holds(&self) -> bool {
         self.reserved == 0 && self.spent == self.expected_spent
     }
+
+    /// The check as a report's settlement section prints it, for the
+    /// configuration `label`.
+    pub fn line(&self, label: &str) -> String {
+        format!(
+            "  {label:<3} {:<14} {:>8} calls  spent {:>12} µUSD (expected {:>12})  reserved {:>6}  {}",
+            self.phase,
+            self.calls,
+            self.spent,
+            self.expected_spent,
+            self.reserved,
+            if self.holds() { "ok" } else { "MISMATCH" }
+        )
+    }
 }
 
 /// Reads the gateway's books until they balance or the grace runs out;

@@ -149,16 +149,7 @@ fn settlement(out: &mut String, run: &ConversationRun) -> bool {
     let mut holds = true;
     for (label, check) in &run.settlement {
         holds &= check.holds();
-        let _ = writeln!(
-            out,
-            "  {label:<3} {:<14} {:>8} calls  spent {:>12} µUSD (expected {:>12})  reserved {:>6}  {}",
-            check.phase,
-            check.calls,
-            check.spent,
-            check.expected_spent,
-            check.reserved,
-            if check.holds() { "ok" } else { "MISMATCH" }
-        );
+        let _ = writeln!(out, "{}", check.line(label));
     }
     holds
 }

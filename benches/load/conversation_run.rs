@@ -26,11 +26,10 @@ use crate::conversation::{self, Agent, Depth, DEPTHS, SMOKE_DEPTHS};
 use crate::drive::{self, Sample};
 use crate::error::BenchError;
 use crate::nginx::Nginx;
-use crate::procs::Proc;
-use crate::redis_stats::RedisProbe;
-use crate::run::{self, CpuUse, INSTANT_REPLY_TOKENS, WARM_UP_CONNECTIONS};
-use crate::setup::{self, RunFiles};
-use crate::subjects::{self, Subject, Ticks, Upstreams};
+use crate::redis_stats::{RedisProbe, RunKeys};
+use crate::run::{self, CpuUse, WARM_UP_CONNECTIONS};
+use crate::setup::RunFiles;
+use crate::subjects::{self, Subject, Ticks};
 use crate::{Mode, Upstream};
 
 /// Agents of the smoke run's closed loop.
@@ -179,23 +178,9 @@ pub fn run(plan: &ConversationPlan, runtime: &Runtime) -> Result<ConversationRun
         .as_ref()
         .err()
         .map(|error| format!("Redis at {} does not answer: {error}", plan.redis_url));
-    let mut run_keys = RunKeys {
-        probe: probe.ok(),
-        run_id: files.run_id.clone(),
-    };
+    let mut run_keys = RunKeys::new(probe.ok(), &files.run_id);
     let nginx = Nginx::find(plan.agents.max(WARM_UP_CONNECTIONS));
-    let upstream = match plan.upstream {
-        Upstream::Instant => Proc::start("instant upstream", setup::instant_command()?)?,
-        Upstream::Mock => Proc::start(
-            "mock (instant)",
-            setup::mock_command(INSTANT_REPLY_TOKENS, None),
-        )?,
-    };
-    let upstreams = Upstreams {
-        direct: upstream.addr,
-        instant: upstream.addr,
-        streaming: upstream.addr,
-    };
+    let (upstream, upstreams) = run::instant_upstream(plan.upstream)?;
     let (mut subjects, skipped) = subjects::start(
         &files,
         "conversation",
@@ -299,29 +284,5 @@ pub fn loop_name(mode: Mode, agents: usize) -> String {
     match mode {
         Mode::Single => "concurrency 1, one agent".to_owned(),
         _ => format!("closed loop, {agents} agents"),
-    }
-}
-
-/// The run's Redis keys, deleted when the run ends, fails or panics.
-struct RunKeys {
-    probe: Option<RedisProbe>,
-    run_id: String,
-}
-
-impl RunKeys {
-    /// Deletes the keys; returns how many there were.
-    fn delete(&mut self) -> Result<usize, BenchError> {
-        match self.probe.take() {
-            Some(mut probe) => probe.delete_keys_with(&self.run_id),
-            None => Ok(0),
-        }
-    }
-}
-
-impl Drop for RunKeys {
-    fn drop(&mut self) {
-        if let Err(error) = self.delete() {
-            eprintln!("could not delete this run's Redis keys: {error}");
-        }
     }
 }

@@ -149,6 +149,17 @@ pub async fn closed_loop(
         let (target, calls) = (target.clone(), calls.clone());
         workers.spawn(async move { closed_loop_worker(conn, &target, &calls, deadline).await });
     }
+    joined(workers, started, duration + OVERRUN, "a closed-loop phase").await
+}
+
+/// Every worker's sample merged, timed from `started`; a timeout past
+/// `limit`.
+async fn joined(
+    mut workers: JoinSet<Sample>,
+    started: Instant,
+    limit: Duration,
+    phase: &'static str,
+) -> Result<Sample, BenchError> {
     let mut total = Sample::empty();
     let collect = async {
         while let Some(done) = workers.join_next().await {
@@ -157,11 +168,29 @@ pub async fn closed_loop(
             }
         }
     };
-    tokio::time::timeout(duration + OVERRUN, collect)
+    tokio::time::timeout(limit, collect)
         .await
-        .map_err(|_| BenchError::Timeout("a closed-loop phase", duration + OVERRUN))?;
+        .map_err(|_| BenchError::Timeout(phase, limit))?;
     total.elapsed = started.elapsed();
     Ok(total)
+}
+
+/// A connection the last call closed replaced by a fresh one; false
+/// (the failure recorded) when none can be opened.
+async fn reopened(conn: &mut Conn, target: &Target, sample: &mut Sample) -> bool {
+    if conn.is_open() {
+        return true;
+    }
+    match Conn::open(target.addr).await {
+        Ok(fresh) => {
+            *conn = fresh;
+            true
+        }
+        Err(error) => {
+            sample.fail(error.to_string());
+            false
+        }
+    }
 }
 
 async fn closed_loop_worker(
@@ -178,14 +207,8 @@ async fn closed_loop_worker(
         }
         let outcome = call(&mut conn, target, calls).await;
         sample.record(outcome, start.elapsed());
-        if !conn.is_open() {
-            match Conn::open(target.addr).await {
-                Ok(fresh) => conn = fresh,
-                Err(error) => {
-                    sample.fail(error.to_string());
-                    break;
-                }
-            }
+        if !reopened(&mut conn, target, &mut sample).await {
+            break;
         }
     }
     sample
@@ -208,19 +231,7 @@ pub async fn scripted(
         let target = target.clone();
         workers.spawn(async move { scripted_worker(conn, &target, bodies).await });
     }
-    let mut total = Sample::empty();
-    let collect = async {
-        while let Some(done) = workers.join_next().await {
-            if let Ok(sample) = done {
-                total.merge(&sample);
-            }
-        }
-    };
-    tokio::time::timeout(limit, collect)
-        .await
-        .map_err(|_| BenchError::Timeout("a scripted phase", limit))?;
-    total.elapsed = started.elapsed();
-    Ok(total)
+    joined(workers, started, limit, "a scripted phase").await
 }
 
 async fn scripted_worker(mut conn: Conn, target: &Target, bodies: Vec<Bytes>) -> Sample {
@@ -232,14 +243,8 @@ async fn scripted_worker(mut conn: Conn, target: &Target, bodies: Vec<Bytes>) ->
             Err(error) => Err(error),
         };
         sample.record(outcome, start.elapsed());
-        if !conn.is_open() {
-            match Conn::open(target.addr).await {
-                Ok(fresh) => conn = fresh,
-                Err(error) => {
-                    sample.fail(error.to_string());
-                    break;
-                }
-            }
+        if !reopened(&mut conn, target, &mut sample).await {
+            break;
         }
     }
     sample

@@ -212,3 +212,37 @@ fn command_stat(commandstats: &str, command: &str, name: &str) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// A run's Redis keys, deleted when the run ends and, should it fail or
+/// panic first, when this is dropped.
+pub struct RunKeys {
+    probe: Option<RedisProbe>,
+    run_id: String,
+}
+
+impl RunKeys {
+    /// The keys marked with `run_id`, on the Redis `probe` reaches (none:
+    /// the run used no Redis).
+    pub fn new(probe: Option<RedisProbe>, run_id: &str) -> RunKeys {
+        RunKeys {
+            probe,
+            run_id: run_id.to_owned(),
+        }
+    }
+
+    /// Deletes the keys; returns how many there were.
+    pub fn delete(&mut self) -> Result<usize, BenchError> {
+        match self.probe.take() {
+            Some(mut probe) => probe.delete_keys_with(&self.run_id),
+            None => Ok(0),
+        }
+    }
+}
+
+impl Drop for RunKeys {
+    fn drop(&mut self) {
+        if let Err(error) = self.delete() {
+            eprintln!("could not delete this run's Redis keys: {error}");
+        }
+    }
+}

@@ -398,17 +398,7 @@ fn settlement_section(out: &mut String, m: &[Measured]) -> bool {
     for measured in ran(m) {
         for check in &measured.settlement {
             holds &= check.holds();
-            let _ = writeln!(
-                out,
-                "  {:<3} {:<14} {:>8} calls  spent {:>12} µUSD (expected {:>12})  reserved {:>6}  {}",
-                measured.label,
-                check.phase,
-                check.calls,
-                check.spent,
-                check.expected_spent,
-                check.reserved,
-                if check.holds() { "ok" } else { "MISMATCH" }
-            );
+            let _ = writeln!(out, "{}", check.line(measured.label));
         }
         for run in &measured.streams {
             if run.completed != run.streams {

@@ -209,20 +209,7 @@ impl Bench<'_> {
     }
 
     fn instant_calls(&mut self, modes: &[Mode]) -> Result<(), BenchError> {
-        let upstream = match self.settings.upstream {
-            Upstream::Instant => Proc::start("instant upstream", setup::instant_command()?)?,
-            Upstream::Mock => Proc::start(
-                "mock (instant)",
-                setup::mock_command(INSTANT_REPLY_TOKENS, None),
-            )?,
-        };
-        // No stream is called in this phase: the gateways' streaming
-        // provider is the same upstream.
-        let upstreams = Upstreams {
-            direct: upstream.addr,
-            instant: upstream.addr,
-            streaming: upstream.addr,
-        };
+        let (upstream, upstreams) = instant_upstream(self.settings.upstream)?;
         let api_keys = self.settings.api_keys;
         let mut subjects = self.start_subjects("instant", &upstreams, api_keys > 0)?;
         if api_keys > 0 {
@@ -561,4 +548,24 @@ pub fn load_average() -> String {
             (fields.len() == 3).then(|| fields.join(" "))
         })
         .unwrap_or_else(|| "?".to_owned())
+}
+
+/// The upstream of the instant calls, started, and every configuration
+/// pointed at it: no stream is called beside them, so the gateways'
+/// streaming provider is the same one. The upstream stops when the `Proc`
+/// is dropped.
+pub fn instant_upstream(upstream: Upstream) -> Result<(Proc, Upstreams), BenchError> {
+    let upstream = match upstream {
+        Upstream::Instant => Proc::start("instant upstream", setup::instant_command()?)?,
+        Upstream::Mock => Proc::start(
+            "mock (instant)",
+            setup::mock_command(INSTANT_REPLY_TOKENS, None),
+        )?,
+    };
+    let upstreams = Upstreams {
+        direct: upstream.addr,
+        instant: upstream.addr,
+        streaming: upstream.addr,
+    };
+    Ok((upstream, upstreams))
 }

@@ -32,7 +32,7 @@ use crate::calls::Calls;
 use crate::drive::{self, Sample};
 use crate::error::BenchError;
 use crate::procs::{self, Proc};
-use crate::redis_stats::{KeySize, RedisProbe};
+use crate::redis_stats::{KeySize, RedisProbe, RunKeys};
 use crate::run::{self, INSTANT_REPLY_TOKENS, WARM_UP_CONNECTIONS};
 use crate::setup::{self, RunFiles, Store};
 use crate::soak_report;
@@ -222,7 +222,11 @@ pub fn run(plan: &SoakPlan, runtime: &Runtime) -> Result<bool, BenchError> {
 fn soak(plan: &SoakPlan, store: SoakStore, runtime: &Runtime) -> Result<SoakRun, BenchError> {
     let load_before = run::load_average();
     let files = RunFiles::new()?;
-    let mut run_keys = RunKeys::new(store, plan, &files.run_id)?;
+    let probe = match store {
+        SoakStore::Redis => Some(RedisProbe::connect(&plan.redis_url)?),
+        _ => None,
+    };
+    let mut run_keys = RunKeys::new(probe, &files.run_id);
     let mock = Proc::start(
         "mock (instant)",
         setup::mock_command(INSTANT_REPLY_TOKENS, None),
@@ -463,40 +467,4 @@ fn keep_error(errors: &mut Vec<String>, at: Duration, error: BenchError) {
 
 fn signed(bytes: u64) -> i64 {
     i64::try_from(bytes).unwrap_or(i64::MAX)
-}
-
-/// The run's Redis keys (Redis store only), deleted when the soak ends and,
-/// should it fail or panic first, when this is dropped.
-struct RunKeys {
-    probe: Option<RedisProbe>,
-    run_id: String,
-}
-
-impl RunKeys {
-    fn new(store: SoakStore, plan: &SoakPlan, run_id: &str) -> Result<RunKeys, BenchError> {
-        let probe = match store {
-            SoakStore::Redis => Some(RedisProbe::connect(&plan.redis_url)?),
-            _ => None,
-        };
-        Ok(RunKeys {
-            probe,
-            run_id: run_id.to_owned(),
-        })
-    }
-
-    /// Deletes the keys; returns how many there were.
-    fn delete(&mut self) -> Result<usize, BenchError> {
-        match self.probe.take() {
-            Some(mut probe) => probe.delete_keys_with(&self.run_id),
-            None => Ok(0),
-        }
-    }
-}
-
-impl Drop for RunKeys {
-    fn drop(&mut self) {
-        if let Err(error) = self.delete() {
-            eprintln!("could not delete this soak's Redis keys: {error}");
-        }
-    }
 }
