@@ -19,9 +19,10 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 use tollgate::api::{Api, Call};
+use tollgate::budget::caps::model_scope_id;
 use tollgate::budget::{
-    Books, MemoryStore, Period, ReserveOutcome, ReserveRequest, Rules, Scope, ScopeKind,
-    Settlement, SqliteStore,
+    Books, Cap, MemoryStore, Meter, Period, ReserveOutcome, ReserveRequest, Rules, Scope,
+    ScopeKind, Settlement, SqliteStore,
 };
 use tollgate::estimate::{estimate, TokenCounter};
 use tollgate::family::{self, body_usage, StreamKind, StreamMeter};
@@ -548,6 +549,9 @@ fn call_of(n: u64, key: &Scope, org: &Scope) -> (ReserveRequest, Settlement) {
         amount: 12_345,
         min_amount: 12_345,
         run: None,
+        caps: Vec::new(),
+        tokens: 0,
+        customer: None,
         ttl: Duration::from_secs(900),
     };
     let settlement = Settlement {
@@ -566,33 +570,86 @@ fn call_of(n: u64, key: &Scope, org: &Scope) -> (ReserveRequest, Settlement) {
     (request, settlement)
 }
 
+/// The caps of a key with a model group (money, rpm) and its own rpm and
+/// tpm: what a call of such a key is reserved against beside key and org.
+fn caps_of(key: &Scope) -> Vec<Cap> {
+    let group = model_scope_id(ScopeKind::Key, &key.id, "mini");
+    let cap = |kind, id: &str, meter, period, limit| Cap {
+        kind,
+        id: id.to_owned(),
+        meter,
+        period,
+        limit,
+    };
+    vec![
+        cap(
+            ScopeKind::Model,
+            &group,
+            Meter::Usd,
+            Period::Day,
+            9_000_000_000_000,
+        ),
+        cap(
+            ScopeKind::Model,
+            &group,
+            Meter::Requests,
+            Period::Minute,
+            1 << 40,
+        ),
+        cap(
+            ScopeKind::Key,
+            &key.id,
+            Meter::Requests,
+            Period::Minute,
+            1 << 40,
+        ),
+        cap(
+            ScopeKind::Key,
+            &key.id,
+            Meter::Tokens,
+            Period::Minute,
+            1 << 50,
+        ),
+    ]
+}
+
+/// Reserve and settle on the memory store, for a key without other caps
+/// and, beside it, one with a model group and rate limits (the caps'
+/// cost is the difference).
 fn reserve_and_settle(c: &mut Criterion) {
     let key = scope(ScopeKind::Key, "alice");
     let org = scope(ScopeKind::Org, "acme");
     let mut group = c.benchmark_group("memory_store");
     group.throughput(Throughput::Elements(1));
-    group.bench_function("reserve_settle", |b| {
-        b.iter_custom(|iters| {
-            let mut elapsed = Duration::ZERO;
-            let mut done = 0u64;
-            while done < iters {
-                let store = MemoryStore::new(rules());
-                let batch = (iters - done).min(OPS_PER_STORE);
-                let started = Instant::now();
-                for n in done..done + batch {
-                    let (request, settlement) = call_of(n, &key, &org);
-                    if !store.reserve(&request).is_reserved() {
-                        unreachable!("the cap is far above the benchmark's spend");
+    for (name, caps) in [
+        ("reserve_settle", Vec::new()),
+        ("reserve_settle_with_caps", caps_of(&key)),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut elapsed = Duration::ZERO;
+                let mut done = 0u64;
+                while done < iters {
+                    let store = MemoryStore::new(rules());
+                    let batch = (iters - done).min(OPS_PER_STORE);
+                    let started = Instant::now();
+                    for n in done..done + batch {
+                        let (mut request, settlement) = call_of(n, &key, &org);
+                        request.caps.clone_from(&caps);
+                        request.tokens = 1_400;
+                        if !store.reserve(&request).is_reserved() {
+                            unreachable!("the caps are far above the benchmark's spend");
+                        }
+                        black_box(store.settle(&settlement).is_ok());
                     }
-                    black_box(store.settle(&settlement).is_ok());
+                    elapsed += started.elapsed();
+                    done += batch;
+                    drop(store);
                 }
-                elapsed += started.elapsed();
-                done += batch;
-                drop(store);
-            }
-            elapsed
-        })
-    });
+                elapsed
+            })
+        });
+    }
     group.finish();
 }
 

@@ -1,7 +1,7 @@
 --[[ adjust.lua — an operator's refund or credit to a key and its org, once.
 
-KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
-      done.
+KEYS: the eight keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
+      done, cust.
       One fixed set of keys per hash tag, all passed in KEYS: the key's and
       its org's counters share the tag, so the script is legal on a Redis
       Cluster.

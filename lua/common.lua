@@ -3,10 +3,17 @@
 Layout (per hash tag T = the org id, or `key:<key id>` for a key without an
 org; every key a script touches shares T, so each script runs in one slot
 of a Redis Cluster):
-  KEYS[1] tg:{T}:spend    hash   `<kind>:<id>:<period id>`      committed (spent + reserved);
-                                 kind key, org or run (id `<key>/<run>`, period `total`)
-                                 `<kind>:<id>:<period id>:r`    reserved part
-                                 `<kind>:<id>:<period id>:f`    folded ledger sum (trimmed entries)
+  KEYS[1] tg:{T}:spend    hash   `<kind>:<id>:<counter period>` committed (spent + reserved);
+                                 kind key, org, run (id `<key>/<run>`, period `total`)
+                                 model (a model group, id `key:<key>/<group>` or
+                                 `org:<org>/<group>`) or customer (id `<key>/<customer>`);
+                                 the counter period is the period
+                                 id for money (µUSD), `<period id>/requests` or
+                                 `<period id>/tokens` for a rate limit's counter
+                                 (`Meter::counter_period`); period ids hold no `:`
+                                 `<kind>:<id>:<counter period>:r` reserved part
+                                 `<kind>:<id>:<period id>:f`    folded ledger sum (trimmed
+                                                                entries; key and org money only)
                                  `run:<id>:total:cap`           the run's cap, fixed by its first
                                                                 call ('none': not capped)
                                  `folds`                        times the ledger was trimmed
@@ -14,6 +21,19 @@ of a Redis Cluster):
                                                                 written under (see meta.lua)
                                  `lazy_at`                      when reserve's lazy sweep of this
                                                                 tag is next due (ms)
+                                 `seen:<key>/<customer>`        a customer's registry entry (with
+                                                                its member of KEYS[8]):
+                                                                `<last>|<hold>[|<counter period>]...`,
+                                                                its last call (ms), the latest
+                                                                deadline of its reservations (ms),
+                                                                and the counter periods of its
+                                                                caps on that last call
+                                 `gone:<key>/<customer>`        a forgotten customer, by the pass
+                                                                that forgot it: later passes
+                                                                delete its counters while it is
+                                                                not seen again (see sweep.lua)
+                                 `pass`                         the sweep's pass over this hash
+                                                                (see sweep.lua)
   KEYS[2] tg:{T}:res      hash   exec_id -> reservation record (cjson, amounts as strings)
                                  `claim:<claim>` -> the exec_id holding that idempotency claim
                                  `adj:<exec_id>` -> an applied adjustment's record
@@ -22,14 +42,18 @@ of a Redis Cluster):
                                  and a late-settled one; `run:<key>/<run>` by when that
                                  run is forgotten (its last call + the run TTL)
   KEYS[5] tg:{T}:ledger   stream one entry per settle, expiry or adjustment
-  KEYS[6] tg:{T}:agg      hash   `<day>|<key>[/<run>]|<model>|<metric>` spend aggregates: what
-                                 the ledger entries of that UTC day, key, run and model added up to
-                                 (metrics `n` calls, `in` `cin` `cw` `out` tokens, `usd`
-                                 µUSD, signed); `kept_from`, `scan` the sweep's progress
-                                 (see sweep.lua)
+  KEYS[6] tg:{T}:agg      hash   `<day>|<key>[/<run>][#<customer>]|<model>|<metric>` spend
+                                 aggregates: what the ledger entries of that UTC day, key, run,
+                                 customer and model added up to (metrics `n` calls, `in` `cin`
+                                 `cw` `out` tokens, `usd` µUSD, signed); `kept_from`, `scan`
+                                 the sweep's progress (see sweep.lua)
   KEYS[7] tg:{T}:done     list   `<ms>|<exec_id>` (or `|adj:<exec_id>`): records kept the
                                  closed-record time (settled, denied, adjustments) in the
                                  order they closed, with when each may be forgotten
+  KEYS[8] tg:{T}:cust     zset   `<key>/<customer>`, every score 0 (so it reads in id order,
+                                 ZRANGEBYLEX): the customers remembered, one member per
+                                 `seen:` field of spend; added by the reserve that first sees
+                                 one, removed by the sweep that forgets it
 
 One Redis key per reservation would be simpler, but a lazy sweep inside
 `reserve` would then touch keys it was not given in KEYS, which a cluster
@@ -46,22 +70,32 @@ Record (`res` value), every number a decimal string:
       the reservation holds while open (absent without one, once closed,
       and once a later reservation took the claim over); m the model the
       call is for (absent when none was given, and in records written
-      before this field existed), which its expiry books against
+      before this field existed), which its expiry books against;
+      x the counter fields of the call's other caps (model groups' money,
+      rate limits; absent without any), in the order the request named
+      them, each held as its meter says (see `cap_held`): its money
+      amount `a`, 1 request, or t tokens; t the token bound a `tokens`
+      cap holds (absent without one); cu the customer the call named,
+      without its key (absent without one)
   expired: ec what the expiry charged (the amount under on_expiry 'charge',
            0 under 'release'; absent in records expired before this field
            existed, which were all released)
   settled: st status, act actual, rem the key's remaining after the settle,
            by the id of the settle call that applied it
-  denied:  dk kind, di id, dp period, dc cap, dr remaining, at time (ms)
+  denied:  dk kind, di id, dm meter (absent: usd, in records denied before
+           this field existed), dp period, dc cap, dr remaining (in the
+           meter's unit), at time (ms)
 
 Adjustment record (`res` value of `adj:<exec_id>`, a field apart from the
 reservations', so no exec id of one is ever read as the other): s
 'adjusted', k, o, kp, op as above, ks the key's spent right after it, by the
 id of the adjust call that applied it. Kept the closed-record time.
 
-Ledger entry fields: exec key [org] [run] model in cin cw out res act st kp
-[op] [note] at (`run` the run id the client named, without its key; `note`
-on adjustments only; `at` always last).
+Ledger entry fields: exec key [org] [run] [cust] model in cin cw out res act
+st kp [op] [note] at (`run` the run id the client named, without its key;
+`cust` the customer the call named, without its key (the record's `cu`), on
+a call's every entry: settle, expiry, late; `note` on adjustments only; `at`
+always last).
 `act` is what the entry moved its counters by: the actual cost of a settle
 on time, what an expiry charged, for a `late` settle its actual cost
 less what its expiry charged (negative when the call cost less), and an
@@ -72,6 +106,10 @@ Expiry policy (`on_expiry`, an ARGV of every script that can expire):
              counter keeps it, the reserved part drops it
   'release'  an expired reservation is charged nothing
 Either way a late settle moves each committed counter by actual - ec.
+A rate limit's counter (meter requests or tokens, in `x`) keeps what the
+call held whatever the policy says (the call was sent): expiry moves it
+from the reserved part into spent, and a late settle moves it by what the
+call used less what it held. A model group's money moves like the key's.
 An expired record is kept `ttl` after its expiry, longer than a settle can
 still come (the gateway retries one for two TTLs from before its reserve).
 A settled or denied record is kept only the closed-record time (an ARGV
@@ -91,11 +129,21 @@ Aggregates: every ledger entry adds to its row in the same script (see
 `aggregate`): `n` +1, except an adjustment and a late settle (whose call was counted when it
 expired), which still writes `n` (+0) so every entry has a row; token counts
 from the call (an expiry has none; its model is the record's `m`, '' when the
-record has none); `usd` += the entry's `act`.
+record has none); `usd` += the entry's `act`. A call that named a customer
+books under `<key>[/<run>]#<customer>` (`#` is in no key, run or customer
+id); rows without one read as before.
 
-Invariants, per scope and period id:
+Customers: a reserve granted to a call naming a customer writes its
+`seen:` field (in the same HSET as its counters) and, the first time, its
+member of KEYS[8] (one ZADD). A settle never touches them. The sweep
+forgets a customer whose last call is older than the customer TTL and
+whose reservations are all closed (see sweep.lua).
+
+Invariants, per key or org and money period id:
   counter == folded + sum(ledger act) + sum(open amounts)
   counter:r == sum(open amounts)
+and for every counter (runs, model groups and rate limits too):
+  counter:r == sum(what the open reservations hold of it)
 and per tag, while no row has passed the aggregate retention:
   sum(agg usd) == sum(act) of every ledger entry ever booked, folded or not
 Every number stays below 2^53 (Lua numbers are doubles): arguments are
@@ -165,7 +213,7 @@ local function on_expiry_arg(text)
   return text
 end
 
-local PERIODS = { hour = true, day = true, week = true, month = true, total = true }
+local PERIODS = { minute = true, hour = true, day = true, week = true, month = true, total = true }
 
 local function period_arg(text, what)
   if not PERIODS[text] then
@@ -252,6 +300,9 @@ local function period_id(period, now_ms)
   if period == 'hour' then
     local hour = floor((secs - days * 86400) / 3600)
     return string.format('%04d-%02d-%02dT%02d', year, month, day, hour)
+  elseif period == 'minute' then
+    local minutes = floor((secs - days * 86400) / 60)
+    return string.format('%04d-%02d-%02dT%02d%02d', year, month, day, floor(minutes / 60), minutes % 60)
   elseif period == 'day' then
     return string.format('%04d-%02d-%02d', year, month, day)
   end
@@ -280,6 +331,25 @@ local function charged_fields(rec)
     fields[#fields + 1] = run_field(rec.r)
   end
   return fields
+end
+
+-- The suffix of each meter's counter period (`Meter::counter_period`):
+-- money counts under the period id itself.
+local METERS = { usd = '', requests = '/requests', tokens = '/tokens' }
+
+-- The meter of the counter `field` of one of `rec`'s other caps (`x`),
+-- read off its counter period (period ids hold no `/`, and the period
+-- follows the field's last `:`), and what the reservation holds in it.
+local function cap_held(rec, field)
+  local meter = string.match(field, '/(%l+)$')
+  if not meter then
+    return 'usd', tonumber(rec.a)
+  elseif meter == 'requests' then
+    return meter, 1
+  elseif meter == 'tokens' then
+    return meter, tonumber(rec.t or '0')
+  end
+  fail('unknown meter in counter ' .. field)
 end
 
 local function counter(field)
@@ -331,6 +401,49 @@ local function committed_after(value, by, reserved_after)
   return fmt(math.max(value + by, reserved_after))
 end
 
+-- Moves each field of `fields` by its own `moves[i]` (a committed
+-- counter's, then its reserved part's): a call with other caps (`x`)
+-- moves each by what its meter holds. A counter listed twice moves by
+-- both its moves, in one pair; a move of 0 writes nothing. `extra`, if
+-- given, holds more field-value pairs of KEYS[1] to write in the same
+-- command.
+local function write_moves(fields, values, moves, extra)
+  local first, merged = {}, {}
+  for i = 1, #fields, 2 do
+    local at = first[fields[i]]
+    if at then
+      merged[at] = merged[at] + moves[i]
+      merged[at + 1] = merged[at + 1] + moves[i + 1]
+    else
+      first[fields[i]] = i
+      merged[i] = moves[i]
+      merged[i + 1] = moves[i + 1]
+    end
+  end
+  local args = {}
+  for i = 1, #fields, 2 do
+    if first[fields[i]] == i then
+      local by, held = merged[i], merged[i + 1]
+      if by ~= 0 then
+        args[#args + 1] = fields[i]
+        args[#args + 1] = committed_after(values[i], by, values[i + 1] + held)
+      end
+      if held ~= 0 then
+        args[#args + 1] = fields[i + 1]
+        args[#args + 1] = fmt(values[i + 1] + held)
+      end
+    end
+  end
+  if extra then
+    for i = 1, #extra do
+      args[#args + 1] = extra[i]
+    end
+  end
+  if #args > 0 then
+    redis.call('HSET', KEYS[1], unpack(args))
+  end
+end
+
 -- Moves each committed counter in `fields` by `committed` and each
 -- reserved part by `reserved`; like `add`, a move of 0 writes nothing.
 -- `extra`, if given, holds more field-value pairs of KEYS[1] to write in
@@ -351,25 +464,12 @@ local function write_counters(fields, values, committed, reserved, extra)
     end
     return
   end
-  local args = {}
+  local moves = {}
   for i = 1, #fields, 2 do
-    if committed ~= 0 then
-      args[#args + 1] = fields[i]
-      args[#args + 1] = committed_after(values[i], committed, values[i + 1] + reserved)
-    end
-    if reserved ~= 0 then
-      args[#args + 1] = fields[i + 1]
-      args[#args + 1] = fmt(values[i + 1] + reserved)
-    end
+    moves[i] = committed
+    moves[i + 1] = reserved
   end
-  if extra then
-    for i = 1, #extra do
-      args[#args + 1] = extra[i]
-    end
-  end
-  if #args > 0 then
-    redis.call('HSET', KEYS[1], unpack(args))
-  end
+  write_moves(fields, values, moves, extra)
 end
 
 -- The lazy sweep inside `reserve` runs at most this often per tag (see
@@ -383,6 +483,55 @@ local function mark_swept(swept, now)
   if swept then
     redis.call('HSET', KEYS[1], 'lazy_at', fmt(now + LAZY_EVERY_MS))
   end
+end
+
+-- === Customers ===
+
+-- A customer id as the gateway takes it: 1 to 128 of [A-Za-z0-9._:@-]
+-- (so no `|`, `#` or `/`, which the layout's separators need), or '' for
+-- none.
+local function customer_arg(text)
+  if text == '' then
+    return text
+  end
+  if type(text) ~= 'string' or #text > 128 or not string.match(text, '^[%w%._:@%-]+$') then
+    fail('customer is not 1 to 128 of [A-Za-z0-9._:@-]: ' .. tostring(text))
+  end
+  return text
+end
+
+-- A customer's registry entry (`seen:` field of KEYS[1]) and its mark
+-- once forgotten (`gone:`); `member` is `<key>/<customer>`, its scope id
+-- and its member of KEYS[8].
+local function seen_field(member)
+  return 'seen:' .. member
+end
+
+local function gone_field(member)
+  return 'gone:' .. member
+end
+
+-- A `seen:` value: last call (ms), hold (ms), the counter periods of the
+-- customer's caps on that call; nil when it does not read.
+local function parse_seen(raw)
+  local last, hold, rest = string.match(raw, '^(%d+)|(%d+)(.*)$')
+  if not last then
+    return nil
+  end
+  local periods = {}
+  for period in string.gmatch(rest, '[^|]+') do
+    periods[#periods + 1] = period
+  end
+  return last + 0, hold + 0, periods
+end
+
+-- Like `parse_seen`, refusing a value that does not read.
+local function decode_seen(raw)
+  local last, hold, periods = parse_seen(raw)
+  if not last then
+    fail('unreadable customer entry: ' .. raw)
+  end
+  return last, hold, periods
 end
 
 -- === Records and the ledger ===
@@ -468,8 +617,13 @@ local function aggregate(rec, status, call, moved, now)
   if call then
     model = call.model
   end
-  -- A run's row names it after its key (`<key>/<run>`, the run's scope id).
-  local row = period_id('day', now) .. '|' .. (rec.r or rec.k) .. '|' .. model .. '|'
+  -- A run's row names it after its key (`<key>/<run>`, the run's scope id),
+  -- and a customer's follows, after `#`.
+  local scope = rec.r or rec.k
+  if rec.cu then
+    scope = scope .. '#' .. rec.cu
+  end
+  local row = period_id('day', now) .. '|' .. scope .. '|' .. model .. '|'
   local calls = '1'
   if status == 'late' or status == 'adjustment' then
     calls = '0'
@@ -508,15 +662,23 @@ local function book(exec_id, rec, status, call, moved, now)
   if call then
     model, input, cached, written, output = call.model, call.input, call.cached, call.written, call.output
   end
-  if rec.r then
-    -- A run's entry names the run as the client did, without its key.
+  if rec.r or rec.cu then
+    -- A run's entry names the run as the client did, without its key; a
+    -- customer's, the customer.
     local entry = { 'exec', exec_id, 'key', rec.k }
     if rec.o then
       entry[#entry + 1] = 'org'
       entry[#entry + 1] = rec.o
     end
-    local run = string.sub(rec.r, #rec.k + 2)
-    local rest = { 'run', run, 'model', model, 'in', input, 'cin', cached, 'cw', written,
+    if rec.r then
+      entry[#entry + 1] = 'run'
+      entry[#entry + 1] = string.sub(rec.r, #rec.k + 2)
+    end
+    if rec.cu then
+      entry[#entry + 1] = 'cust'
+      entry[#entry + 1] = rec.cu
+    end
+    local rest = { 'model', model, 'in', input, 'cin', cached, 'cw', written,
       'out', output, 'res', rec.a, 'act', actual, 'st', status, 'kp', rec.kp }
     for i = 1, #rest do
       entry[#entry + 1] = rest[i]
@@ -550,13 +712,25 @@ end
 
 -- Closes an open reservation as expired: its amount leaves the reserved
 -- part, and the committed counter keeps what the policy charges; booked
--- as an `expired` entry of that charge.
+-- as an `expired` entry of that charge. Its other caps' counters (`x`)
+-- move alike for a model group's money; a rate limit's keeps what the
+-- call held, whatever the policy (the call was sent), only its reserved
+-- part letting go.
 local function expire(exec_id, rec, now, on_expiry)
   local amount = tonumber(rec.a)
   local charged = expiry_charge(rec, on_expiry)
   for _, field in ipairs(charged_fields(rec)) do
     add(field, charged - amount)
     add(field .. ':r', -amount)
+  end
+  if rec.x then
+    for _, field in ipairs(rec.x) do
+      local meter, held = cap_held(rec, field)
+      if meter == 'usd' then
+        add(field, charged - amount)
+      end
+      add(field .. ':r', -held)
+    end
   end
   redis.call('ZREM', KEYS[3], exec_id)
   book(exec_id, rec, 'expired', nil, charged, now)

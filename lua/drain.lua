@@ -3,9 +3,9 @@ acknowledged (see src/drain.rs: the drain reads a page of the stream from
 its start, writes it to the sink in one committed transaction, then calls
 this with the id of the last entry of that page).
 
-KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
-      done.
-      Only spend and ledger are touched; all six are passed so every
+KEYS: the eight keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
+      done, cust.
+      Only spend and ledger are touched; all eight are passed so every
       ledger-trimming script takes the same keys.
 ARGV, read by name as `argv.<name>`: the names and their order are
 `DrainArgs` in src/budget/redis/scripts.rs, which binds them in front of

@@ -1,8 +1,9 @@
 --[[ reserve.lua — hold the most of [min amount, amount] that fits against a
-key, its org and its run, all or nothing.
+key, its org, its run and its other caps (model groups, rate limits), all
+or nothing.
 
-KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
-      done.
+KEYS: the eight keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
+      done, cust.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
       a key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
@@ -36,15 +37,27 @@ this body (a test holds this list to it).
   run: the run scope id `<key id>/<run id>`, or '' for none
   run_cap: the run cap the call names (µUSD), or '' for none
   run_ttl_ms: how long the run is kept after its last call
+  caps: the call's other caps, in the request's order (`Cap`s), or '' for
+    none: five fields each, `kind|id|meter|period|limit`, every field of
+    every cap joined by `|` (which no id holds), e.g.
+    `model|key:alice/opus|usd|day|5000000|key|alice|requests|minute|60`;
+    meter usd | requests | tokens, the limit in the meter's unit
+  tokens: the call's token bound, what a `tokens` cap holds
+  customer: the customer the call names, without its key (1 to 128 of
+    [A-Za-z0-9._:@-]), or '' for none: kept in the record (`cu`), so
+    every ledger entry of the call names it, and, once granted,
+    remembered as one of the key's customers (see below)
 Returns:
-  {'reserved', expired, amount, [kind, period id, committed]...}
+  {'reserved', expired, amount, [kind, meter, period id, committed]...}
                                     amount: what is held, the largest in
-                                    [min amount, amount] that every scope
-                                    has room for (a retry: the first one,
-                                    and no scopes); then each scope charged
-                                    (key, org, run) with its committed
-                                    counter after the reserve
-  {'denied', expired, kind, id, period, cap, remaining, at_ms}
+                                    [min amount, amount] that every money
+                                    counter has room for (a retry: the
+                                    first one, and no counters); then each
+                                    counter charged (key, org, run, then
+                                    the caps in order) with its committed
+                                    counter after the reserve, in its
+                                    meter's unit
+  {'denied', expired, kind, id, meter, period, cap, remaining, at_ms}
   {'duplicate', expired}
   {'run_cap_conflict', expired, cap}  the run's first call fixed another
                                       cap ('none': none); nothing changed
@@ -53,8 +66,21 @@ Returns:
                             or books that vanished (Redis restarted empty)
   {'epoch_mismatch', mark}  they are marked with another epoch
   where `expired` counts the reservations the lazy sweep expired, and a
-  denial names the first scope, in the order key, org, run, without room
-  for the min amount.
+  denial names the first money counter (meter usd: key, org, run, then
+  the caps in order) without room for the min amount, or, when every one
+  has room, the first rate limit without room for what the call holds of
+  it (requests: 1; tokens: the token bound); cap and remaining are in its
+  meter's unit.
+Each counter, once granted, grows in its committed counter and its
+reserved part by what the call holds of its meter: the amount granted for
+money, 1 for requests, the token bound for tokens (`Meter::held`); the
+record keeps the caps' counter fields (`x`) and the bound (`t`), so settle
+and expiry move them (see common.lua).
+A granted call naming a customer remembers it under the key: its `seen:`
+field (last call: the store's clock, never moved back; hold: the latest
+deadline of its reservations; the counter periods of its customer caps)
+in the same HSET as the counters, and, when it had none, its member of
+`cust` (one ZADD); a denial, a duplicate or a retry touches neither.
 Invariants: the epoch mark is checked before anything is written, and an epoch
 answer changes nothing (not even the lazy sweep): the gateway reads
 tg:meta, marks the tag (mark_epoch.lua) only if the store still holds the
@@ -104,6 +130,7 @@ local min_amount = int_arg(argv.min_amount, 'min amount')
 if min_amount > amount then
   fail('min amount ' .. argv.min_amount .. ' is above the amount ' .. argv.amount)
 end
+local customer = customer_arg(argv.customer)
 local run = argv.run
 local run_cap, run_ttl = argv.run_cap, 0
 if run ~= '' then
@@ -116,11 +143,43 @@ if run ~= '' then
   end
 end
 
+-- The other caps: five `|`-separated fields each (an empty one is kept,
+-- and refused).
+local caps = {}
+local tokens = int_arg(argv.tokens, 'token bound')
+local holds_tokens = false
+if argv.caps ~= '' then
+  local parts = {}
+  for part in string.gmatch(argv.caps .. '|', '([^|]*)|') do
+    parts[#parts + 1] = part
+  end
+  if #parts % 5 ~= 0 then
+    fail('caps are not five fields each: ' .. argv.caps)
+  end
+  for i = 1, #parts, 5 do
+    local kind, id, meter = parts[i], parts[i + 1], parts[i + 2]
+    if not string.match(kind, '^%l+$') then
+      fail('cap kind is not a word: ' .. kind)
+    end
+    if id == '' then
+      fail('cap of ' .. kind .. ' has no id')
+    end
+    if not METERS[meter] then
+      fail('cap meter is not usd, requests or tokens: ' .. meter)
+    end
+    holds_tokens = holds_tokens or meter == 'tokens'
+    caps[#caps + 1] = { kind = kind, id = id, meter = meter,
+      period = period_arg(parts[i + 3], 'cap period'), cap = int_arg(parts[i + 4], 'cap limit') }
+  end
+end
+
 local now = store_now()
 
--- The scopes charged, key first; a run's joins once its cap is known.
+-- The scopes charged, key first; a run's joins once its cap is known,
+-- then the other caps.
 for i = 1, #scopes do
   local scope = scopes[i]
+  scope.meter = 'usd'
   -- An org on the key's period shares its id, which is not cheap to derive.
   if i > 1 and scope.period == scopes[1].period then
     scope.pid = scopes[1].pid
@@ -129,10 +188,27 @@ for i = 1, #scopes do
   end
   scope.field = counter_field(scope.kind, scope.id, scope.pid)
 end
+if #caps > 0 then
+  local pids = {}
+  for i = 1, #scopes do
+    pids[scopes[i].period] = scopes[i].pid
+  end
+  for i = 1, #caps do
+    local cap = caps[i]
+    local pid = pids[cap.period]
+    if not pid then
+      pid = period_id(cap.period, now)
+      pids[cap.period] = pid
+    end
+    cap.pid = pid
+    cap.field = counter_field(cap.kind, cap.id, pid .. METERS[cap.meter])
+  end
+end
 local run_counter = run ~= '' and run_field(run) or nil
 
 -- One read of the tag's books: the epoch mark, when the lazy sweep is
--- next due, the run's cap, then every counter this reserve may charge.
+-- next due, the run's cap, then every counter this reserve may charge,
+-- in the order of `scopes` once the run and the caps have joined it.
 local fields = { 'epoch', 'lazy_at', run_counter and run_counter .. ':cap' or 'epoch' }
 for i = 1, #scopes do
   fields[#fields + 1] = scopes[i].field
@@ -142,10 +218,25 @@ if run_counter then
   fields[#fields + 1] = run_counter
   fields[#fields + 1] = run_counter .. ':r'
 end
+for i = 1, #caps do
+  fields[#fields + 1] = caps[i].field
+  fields[#fields + 1] = caps[i].field .. ':r'
+end
+-- The customer's registry entry comes last.
+local member = customer ~= '' and scopes[1].id .. '/' .. customer or nil
+if member then
+  fields[#fields + 1] = seen_field(member)
+end
 local read = redis.call('HMGET', KEYS[1], unpack(fields))
 local refusal = epoch_refusal(read[1], argv.epoch)
 if refusal then
   return refusal
+end
+-- Read before anything is written: an unreadable entry refuses the call.
+local seen_before = member and read[#fields] or nil
+local seen_last, seen_hold = 0, 0
+if seen_before then
+  seen_last, seen_hold = decode_seen(seen_before)
 end
 
 -- The lazy sweep runs at most once a LAZY_EVERY_MS per tag: expiring a
@@ -176,7 +267,8 @@ end
 if first then
   mark_swept(swept, now)
   if first.s == 'denied' then
-    return { 'denied', fmt(expired), first.dk, first.di, first.dp, first.dc, first.dr, first.at }
+    return { 'denied', fmt(expired), first.dk, first.di, first.dm or 'usd', first.dp, first.dc,
+      first.dr, first.at }
   end
   return { 'reserved', fmt(expired), first.a }
 end
@@ -204,8 +296,11 @@ if run_counter then
   if fixed ~= 'none' then
     cap = tonumber(fixed)
   end
-  scopes[#scopes + 1] = { kind = 'run', id = run, period = 'total', cap = cap, pid = 'total',
-    field = run_counter }
+  scopes[#scopes + 1] = { kind = 'run', id = run, meter = 'usd', period = 'total', cap = cap,
+    pid = 'total', field = run_counter }
+end
+for i = 1, #caps do
+  scopes[#scopes + 1] = caps[i]
 end
 
 -- Each scope's committed counter and its reserved part, as read above.
@@ -218,29 +313,62 @@ for i = 1, #scopes do
   values[2 * i] = (read[2 * i + 3] or 0) + 0
 end
 
--- The most every scope has room for, up to the amount.
+-- The most every money counter has room for, up to the amount.
 local grant = amount
 for i = 1, #scopes do
-  local room = scopes[i].cap - values[2 * i - 1]
-  if room < grant then
-    grant = room
+  if scopes[i].meter == 'usd' then
+    local room = scopes[i].cap - values[2 * i - 1]
+    if room < grant then
+      grant = room
+    end
   end
 end
 
+-- What the call holds of each scope's meter once granted.
+local function holds(scope)
+  if scope.meter == 'usd' then
+    return grant
+  elseif scope.meter == 'requests' then
+    return 1
+  end
+  return tokens
+end
+
+-- Refuses the call, naming `scope`, with `committed` already held in it.
+local function deny(scope, committed)
+  local remaining = math.max(scope.cap - committed, 0)
+  local denial = {
+    s = 'denied', dk = scope.kind, di = scope.id, dp = scope.period,
+    dc = fmt(scope.cap), dr = fmt(remaining), at = fmt(now),
+    dm = scope.meter ~= 'usd' and scope.meter or nil,
+  }
+  close_for_retries(exec_id, denial, now, keep_ms)
+  mark_swept(swept, now)
+  return { 'denied', fmt(expired), denial.dk, denial.di, scope.meter, denial.dp, denial.dc,
+    denial.dr, denial.at }
+end
+
 -- Not even the min amount fits: the key is checked first, so when several
--- would deny, the key is named, then the org.
-for i = 1, #scopes do
-  local scope = scopes[i]
-  local committed = values[2 * i - 1]
-  if grant < min_amount and committed + min_amount > scope.cap then
-    local remaining = math.max(scope.cap - committed, 0)
-    local denial = {
-      s = 'denied', dk = scope.kind, di = scope.id, dp = scope.period,
-      dc = fmt(scope.cap), dr = fmt(remaining), at = fmt(now),
-    }
-    close_for_retries(exec_id, denial, now, keep_ms)
-    mark_swept(swept, now)
-    return { 'denied', fmt(expired), denial.dk, denial.di, denial.dp, denial.dc, denial.dr, denial.at }
+-- would deny, the key is named, then the org, the run, the caps.
+if grant < min_amount then
+  for i = 1, #scopes do
+    local scope = scopes[i]
+    local committed = values[2 * i - 1]
+    if scope.meter == 'usd' and committed + min_amount > scope.cap then
+      return deny(scope, committed)
+    end
+  end
+end
+-- Money has room: a rate limit without room for what the call holds of
+-- it refuses it (money first, so a call no wait lets through is never
+-- told to wait).
+if #caps > 0 then
+  for i = 1, #scopes do
+    local scope = scopes[i]
+    local committed = values[2 * i - 1]
+    if scope.meter ~= 'usd' and committed + holds(scope) > scope.cap then
+      return deny(scope, committed)
+    end
   end
 end
 
@@ -252,7 +380,16 @@ local rec = {
   o = org and org.id, op = org and org.pid,
   c = claim ~= '' and claim or nil, m = model ~= '' and model or nil,
   r = run ~= '' and run or nil, rt = run ~= '' and fmt(run_ttl) or nil,
+  t = holds_tokens and fmt(tokens) or nil,
+  cu = member and customer or nil,
 }
+if #caps > 0 then
+  local x = {}
+  for i = 1, #caps do
+    x[i] = caps[i].field
+  end
+  rec.x = x
+end
 -- The run's cap, fixed now, and when the lazy sweep is next due go in
 -- the same write as the counters.
 local extra = {}
@@ -264,7 +401,39 @@ if swept then
   extra[#extra + 1] = 'lazy_at'
   extra[#extra + 1] = fmt(now + LAZY_EVERY_MS)
 end
-write_counters(fields, values, grant, grant, extra)
+-- The customer's registry entry: its last call, the latest deadline of
+-- its reservations (it is not forgotten before), and the counter periods
+-- of its caps on this call (forgotten with it at once; see sweep.lua).
+if member then
+  local entry = { fmt(math.max(now, seen_last)), fmt(math.max(now + ttl, seen_hold)) }
+  local listed = {}
+  for i = 1, #caps do
+    local cap = caps[i]
+    if cap.kind == 'customer' and cap.id == member then
+      local period = cap.pid .. METERS[cap.meter]
+      if not listed[period] then
+        listed[period] = true
+        entry[#entry + 1] = period
+      end
+    end
+  end
+  extra[#extra + 1] = seen_field(member)
+  extra[#extra + 1] = table.concat(entry, '|')
+  if not seen_before then
+    redis.call('ZADD', KEYS[8], '0', member)
+  end
+end
+if #caps == 0 then
+  write_counters(fields, values, grant, grant, extra)
+else
+  local moves = {}
+  for i = 1, #scopes do
+    local by = holds(scopes[i])
+    moves[2 * i - 1] = by
+    moves[2 * i] = by
+  end
+  write_moves(fields, values, moves, extra)
+end
 touch_run(rec, now)
 local records = { exec_id, cjson.encode(rec) }
 if claim ~= '' then
@@ -282,7 +451,8 @@ redis.call('ZADD', KEYS[3], rec.d, exec_id)
 local reply = { 'reserved', fmt(expired), rec.a }
 for i = 1, #scopes do
   reply[#reply + 1] = scopes[i].kind
+  reply[#reply + 1] = scopes[i].meter
   reply[#reply + 1] = scopes[i].pid
-  reply[#reply + 1] = fmt(values[2 * i - 1] + grant)
+  reply[#reply + 1] = fmt(values[2 * i - 1] + holds(scopes[i]))
 end
 return reply

@@ -1,7 +1,7 @@
 --[[ settle.lua — charge a reserved call's actual cost, exactly once.
 
-KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
-      done.
+KEYS: the eight keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
+      done, cust.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
       a key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.
@@ -40,17 +40,26 @@ Returns:
   changed), '1' for the call (any attempt) that applied it;
   `expired_now` is '1' when this settle found the reservation past its
   deadline and expired it first (the settle is then `late`).
-Invariants: idempotent on exec_id; on time, each counter moves by
-actual - amount and its reserved part by -amount, booked as one entry of
-act = actual; late (after expiry, which charged `ec`), each counter moves
-by actual - ec, booked as one `late` entry of act = actual - ec, giving
-back no more than the least spent of the key and org (a run's spent stops
-at zero) (a settle
-that finds its reservation past its deadline books the `expired` entry
-first, as the sweep would have); a counter that would reach 2^53 refuses
-the settle (`out_of_range`) before anything is written, the expiry too.
+Invariants: idempotent on exec_id; on time, each money counter (key,
+org, run, the record's model groups) moves by actual - amount and its
+reserved part by -amount, booked as one entry of act = actual; late (after
+expiry, which charged `ec`), each money counter moves by actual - ec,
+booked as one `late` entry of act = actual - ec, giving back no more than
+the least spent of the key and org (any other counter's spent stops at
+zero) (a settle that finds its reservation past its deadline books the
+`expired` entry first, as the sweep would have); a rate limit's counter
+(the record's `x`, see common.lua) moves by what the call used of its
+meter (requests: 1; tokens: input + cached input + cache write + output,
+at most 2^53 - 1) less what it held (1, or the token bound `t`), its
+reserved part by -held unless expiry already let go of it; a counter that
+would reach 2^53 refuses the settle (`out_of_range`) before anything is
+written, the expiry too. The counters are read in one HMGET and written
+in one HSET, however many caps the record has.
 Every entry booked also adds to its day's spend aggregate row (agg, see
-common.lua), in this same script.
+common.lua), in this same script, and names the record's customer (`cust`)
+when it has one. A settle never touches a customer's registry entry: a
+late settle after the sweep forgot the customer moves its counters (spent
+never below zero) without remembering it again.
 An actual of 2^53 or more is refused by the caller before the script runs
 (here it would fail int_arg).
 ]]
@@ -121,24 +130,45 @@ if not pending then
 end
 
 -- Each scope's committed counter and its reserved part, in one read,
--- checked before anything is written.
+-- checked before anything is written: the key's, the org's (when the
+-- record has one), the run's, then the other caps' (`x`).
 local fields = held_fields(charged_fields(rec))
+-- What each rate limit's committed counter moves by (by field index); a
+-- money counter moves by `committed`.
+local rate_moves, rate_held = nil, nil
+if rec.x then
+  rate_moves, rate_held = {}, {}
+  local used_tokens = math.min(call.input + call.cached + call.written + call.output, MAX_SAFE)
+  for _, field in ipairs(rec.x) do
+    fields[#fields + 1] = field
+    fields[#fields + 1] = field .. ':r'
+    local meter, held = cap_held(rec, field)
+    if meter ~= 'usd' then
+      local used = 1
+      if meter == 'tokens' then
+        used = used_tokens
+      end
+      rate_moves[#fields - 1] = used - held
+      rate_held[#fields - 1] = held
+    end
+  end
+end
 local values = read_counters(fields)
 for i = 1, #fields, 2 do
-  if values[i] + committed > MAX_SAFE then
+  if values[i] + (rate_moves and rate_moves[i] or committed) > MAX_SAFE then
     return { 'out_of_range', fields[i] }
   end
 end
 -- A late settle below expiry's charge gives back no more than the key and
 -- its org still hold in spent (committed - reserved): an operator's refund
 -- (which moves those two) may have given part of it back already. They
--- move by the same amount, the one its entry books; the run moves by it
--- too, down to zero if the run was forgotten meanwhile (`write_counters`).
+-- move by the same amount, the one its entry books; the run and the model
+-- groups move by it too, down to zero if the run was forgotten meanwhile
+-- (`write_counters`).
 if not pending and committed < 0 then
-  for i = 1, #fields, 2 do
-    if string.sub(fields[i], 1, 4) ~= 'run:' then
-      committed = math.max(committed, values[i + 1] - values[i])
-    end
+  local owners = rec.o and 3 or 1
+  for i = 1, owners, 2 do
+    committed = math.max(committed, values[i + 1] - values[i])
   end
 end
 
@@ -155,7 +185,22 @@ elseif call.actual > amount + epsilon then
   status = 'overrun'
 end
 
-write_counters(fields, values, committed, reserved)
+if rate_moves then
+  local moves = {}
+  for i = 1, #fields, 2 do
+    if rate_moves[i] then
+      moves[i] = rate_moves[i]
+      -- Expired, the reservation let go of its reserved part already.
+      moves[i + 1] = pending and -rate_held[i] or 0
+    else
+      moves[i] = committed
+      moves[i + 1] = reserved
+    end
+  end
+  write_moves(fields, values, moves)
+else
+  write_counters(fields, values, committed, reserved)
+end
 if pending then
   redis.call('ZREM', KEYS[3], exec_id)
 end

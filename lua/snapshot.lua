@@ -1,8 +1,8 @@
 --[[ snapshot.lua — the tag's counters and open reservations at one instant,
 and where its ledger ends then (read only), for reconciliation.
 
-KEYS: the seven keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
-      done.
+KEYS: the eight keys of the tag (see common.lua): spend, res, pending, closed, ledger, agg,
+      done, cust.
       One fixed set of keys per hash tag, all passed in KEYS, instead of
       a key per reservation: the lazy sweep then never touches a
       key it was not given, so the script is legal on a Redis Cluster.

@@ -1,6 +1,7 @@
 //! The admin API (`/admin/v1/…`, docs/admin.md): keys and orgs
 //! made, changed and deleted at run time, the audit trail of those
-//! changes, adjustments (refunds and charges by hand) and the open holds.
+//! changes, adjustments (refunds and charges by hand), the open holds and
+//! the customers a key's calls named.
 //!
 //! Every call carries the admin key as `Authorization: Bearer …`; with no
 //! admin key configured the routes answer 404, as if absent. Errors use
@@ -8,7 +9,7 @@
 //! with its audit entry, applied at once to this gateway's directory, and
 //! seen by every other gateway within a second (see `crate::directory`).
 //!
-//! `keys`, `orgs`, `books`, `spend` and `audit` are the routes, `fields` checks what
+//! `keys`, `orgs`, `customers`, `books`, `spend` and `audit` are the routes, `fields` checks what
 //! a body says, `views` writes what a response shows. `console` serves the
 //! operator's page (`GET /admin/`), a client of these routes.
 
@@ -16,6 +17,7 @@ mod audit;
 mod books;
 mod change;
 mod console;
+mod customers;
 mod fields;
 mod keys;
 mod orgs;
@@ -116,6 +118,7 @@ pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<B
         (&Method::POST, ["adjustments"]) => books::adjust(&call).await,
         (&Method::GET, ["reservations"]) => books::reservations(&call).await,
         (&Method::GET, ["spend"]) => spend::report(&call).await,
+        (&Method::GET, ["customers"]) => customers::list(&call).await,
         _ => Err(AdminError::not_found(&method, &path)),
     };
     result.unwrap_or_else(AdminError::response)

@@ -1,4 +1,4 @@
-//! `tollgate admin keys|orgs|spend|adjust|reservations`: the command-line
+//! `tollgate admin keys|orgs|customers|spend|adjust|reservations`: the command-line
 //! client of the gateway's admin API (docs/admin.md).
 //!
 //! A command line (`args`) becomes one HTTP request to the admin routes
@@ -29,8 +29,8 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 pub use args::{
-    Adjustment, Command, KeyChange, KeyList, KeyUpdate, KeysCommand, NewKey, NewOrg, Options,
-    OrgChange, OrgUpdate, OrgsCommand, Page, SpendQuery,
+    Adjustment, Command, CustomerList, CustomersCommand, KeyChange, KeyList, KeyUpdate,
+    KeysCommand, NewKey, NewOrg, Options, OrgChange, OrgUpdate, OrgsCommand, Page, SpendQuery,
 };
 use client::{AdminApi, Answer};
 pub use client::{AdminError, ApiFailure};
@@ -118,6 +118,16 @@ fn plan(command: Command) -> (Options, Plan) {
                     request::delete("orgs", &id),
                     View::Deleted { what: "org", id },
                 ),
+            };
+            (options, plan)
+        }
+        Command::Customers { options, command } => {
+            let plan = match command {
+                CustomersCommand::List(list) => Plan {
+                    request: request::list_customers(&list),
+                    view: View::Customers,
+                    follow: list.all.then_some("customers"),
+                },
             };
             (options, plan)
         }

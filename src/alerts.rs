@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use chrono::Utc;
 
 use crate::budget::alerts::AlertEvent;
-use crate::budget::{AlertQueue, BudgetStore, ReserveOutcome, ReserveRequest, StoreError};
+use crate::budget::{AlertQueue, BudgetStore, Meter, ReserveOutcome, ReserveRequest, StoreError};
 use crate::config::{Config, KeyConfig};
 use crate::directory::Directory;
 use crate::metrics::Metrics;
@@ -83,7 +83,10 @@ impl Alerts {
                 let org_alert_at = org.as_ref().map_or(&[][..], |org| &org.config.alert_at[..]);
                 detect::thresholds(request, &key.alert_at, org_alert_at, levels, Utc::now())
             }
-            ReserveOutcome::Denied(denial) => vec![detect::exhausted(denial, Utc::now())],
+            // A rate limit is transient: its refusal exhausts no budget.
+            ReserveOutcome::Denied(denial) if denial.meter == Meter::Usd => {
+                vec![detect::exhausted(denial, Utc::now())]
+            }
             _ => return,
         };
         for event in events {

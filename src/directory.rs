@@ -15,6 +15,7 @@
 //! cannot steer towards a stored digest, so timing tells nothing about
 //! the secrets.
 
+mod caps;
 pub mod documents;
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,8 +31,11 @@ use subtle::ConstantTimeEq;
 use crate::budget::records::{RecordKind, RecordSet, StoredRecord};
 use crate::budget::Records;
 use crate::budget::Upkeep;
-use crate::budget::{BudgetStore, Scope, ScopeKind, StoreError};
-use crate::config::{hash_key, Config, KeyConfig, OnInsufficient, OrgConfig};
+use crate::budget::{BudgetStore, Cap, Scope, ScopeKind, StoreError};
+use crate::config::{
+    hash_key, Config, CustomerSpec, CustomerTemplate, KeyConfig, Limits, ModelCapSpec,
+    OnInsufficient, OrgConfig,
+};
 use crate::error::GatewayError;
 use crate::money::Threshold;
 use crate::period::Period;
@@ -286,6 +290,16 @@ pub fn key_entry(doc: KeyDoc, revision: u64) -> Result<KeyEntry, String> {
             on_insufficient: OnInsufficient::parse(&doc.on_insufficient).unwrap_or_default(),
             alert_at: Threshold::parse_list(&doc.alert_at)
                 .map_err(|error| format!("its alert_at is not valid: {error}"))?,
+            limits: limits_of(&doc.model_caps, doc.rpm, doc.tpm)?,
+            customer: CustomerTemplate::check(CustomerSpec {
+                cap_usd: doc.customer_cap_usd.as_deref(),
+                period: doc.customer_period.as_deref(),
+                rpm: doc.customer_rpm,
+                tpm: doc.customer_tpm,
+                from: doc.customer_from.as_deref(),
+                required: Some(doc.customer_required),
+            })
+            .map_err(|error| format!("its {} is not valid: {}", error.field, error.message))?,
         }),
         disabled: doc.disabled,
         expires_at,
@@ -305,9 +319,20 @@ pub fn org_entry(doc: OrgDoc, revision: u64) -> Result<OrgEntry, String> {
             period,
             alert_at: Threshold::parse_list(&doc.alert_at)
                 .map_err(|error| format!("its alert_at is not valid: {error}"))?,
+            limits: limits_of(&doc.model_caps, doc.rpm, doc.tpm)?,
         },
         api: Some(Stored { doc, revision }),
     })
+}
+
+/// A document's model groups and rate limits, checked.
+fn limits_of(
+    model_caps: &[ModelCapSpec],
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+) -> Result<Limits, String> {
+    Limits::check(model_caps, rpm, tpm)
+        .map_err(|error| format!("its {} is not valid: {}", error.field, error.message))
 }
 
 /// An RFC 3339 time, as UTC.
@@ -391,6 +416,28 @@ impl Directory {
             period: key.period,
         };
         (key_scope, self.current.load().org_scope(key))
+    }
+
+    /// The other caps a call of `key` to `model` for `customer` is
+    /// reserved against: the key's model groups that match and its rate
+    /// limits, its org's, then the customer's.
+    pub fn caps(&self, key: &KeyConfig, model: &str, customer: Option<&str>) -> Vec<Cap> {
+        let mut caps = Vec::new();
+        caps::caps_of(&key.limits, ScopeKind::Key, &key.id, model, &mut caps);
+        let snapshot = self.current.load();
+        if let Some(org) = key.org.as_deref().and_then(|org| snapshot.orgs.get(org)) {
+            caps::caps_of(
+                &org.config.limits,
+                ScopeKind::Org,
+                &org.config.id,
+                model,
+                &mut caps,
+            );
+        }
+        if let Some(customer) = customer {
+            caps::customer_caps(&key.customer, &key.id, customer, &mut caps);
+        }
+        caps
     }
 
     /// Reads the store's documents if they changed since the snapshot was

@@ -12,8 +12,10 @@ use http::{HeaderValue, Response, StatusCode};
 use serde_json::json;
 
 use crate::body::{full, Body};
-use crate::budget::{run_id_of, run_key_of, Denial, ScopeKind};
+use crate::budget::caps::model_scope_parts;
+use crate::budget::{run_id_of, run_key_of, Denial, Meter, ScopeKind};
 use crate::money::{format_usd, UsdMicros};
+use crate::rate_headers::RateHeaders;
 
 /// The error body shapes of the provider families.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +55,10 @@ pub enum GatewayError {
     UnknownDeployment { deployment: String },
     #[error("{}", budget_message(.0))]
     BudgetExceeded(Box<BudgetRefusal>),
+    /// A rate limit (`rpm`, `tpm`) has no room for the call in this
+    /// minute: transient, unlike a cap. `tokens`: the call's token bound.
+    #[error("{}", rate_limit_message(.denial, *.tokens))]
+    RateLimited { denial: Box<Denial>, tokens: u64 },
     /// The call names a run cap other than the one its run's first call
     /// fixed (`fixed`: none when `None`).
     #[error("{}", run_cap_message(run, *fixed, *named))]
@@ -107,17 +113,48 @@ pub struct BudgetRefusal {
     pub limit_fields: &'static [&'static str],
 }
 
+/// A scope as a message names it: ``key `alice` ``, ``run `r1` of key
+/// `alice` ``, ``model cap `opus` of org `acme` ``.
+pub fn scope_name(kind: ScopeKind, id: &str) -> String {
+    match kind {
+        ScopeKind::Key => format!("key `{id}`"),
+        ScopeKind::Org => format!("org `{id}`"),
+        ScopeKind::Run => format!("run `{}` of key `{}`", run_id_of(id), run_key_of(id)),
+        // A customer's id is `<key>/<customer>`, as a run's.
+        ScopeKind::Customer => format!("customer `{}` of key `{}`", run_id_of(id), run_key_of(id)),
+        ScopeKind::Model => match model_scope_parts(id) {
+            Some((owner, owner_id, group)) => {
+                format!("model cap `{group}` of {}", scope_name(owner, owner_id))
+            }
+            None => format!("model cap `{id}`"),
+        },
+    }
+}
+
+fn rate_limit_message(denial: &Denial, tokens: u64) -> String {
+    let scope = scope_name(denial.kind, &denial.id);
+    let wait = match denial.resets_at {
+        Some(at) => format!(
+            "; the window resets at {}, retry then",
+            at.format("%Y-%m-%dT%H:%M:%SZ")
+        ),
+        None => String::new(),
+    };
+    match denial.meter {
+        Meter::Tokens => format!(
+            "rate limit reached for {scope}: {} tokens per {}, {} remaining, less than this              call's bound of {tokens} tokens (input and output limit){wait}. A lower output              limit needs fewer",
+            denial.cap, denial.period, denial.remaining
+        ),
+        _ => format!(
+            "rate limit reached for {scope}: {} requests per {}{wait}",
+            denial.cap, denial.period
+        ),
+    }
+}
+
 fn budget_message(refusal: &BudgetRefusal) -> String {
     let denial = &refusal.denial;
-    let scope = match denial.kind {
-        ScopeKind::Key => format!("key `{}`", denial.id),
-        ScopeKind::Org => format!("org `{}`", denial.id),
-        ScopeKind::Run => format!(
-            "run `{}` of key `{}`",
-            run_id_of(&denial.id),
-            run_key_of(&denial.id)
-        ),
-    };
+    let scope = scope_name(denial.kind, &denial.id);
     let fit = match refusal.fitting_output_limit {
         Some(limit) => format!(
             ". An output limit ({}) of {limit} tokens or fewer fits what remains",
@@ -165,6 +202,7 @@ impl GatewayError {
             | GatewayError::UnknownDeployment { .. }
             | GatewayError::NotFound { .. } => StatusCode::NOT_FOUND,
             GatewayError::BudgetExceeded(_) => StatusCode::PAYMENT_REQUIRED,
+            GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             GatewayError::IdempotencyConflict | GatewayError::RunCapConflict { .. } => {
                 StatusCode::CONFLICT
             }
@@ -191,6 +229,7 @@ impl GatewayError {
                 ("invalid_request_error", Some("DeploymentNotFound"))
             }
             GatewayError::BudgetExceeded(_) => ("insufficient_quota", Some("budget_exceeded")),
+            GatewayError::RateLimited { .. } => ("rate_limit_exceeded", Some("rate_limited")),
             GatewayError::IdempotencyConflict => {
                 ("invalid_request_error", Some("idempotency_conflict"))
             }
@@ -225,6 +264,7 @@ impl GatewayError {
             | GatewayError::UnknownDeployment { .. }
             | GatewayError::NotFound { .. } => "not_found_error",
             GatewayError::BudgetExceeded(_) => "billing_error",
+            GatewayError::RateLimited { .. } => "rate_limit_error",
             GatewayError::UpstreamTimeout { .. } => "timeout_error",
             GatewayError::ProviderKeyMissing { .. }
             | GatewayError::ProviderAuthFailed { .. }
@@ -248,6 +288,8 @@ impl GatewayError {
             | GatewayError::UnknownDeployment { .. }
             | GatewayError::NotFound { .. } => "NOT_FOUND",
             GatewayError::BudgetExceeded(_) => "FAILED_PRECONDITION",
+            // Transient, and retried by Google's clients after a wait.
+            GatewayError::RateLimited { .. } => "RESOURCE_EXHAUSTED",
             GatewayError::IdempotencyConflict | GatewayError::RunCapConflict { .. } => "ABORTED",
             GatewayError::ProviderKeyMissing { .. }
             | GatewayError::ProviderAuthFailed { .. }
@@ -271,6 +313,7 @@ impl GatewayError {
             | GatewayError::UnknownDeployment { .. }
             | GatewayError::NotFound { .. } => "ResourceNotFoundException",
             GatewayError::BudgetExceeded(_) => "BudgetExceededException",
+            GatewayError::RateLimited { .. } => "ThrottlingException",
             GatewayError::IdempotencyConflict | GatewayError::RunCapConflict { .. } => {
                 "ConflictException"
             }
@@ -341,6 +384,18 @@ impl GatewayError {
                 let secs = (at.timestamp() - now).max(1);
                 headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
             }
+        }
+        // Transient: SDKs retry a 429 after `retry-after`, when the
+        // window has rolled over.
+        if let GatewayError::RateLimited { denial, .. } = &self {
+            if let Some(at) = denial.resets_at {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                let secs = (at.timestamp() - now).max(1);
+                headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            RateHeaders::after_denial(denial, chrono::Utc::now()).insert(headers);
         }
         // The request may have reached the provider, so the call was
         // charged: the client learns what, as from an answered call.

@@ -27,7 +27,8 @@
 //!   their key, its request rules, its usage and streams, its upstream
 //!   authentication.
 //! - [`api`] is the checked call every family produces, and the checks
-//!   the families share; [`error`] answers in the caller's shape.
+//!   the families share; [`error`] answers in the caller's shape, and
+//!   [`rate_headers`] states a key's rate limits to its clients.
 //! - [`estimate`] bounds a call's cost before it is sent, counting OpenAI
 //!   models' tokens with [`tokenizer`]; [`usage`] is the token usage every
 //!   family reads and the stream meter's state; [`sse`] splits an event
@@ -74,6 +75,7 @@ pub mod period;
 pub mod prices;
 pub mod provider;
 pub mod proxy;
+pub mod rate_headers;
 pub mod reconcile;
 pub mod server;
 pub mod settle;

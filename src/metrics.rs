@@ -70,7 +70,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::budget::Reports;
 use crate::budget::{
-    BudgetStore, LedgerStatus, ReserveOutcome, ScopeKind, SettleOutcome, StoreError,
+    BudgetStore, LedgerStatus, Meter, ReserveOutcome, ScopeKind, SettleOutcome, StoreError,
 };
 use crate::money::UsdMicros;
 
@@ -171,6 +171,10 @@ pub struct Metrics {
     denied_by_key: Counter,
     denied_by_org: Counter,
     denied_by_run: Counter,
+    denied_by_model: Counter,
+    denied_by_customer: Counter,
+    /// A call over a rate limit (`rpm`, `tpm`).
+    rate_limited: Counter,
     /// A call naming another run cap than its run's first call.
     run_cap_conflicts: Counter,
     reserve_failed: Counter,
@@ -339,6 +343,9 @@ impl Metrics {
             denied_by_key: reserved("denied", ScopeKind::Key.as_str()),
             denied_by_org: reserved("denied", ScopeKind::Org.as_str()),
             denied_by_run: reserved("denied", ScopeKind::Run.as_str()),
+            denied_by_model: reserved("denied", ScopeKind::Model.as_str()),
+            denied_by_customer: reserved("denied", ScopeKind::Customer.as_str()),
+            rate_limited: reserved("rate_limited", ""),
             run_cap_conflicts: reserved("run_cap_conflict", ScopeKind::Run.as_str()),
             reserve_failed: reserved("error", ""),
             settled_ok: settled(LedgerStatus::Ok),
@@ -402,10 +409,13 @@ impl Metrics {
     pub fn count_reserve(&self, outcome: &Result<ReserveOutcome, StoreError>) {
         let counter = match outcome {
             Ok(ReserveOutcome::Reserved { .. }) => &self.allowed,
+            Ok(ReserveOutcome::Denied(denial)) if denial.meter != Meter::Usd => &self.rate_limited,
             Ok(ReserveOutcome::Denied(denial)) => match denial.kind {
                 ScopeKind::Key => &self.denied_by_key,
                 ScopeKind::Org => &self.denied_by_org,
                 ScopeKind::Run => &self.denied_by_run,
+                ScopeKind::Model => &self.denied_by_model,
+                ScopeKind::Customer => &self.denied_by_customer,
             },
             Ok(ReserveOutcome::RunCapConflict { .. }) => &self.run_cap_conflicts,
             Err(_) => &self.reserve_failed,

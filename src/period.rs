@@ -14,6 +14,8 @@ use chrono::{DateTime, Datelike, NaiveDate, TimeDelta, Timelike, Utc};
 /// How long a cap lasts before it starts again from zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Period {
+    /// A calendar minute: the window of a rate limit (`rpm`, `tpm`).
+    Minute,
     Hour,
     Day,
     Week,
@@ -23,12 +25,13 @@ pub enum Period {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown period {0:?}: expected one of hour, day, week, month, total")]
+#[error("unknown period {0:?}: expected one of minute, hour, day, week, month, total")]
 pub struct UnknownPeriod(pub String);
 
 impl Period {
     pub fn as_str(self) -> &'static str {
         match self {
+            Period::Minute => "minute",
             Period::Hour => "hour",
             Period::Day => "day",
             Period::Week => "week",
@@ -37,10 +40,20 @@ impl Period {
         }
     }
 
-    /// The id of the window containing `now`: `2026-11-29T19`, `2026-11-29`,
-    /// `2026-W48`, `2026-11` or `total`.
+    /// The id of the window containing `now`: `2026-11-29T1942` (ISO 8601's
+    /// basic form for the minute: a counter's field on Redis is split at
+    /// `:`), `2026-11-29T19`, `2026-11-29`, `2026-W48`, `2026-11` or
+    /// `total`.
     pub fn id_at(self, now: DateTime<Utc>) -> String {
         match self {
+            Period::Minute => format!(
+                "{:04}-{:02}-{:02}T{:02}{:02}",
+                now.year(),
+                now.month(),
+                now.day(),
+                now.hour(),
+                now.minute()
+            ),
             Period::Hour => format!(
                 "{:04}-{:02}-{:02}T{:02}",
                 now.year(),
@@ -64,6 +77,12 @@ impl Period {
     pub fn resets_at(self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let today = now.date_naive();
         let next_start = match self {
+            Period::Minute => {
+                let minute_start = today.and_hms_opt(now.hour(), now.minute(), 0)?;
+                return minute_start
+                    .checked_add_signed(TimeDelta::minutes(1))
+                    .map(|t| t.and_utc());
+            }
             Period::Hour => {
                 let hour_start = today.and_hms_opt(now.hour(), 0, 0)?;
                 return hour_start
@@ -90,6 +109,7 @@ impl FromStr for Period {
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text {
+            "minute" => Ok(Period::Minute),
             "hour" => Ok(Period::Hour),
             "day" => Ok(Period::Day),
             "week" => Ok(Period::Week),
@@ -119,6 +139,7 @@ mod tests {
     #[test]
     fn ids_name_the_window() {
         let now = at("2026-11-29T19:42:07Z");
+        assert_eq!(Period::Minute.id_at(now), "2026-11-29T1942");
         assert_eq!(Period::Hour.id_at(now), "2026-11-29T19");
         assert_eq!(Period::Day.id_at(now), "2026-11-29");
         assert_eq!(Period::Week.id_at(now), "2026-W48");
@@ -165,6 +186,14 @@ mod tests {
     #[test]
     fn resets_at_the_start_of_the_next_window() {
         let now = at("2026-11-29T19:42:07Z"); // a Sunday
+        assert_eq!(
+            Period::Minute.resets_at(now),
+            Some(at("2026-11-29T19:43:00Z"))
+        );
+        assert_eq!(
+            Period::Minute.resets_at(at("2026-12-31T23:59:59Z")),
+            Some(at("2027-01-01T00:00:00Z"))
+        );
         assert_eq!(
             Period::Hour.resets_at(now),
             Some(at("2026-11-29T20:00:00Z"))

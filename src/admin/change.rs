@@ -64,13 +64,29 @@ pub async fn change<D: Doc>(
     action: &str,
     edit: impl Fn(&mut D),
 ) -> Result<(D, u64), AdminError> {
+    checked_change(call, id, action, |doc: &mut D| {
+        edit(doc);
+        Ok(())
+    })
+    .await
+}
+
+/// As [`change`], for an edit that checks the document it makes (a field
+/// whose meaning depends on another the document already holds): its
+/// error is answered and nothing is written.
+pub async fn checked_change<D: Doc>(
+    call: &Call<'_>,
+    id: &str,
+    action: &str,
+    edit: impl Fn(&mut D) -> Result<(), AdminError>,
+) -> Result<(D, u64), AdminError> {
     for _ in 0..WRITE_ATTEMPTS {
         let snapshot = call.gateway.directory.snapshot();
         let stored = D::find(&snapshot, id)
             .ok_or_else(|| AdminError::no_such(D::KIND, id))?
             .ok_or_else(|| AdminError::config_managed(D::KIND, id))?;
         let mut doc = stored.doc.clone();
-        edit(&mut doc);
+        edit(&mut doc)?;
         let old = serde_json::to_value(&stored.doc).ok();
         let new = serde_json::to_value(&doc).ok();
         let entry = audit::entry(action, D::KIND, id, old, new);

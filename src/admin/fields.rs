@@ -4,12 +4,20 @@
 use serde_json::{Map, Value};
 
 use super::AdminError;
-use crate::config::OnInsufficient;
+use crate::config::limits::FieldError;
+use crate::config::{CustomerFrom, CustomerSpec, CustomerTemplate, ModelCapSpec, OnInsufficient};
 use crate::money::{parse_usd, Threshold};
 use crate::period::Period;
 
 /// The most metadata a key may carry, as JSON text.
 const MAX_METADATA_BYTES: usize = 16 * 1024;
+
+/// The fields of a model group, as the config file's `model_caps` take them.
+const GROUP_FIELDS: &str = "name, models, cap_usd, period, rpm, tpm";
+
+/// A model group as an example, for the messages that say how to write one.
+const GROUP_EXAMPLE: &str =
+    r#"{"name": "opus", "models": ["claude-opus-*"], "cap_usd": "50.00", "period": "day"}"#;
 
 /// A body's fields, taken one by one; what is left at the end is unknown.
 pub struct Fields {
@@ -100,10 +108,47 @@ impl Fields {
     }
 
     pub fn period(&mut self) -> Result<Option<Period>, AdminError> {
-        match self.take("period") {
+        self.period_named("period")
+    }
+
+    /// A period (`minute` … `total`) in the field `name`.
+    pub fn period_named(&mut self, name: &str) -> Result<Option<Period>, AdminError> {
+        match self.take(name) {
             None => Ok(None),
-            Some(Value::String(text)) => text.parse().map(Some).map_err(|_| bad_period()),
-            Some(_) => Err(bad_period()),
+            Some(Value::String(text)) => text.parse().map(Some).map_err(|_| bad_period(name)),
+            Some(_) => Err(bad_period(name)),
+        }
+    }
+
+    /// A decimal USD string, checked and kept as written (a document keeps
+    /// a customer cap as its text, as the config file does).
+    pub fn usd_text(&mut self, name: &str) -> Result<Option<String>, AdminError> {
+        match self.map.get(name) {
+            Some(Value::String(text)) => {
+                let text = text.trim().to_owned();
+                self.usd(name)?;
+                Ok(Some(text))
+            }
+            _ => self.usd(name).map(|_| None),
+        }
+    }
+
+    /// Where a key's calls name their customer: `"header"` (the
+    /// `x-tollgate-customer` header) or `"body"` (the body's end-user
+    /// field, else the header).
+    pub fn customer_from(&mut self) -> Result<Option<CustomerFrom>, AdminError> {
+        let name = "customer_from";
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::String(text)) if CustomerFrom::parse(&text).is_some() => {
+                Ok(CustomerFrom::parse(&text))
+            }
+            Some(_) => Err(AdminError::bad(
+                "customer_from must be \"header\" (the x-tollgate-customer header names a \
+                 call's customer) or \"body\" (the body's end-user field: OpenAI's \
+                 `safety_identifier` or `user`, Anthropic's `metadata.user_id`; else the header)",
+                Some(name),
+            )),
         }
     }
 
@@ -178,6 +223,41 @@ impl Fields {
         }
     }
 
+    /// Model groups (`model_caps`): a list of `{name, models, cap_usd,
+    /// period, rpm, tpm}`; `null` is none, like `[]`. Each group's fields
+    /// are held to their types here (a misspelt field, a number for
+    /// `cap_usd`, named as `model_caps[0].cap_usd`); their values, with the
+    /// rate limits, by [`checked_limits`].
+    pub fn model_caps(&mut self) -> Result<Option<Vec<ModelCapSpec>>, AdminError> {
+        match self.map.remove("model_caps") {
+            None => Ok(None),
+            Some(Value::Null) => Ok(Some(Vec::new())),
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(at, item)| model_cap(at, item))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(_) => Err(AdminError::bad(
+                format!(
+                    "model_caps must be a list of groups such as [{GROUP_EXAMPLE}], \
+                     or null for none"
+                ),
+                Some("model_caps"),
+            )),
+        }
+    }
+
+    /// A rate limit (`rpm`, `tpm`): a whole number per minute; `null` (or
+    /// absent) is none. 0 and the too-large are refused by
+    /// [`checked_limits`].
+    pub fn rate(&mut self, name: &str) -> Result<Option<u64>, AdminError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(value) => value.as_u64().map(Some).ok_or_else(|| bad_rate(name)),
+        }
+    }
+
     /// What a key does with a call whose client-set output limit does not
     /// fit: `"refuse"` it (402), or `"clamp"` the limit to what fits.
     pub fn on_insufficient(&mut self) -> Result<Option<String>, AdminError> {
@@ -221,11 +301,167 @@ impl Fields {
     }
 }
 
-fn bad_period() -> AdminError {
+fn bad_period(name: &str) -> AdminError {
     AdminError::bad(
-        "period must be one of \"hour\", \"day\", \"week\", \"month\", \"total\"",
-        Some("period"),
+        format!(
+            "{name} must be one of \"minute\", \"hour\", \"day\", \"week\", \"month\", \"total\""
+        ),
+        Some(name),
     )
+}
+
+/// One model group of a body's `model_caps`, its fields held to their
+/// types; `at` is its place in the list.
+fn model_cap(at: usize, item: Value) -> Result<ModelCapSpec, AdminError> {
+    let field = |name: &str| format!("model_caps[{at}].{name}");
+    let Value::Object(mut group) = item else {
+        return Err(AdminError::bad(
+            format!("model_caps[{at}] must be an object such as {GROUP_EXAMPLE}"),
+            Some(&format!("model_caps[{at}]")),
+        ));
+    };
+    let known = ["name", "models", "cap_usd", "period", "rpm", "tpm"];
+    if let Some(unknown) = group.keys().find(|name| !known.contains(&name.as_str())) {
+        let name = field(unknown);
+        return Err(AdminError::bad(
+            format!("unknown field `{name}`; a group's fields are {GROUP_FIELDS}"),
+            Some(&name),
+        ));
+    }
+    let mut take = |name: &str| group.remove(name).filter(|value| !value.is_null());
+    let (name, models, cap_usd, period, rpm, tpm) = (
+        take("name"),
+        take("models"),
+        take("cap_usd"),
+        take("period"),
+        take("rpm"),
+        take("tpm"),
+    );
+    let name = match name {
+        Some(Value::String(name)) => name,
+        None => {
+            return Err(AdminError::bad(
+                format!(
+                    "{} is required: the group's name, such as \"opus\"",
+                    field("name")
+                ),
+                Some(&field("name")),
+            ))
+        }
+        Some(_) => {
+            return Err(AdminError::bad(
+                format!("{} must be text, such as \"opus\"", field("name")),
+                Some(&field("name")),
+            ))
+        }
+    };
+    let bad_models = || {
+        AdminError::bad(
+            format!(
+                "{} must be a list of model names or globs, such as [\"claude-opus-*\"]",
+                field("models")
+            ),
+            Some(&field("models")),
+        )
+    };
+    let models = match models {
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .map(|item| match item {
+                Value::String(pattern) => Ok(pattern),
+                _ => Err(bad_models()),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => return Err(bad_models()),
+    };
+    let cap_usd = match cap_usd {
+        None => None,
+        Some(Value::String(text)) => Some(text),
+        Some(Value::Number(number)) => {
+            return Err(AdminError::bad(
+                format!(
+                    "{} must be a decimal string such as \"{number}\", not a JSON number \
+                     (money is never passed through a float)",
+                    field("cap_usd")
+                ),
+                Some(&field("cap_usd")),
+            ))
+        }
+        Some(_) => {
+            return Err(AdminError::bad(
+                format!(
+                    "{} must be a decimal string such as \"50.00\"",
+                    field("cap_usd")
+                ),
+                Some(&field("cap_usd")),
+            ))
+        }
+    };
+    let period = match period {
+        None => None,
+        Some(Value::String(text)) => Some(text),
+        Some(_) => {
+            return Err(AdminError::bad(
+                format!(
+                "{} must be one of \"minute\", \"hour\", \"day\", \"week\", \"month\", \"total\"",
+                field("period")
+            ),
+                Some(&field("period")),
+            ))
+        }
+    };
+    let rate = |name: &str, value: Option<Value>| match value {
+        None => Ok(None),
+        Some(value) => value
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| bad_rate(&field(name))),
+    };
+    Ok(ModelCapSpec {
+        name,
+        models,
+        cap_usd,
+        period,
+        rpm: rate("rpm", rpm)?,
+        tpm: rate("tpm", tpm)?,
+    })
+}
+
+fn bad_rate(name: &str) -> AdminError {
+    let per = if name.ends_with("tpm") {
+        "tokens (input and output)"
+    } else {
+        "requests"
+    };
+    AdminError::bad(
+        format!(
+            "{name} must be a whole number of {per} per minute, at least 1, or null for no limit"
+        ),
+        Some(name),
+    )
+}
+
+/// A key's or an org's model groups and rate limits, checked as the config
+/// file's are: a bad value gets 400 naming its field (`model_caps[0].cap_usd`,
+/// `rpm`) with the check's message.
+pub fn checked_limits(
+    model_caps: &[ModelCapSpec],
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+) -> Result<(), AdminError> {
+    crate::config::Limits::check(model_caps, rpm, tpm)
+        .map(|_| ())
+        .map_err(|FieldError { field, message }| {
+            AdminError::bad(format!("{field}: {message}"), Some(&field))
+        })
+}
+
+/// A key's customer template (`customer_*`), checked as the config file's
+/// is: a bad value gets 400 naming its field with the check's message.
+pub fn checked_customer(spec: CustomerSpec<'_>) -> Result<CustomerTemplate, AdminError> {
+    CustomerTemplate::check(spec).map_err(|FieldError { field, message }| {
+        AdminError::bad(format!("{field}: {message}"), Some(&field))
+    })
 }
 
 /// The 400 for an id that breaks the rule of [`valid_id`], naming `name`.
@@ -307,6 +543,67 @@ mod tests {
         f.usd("cap_usd").unwrap();
         let error = f.finish("cap_usd").unwrap_err();
         assert_eq!(error.param.as_deref(), Some("cap"));
+    }
+
+    #[test]
+    fn model_groups_and_rates_name_the_field_they_got_wrong() {
+        let param = |body: Value| {
+            let mut f = fields(body);
+            let error = match f.model_caps() {
+                Err(error) => error,
+                Ok(groups) => {
+                    let rpm = f.rate("rpm");
+                    let tpm = f.rate("tpm");
+                    match (rpm, tpm) {
+                        (Err(error), _) | (_, Err(error)) => error,
+                        (Ok(rpm), Ok(tpm)) => {
+                            checked_limits(&groups.unwrap_or_default(), rpm, tpm).unwrap_err()
+                        }
+                    }
+                }
+            };
+            assert_eq!(error.status, http::StatusCode::BAD_REQUEST);
+            error.param.unwrap_or_default()
+        };
+        let opus = || json!({"name": "opus", "models": ["claude-opus-*"], "cap_usd": "50.00", "period": "day"});
+        let with = |field: &str, value: Value| {
+            let mut group = opus();
+            group[field] = value;
+            json!({"model_caps": [opus(), group]})
+        };
+        assert_eq!(param(with("cap_usd", json!(50))), "model_caps[1].cap_usd");
+        assert_eq!(
+            param(with("cap_usd", json!("lots"))),
+            "model_caps[1].cap_usd"
+        );
+        assert_eq!(param(with("cost", json!("1"))), "model_caps[1].cost");
+        assert_eq!(
+            param(with("models", json!("claude-*"))),
+            "model_caps[1].models"
+        );
+        assert_eq!(param(with("models", json!([]))), "model_caps[1].models");
+        assert_eq!(param(with("rpm", json!(1.5))), "model_caps[1].rpm");
+        assert_eq!(param(with("tpm", json!(0))), "model_caps[1].tpm");
+        assert_eq!(
+            param(with("period", json!("fortnight"))),
+            "model_caps[1].period"
+        );
+        // The same name twice: the second is named.
+        assert_eq!(param(with("period", json!("day"))), "model_caps[1].name");
+        assert_eq!(param(json!({"model_caps": [7]})), "model_caps[0]");
+        assert_eq!(param(json!({"model_caps": {"name": "a"}})), "model_caps");
+        assert_eq!(param(json!({"rpm": -1})), "rpm");
+        assert_eq!(param(json!({"rpm": "60"})), "rpm");
+        assert_eq!(param(json!({"tpm": 0})), "tpm");
+
+        let mut f = fields(json!({"model_caps": null, "rpm": 60, "tpm": null}));
+        assert_eq!(f.model_caps().unwrap(), Some(Vec::new()));
+        assert_eq!(f.rate("rpm").unwrap(), Some(60));
+        assert_eq!(f.rate("tpm").unwrap(), None);
+        let mut f = fields(json!({"model_caps": [opus()]}));
+        let groups = f.model_caps().unwrap().unwrap();
+        assert_eq!(groups[0].cap_usd.as_deref(), Some("50.00"));
+        assert!(checked_limits(&groups, None, None).is_ok());
     }
 
     #[test]

@@ -6,20 +6,110 @@ use chrono::Utc;
 use http::Response;
 use serde_json::{json, Value};
 
-use super::fields::{required, Fields};
+use super::fields::{checked_customer, checked_limits, required, Fields};
 use super::{change, created, matching, no_content, ok, page, views, AdminError, Call};
 use crate::body::Body;
 use crate::budget::records::RecordKind;
-use crate::config::hash_key;
+use crate::config::{hash_key, CustomerFrom, CustomerSpec};
 use crate::directory::documents::KeyDoc;
 use crate::directory::{format_time, key_entry};
 
 const KIND: RecordKind = RecordKind::Key;
 
 const CREATE_FIELDS: &str = "id, org, cap_usd, period, models, expires_at, metadata, \
-                             on_insufficient, alert_at";
+                             on_insufficient, alert_at, model_caps, rpm, tpm, customer_cap_usd, \
+                             customer_period, customer_rpm, customer_tpm, customer_from, \
+                             customer_required";
 const UPDATE_FIELDS: &str = "cap_usd, period, models, disabled, expires_at, metadata, \
-                             on_insufficient, alert_at";
+                             on_insufficient, alert_at, model_caps, rpm, tpm, customer_cap_usd, \
+                             customer_period, customer_rpm, customer_tpm, customer_from, \
+                             customer_required";
+
+/// A key's customer template as a body writes it (`customer_*`); on a
+/// PATCH, `None` leaves a field as it was.
+struct CustomerFields {
+    cap_usd: Option<Option<String>>,
+    period: Option<Option<String>>,
+    rpm: Option<Option<u64>>,
+    tpm: Option<Option<u64>>,
+    from: Option<Option<String>>,
+    required: Option<bool>,
+}
+
+impl CustomerFields {
+    /// Takes the `customer_*` fields of a body, each held to its type; a
+    /// field given as `null` is `Some(None)` (cleared).
+    fn take(fields: &mut Fields) -> Result<CustomerFields, AdminError> {
+        let given: Vec<bool> = [
+            "customer_cap_usd",
+            "customer_period",
+            "customer_rpm",
+            "customer_tpm",
+            "customer_from",
+            "customer_required",
+        ]
+        .iter()
+        .map(|name| fields.has(name))
+        .collect();
+        let cap_usd = fields.usd_text("customer_cap_usd")?;
+        let period = fields
+            .period_named("customer_period")?
+            .map(|period| period.as_str().to_owned());
+        let rpm = fields.rate("customer_rpm")?;
+        let tpm = fields.rate("customer_tpm")?;
+        // Kept in the document only when it is not the default.
+        let from = fields
+            .customer_from()?
+            .filter(|from| *from != CustomerFrom::Header)
+            .map(|from| from.as_str().to_owned());
+        let required = fields.bool("customer_required")?;
+        Ok(CustomerFields {
+            cap_usd: given[0].then_some(cap_usd),
+            period: given[1].then_some(period),
+            rpm: given[2].then_some(rpm),
+            tpm: given[3].then_some(tpm),
+            from: given[4].then_some(from),
+            // `null` clears it: calls need not name a customer.
+            required: given[5].then_some(required.unwrap_or(false)),
+        })
+    }
+
+    /// Writes what was given into `doc`.
+    fn apply(&self, doc: &mut KeyDoc) {
+        if let Some(value) = &self.cap_usd {
+            doc.customer_cap_usd.clone_from(value);
+        }
+        if let Some(value) = &self.period {
+            doc.customer_period.clone_from(value);
+        }
+        if let Some(value) = self.rpm {
+            doc.customer_rpm = value;
+        }
+        if let Some(value) = self.tpm {
+            doc.customer_tpm = value;
+        }
+        if let Some(value) = &self.from {
+            doc.customer_from.clone_from(value);
+        }
+        if let Some(value) = self.required {
+            doc.customer_required = value;
+        }
+    }
+}
+
+/// The template a document's `customer_*` fields make, checked: 400 naming
+/// the field that does not hold.
+fn check_customer(doc: &KeyDoc) -> Result<(), AdminError> {
+    checked_customer(CustomerSpec {
+        cap_usd: doc.customer_cap_usd.as_deref(),
+        period: doc.customer_period.as_deref(),
+        rpm: doc.customer_rpm,
+        tpm: doc.customer_tpm,
+        from: doc.customer_from.as_deref(),
+        required: Some(doc.customer_required),
+    })
+    .map(|_| ())
+}
 
 /// `GET /admin/v1/keys[?org=ID][&prefix=TEXT][&limit=N][&after=ID]`: the
 /// keys whose id starts with `prefix`, a page at a time; `next` pages on
@@ -66,7 +156,12 @@ pub async fn create(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
         .on_insufficient()?
         .unwrap_or_else(|| "refuse".to_owned());
     let alert_at = fields.alert_at()?.unwrap_or_default();
+    let model_caps = fields.model_caps()?.unwrap_or_default();
+    let rpm = fields.rate("rpm")?;
+    let tpm = fields.rate("tpm")?;
+    let customer = CustomerFields::take(&mut fields)?;
     fields.finish(CREATE_FIELDS)?;
+    checked_limits(&model_caps, rpm, tpm)?;
 
     if let Some(org) = &org {
         if !call.gateway.directory.snapshot().orgs.contains_key(org) {
@@ -77,7 +172,7 @@ pub async fn create(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
         }
     }
     let secret = format!("tg-{}", random_hex(32)?);
-    let doc = KeyDoc {
+    let mut doc = KeyDoc {
         id: id.clone(),
         org,
         key_sha256: hex::encode(hash_key(&secret)),
@@ -90,8 +185,19 @@ pub async fn create(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
         metadata,
         on_insufficient,
         alert_at,
+        model_caps,
+        rpm,
+        tpm,
+        customer_cap_usd: None,
+        customer_period: None,
+        customer_rpm: None,
+        customer_tpm: None,
+        customer_from: None,
+        customer_required: false,
         deleted_at: None,
     };
+    customer.apply(&mut doc);
+    check_customer(&doc)?;
     let revision = change::create(call, &id, &doc).await?;
     let key = shown(call, doc, revision).await?;
     Ok(created(&json!({"key": key, "secret": secret})))
@@ -109,6 +215,7 @@ pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
     }
     let clear_models = fields.has("models");
     let clear_expiry = fields.has("expires_at");
+    let (set_rpm, set_tpm) = (fields.has("rpm"), fields.has("tpm"));
     let cap = fields.usd("cap_usd")?;
     let period = fields.period()?;
     let models = fields.models()?;
@@ -117,8 +224,13 @@ pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
     let metadata = fields.metadata()?;
     let on_insufficient = fields.on_insufficient()?;
     let alert_at = fields.alert_at()?;
+    let model_caps = fields.model_caps()?;
+    let rpm = fields.rate("rpm")?;
+    let tpm = fields.rate("tpm")?;
+    let customer = CustomerFields::take(&mut fields)?;
     fields.finish(UPDATE_FIELDS)?;
-    let (doc, revision) = change::change(call, id, "update", |doc: &mut KeyDoc| {
+    checked_limits(model_caps.as_deref().unwrap_or_default(), rpm, tpm)?;
+    let (doc, revision) = change::checked_change(call, id, "update", |doc: &mut KeyDoc| {
         if let Some(cap) = cap {
             doc.cap_usd_micros = cap;
         }
@@ -143,6 +255,20 @@ pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
         if let Some(value) = &alert_at {
             doc.alert_at.clone_from(value);
         }
+        // The whole list is replaced; `null` or `[]` clears it.
+        if let Some(value) = &model_caps {
+            doc.model_caps.clone_from(value);
+        }
+        if set_rpm {
+            doc.rpm = rpm;
+        }
+        if set_tpm {
+            doc.tpm = tpm;
+        }
+        // A customer field is checked with the others the key holds (a cap
+        // needs a period, given now or before).
+        customer.apply(doc);
+        check_customer(doc)
     })
     .await?;
     Ok(ok(&shown(call, doc, revision).await?))

@@ -6,7 +6,7 @@ use chrono::Utc;
 use http::Response;
 use serde_json::{json, Value};
 
-use super::fields::{required, Fields};
+use super::fields::{checked_limits, required, Fields};
 use super::{change, created, matching, no_content, ok, page, views, AdminError, Call};
 use crate::body::Body;
 use crate::budget::records::RecordKind;
@@ -14,6 +14,9 @@ use crate::directory::documents::OrgDoc;
 use crate::directory::{format_time, org_entry};
 
 const KIND: RecordKind = RecordKind::Org;
+
+const CREATE_FIELDS: &str = "id, cap_usd, period, alert_at, model_caps, rpm, tpm";
+const UPDATE_FIELDS: &str = "cap_usd, period, alert_at, model_caps, rpm, tpm";
 
 /// `GET /admin/v1/orgs[?prefix=TEXT][&limit=N][&after=ID]`: as the keys'
 /// list, without `org`.
@@ -47,20 +50,28 @@ pub async fn create(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
     let cap = required(fields.usd("cap_usd")?, "cap_usd")?;
     let period = required(fields.period()?, "period")?;
     let alert_at = fields.alert_at()?.unwrap_or_default();
-    fields.finish("id, cap_usd, period, alert_at")?;
+    let model_caps = fields.model_caps()?.unwrap_or_default();
+    let rpm = fields.rate("rpm")?;
+    let tpm = fields.rate("tpm")?;
+    fields.finish(CREATE_FIELDS)?;
+    checked_limits(&model_caps, rpm, tpm)?;
     let doc = OrgDoc {
         id: id.clone(),
         cap_usd_micros: cap,
         period: period.as_str().to_owned(),
         created_at: format_time(Utc::now()),
         alert_at,
+        model_caps,
+        rpm,
+        tpm,
         deleted_at: None,
     };
     let revision = change::create(call, &id, &doc).await?;
     Ok(created(&shown(call, doc, revision).await?))
 }
 
-/// `PATCH /admin/v1/orgs/{id}` (`cap_usd`, `period`, `alert_at`)
+/// `PATCH /admin/v1/orgs/{id}` (`cap_usd`, `period`, `alert_at`,
+/// `model_caps`, `rpm`, `tpm`)
 pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminError> {
     let mut fields = Fields::new(call.json()?);
     if fields.has("id") {
@@ -68,8 +79,13 @@ pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
     }
     let cap = fields.usd("cap_usd")?;
     let period = fields.period()?;
+    let (set_rpm, set_tpm) = (fields.has("rpm"), fields.has("tpm"));
     let alert_at = fields.alert_at()?;
-    fields.finish("cap_usd, period, alert_at")?;
+    let model_caps = fields.model_caps()?;
+    let rpm = fields.rate("rpm")?;
+    let tpm = fields.rate("tpm")?;
+    fields.finish(UPDATE_FIELDS)?;
+    checked_limits(model_caps.as_deref().unwrap_or_default(), rpm, tpm)?;
     let (doc, revision) = change::change(call, id, "update", |doc: &mut OrgDoc| {
         if let Some(cap) = cap {
             doc.cap_usd_micros = cap;
@@ -79,6 +95,16 @@ pub async fn update(call: &Call<'_>, id: &str) -> Result<Response<Body>, AdminEr
         }
         if let Some(value) = &alert_at {
             doc.alert_at.clone_from(value);
+        }
+        // The whole list is replaced; `null` or `[]` clears it.
+        if let Some(value) = &model_caps {
+            doc.model_caps.clone_from(value);
+        }
+        if set_rpm {
+            doc.rpm = rpm;
+        }
+        if set_tpm {
+            doc.tpm = tpm;
         }
     })
     .await?;

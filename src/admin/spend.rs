@@ -1,5 +1,5 @@
 //! `GET /admin/v1/spend`: spend, tokens and calls grouped by key, org,
-//! model, run or day, from the day aggregates the stores keep in the same
+//! model, run, customer or day, from the day aggregates the stores keep in the same
 //! atomic step as the counters, so a report never reads raw ledger
 //! entries (which are folded away after their retention).
 
@@ -23,6 +23,9 @@ enum GroupBy {
     /// `<key>/<run>`: run ids are the clients' own, unique only within a
     /// key; calls outside a run are grouped under `""`.
     Run,
+    /// `<key>/<customer>`: customer ids are the clients' own, unique only
+    /// within a key; calls that named no customer are grouped under `""`.
+    Customer,
     Day,
 }
 
@@ -51,7 +54,7 @@ impl Totals {
 const COLUMNS: &str =
     "group,calls,input_tokens,cached_input_tokens,cache_write_tokens,output_tokens,cost_usd_micros";
 
-/// `GET /admin/v1/spend?group_by=key|org|model|run|day[&key=][&org=][&from=]
+/// `GET /admin/v1/spend?group_by=key|org|model|run|customer|day[&key=][&org=][&from=]
 /// [&to=][&format=csv]`: days are UTC dates, `from` and `to` inclusive;
 /// by default the current month to today.
 pub async fn report(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
@@ -61,9 +64,10 @@ pub async fn report(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
         Some("model") => GroupBy::Model,
         Some("day") => GroupBy::Day,
         Some("run") => GroupBy::Run,
+        Some("customer") => GroupBy::Customer,
         Some(other) => {
             return Err(AdminError::bad(
-                format!("group_by must be key, org, model, run or day, not {other:?}"),
+                format!("group_by must be key, org, model, run, customer or day, not {other:?}"),
                 Some("group_by"),
             ))
         }
@@ -106,6 +110,8 @@ pub async fn report(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
             GroupBy::Model => row.model.clone(),
             GroupBy::Run if row.run.is_empty() => String::new(),
             GroupBy::Run => format!("{}/{}", row.key, row.run),
+            GroupBy::Customer if row.customer.is_empty() => String::new(),
+            GroupBy::Customer => format!("{}/{}", row.key, row.customer),
             GroupBy::Day => row.day.clone(),
         };
         groups.entry(group).or_default().add(row);
@@ -154,6 +160,7 @@ pub async fn report(call: &Call<'_>) -> Result<Response<Body>, AdminError> {
             GroupBy::Org => "org",
             GroupBy::Model => "model",
             GroupBy::Run => "run",
+            GroupBy::Customer => "customer",
             GroupBy::Day => "day",
         },
         "rows": rows,

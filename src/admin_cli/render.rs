@@ -1,5 +1,5 @@
-//! The admin API's answers for people: keys, orgs, spend and open
-//! reservations as aligned tables with money in USD (six places, from the
+//! The admin API's answers for people: keys, orgs, customers, spend and
+//! open reservations as aligned tables with money in USD (six places, from the
 //! `*_usd_micros` fields).
 //!
 //! The server is the authority on every field: a field missing from an
@@ -21,6 +21,8 @@ pub(crate) enum View {
     Keys,
     Org,
     Orgs,
+    /// A key's customers with their budgets.
+    Customers,
     /// An empty 204 answer.
     Deleted {
         what: &'static str,
@@ -46,11 +48,12 @@ pub(crate) fn human(view: &View, body: &[u8]) -> Result<String, String> {
         return Err("no \"id\" in the answer".to_owned());
     }
     match view {
-        View::Key => Ok(key_fields(&value).render()),
+        View::Key => Ok(key_text(&value)),
         View::KeySecret => secret(&value),
         View::Keys => keys(&value),
-        View::Org => Ok(org_fields(&value).render()),
+        View::Org => Ok(org_text(&value)),
         View::Orgs => orgs(&value),
+        View::Customers => customers(&value),
         View::Spend => spend(&value),
         View::Entry => Ok(entry(&value)),
         View::Reservations => reservations(&value),
@@ -70,8 +73,58 @@ fn secret(answer: &Value) -> Result<String, String> {
         "Secret of key {id}, shown only this once: store it now \
          (if it is lost, rotate the key):\n\n    {secret}\n\n{fields}",
         id = text(&key["id"]),
-        fields = key_fields(key).render(),
+        fields = key_text(key),
     ))
+}
+
+/// A key's fields, then its model groups and its customer template.
+fn key_text(key: &Value) -> String {
+    format!(
+        "{}{}{}",
+        key_fields(key).render(),
+        model_caps(key),
+        customer_template(key)
+    )
+}
+
+/// A key's customer template under a heading: each customer's cap, its
+/// period, rate limits, where calls name it and whether they must; nothing
+/// when the key sets none of it.
+fn customer_template(key: &Value) -> String {
+    let set = |name: &str| !matches!(&key[name], Value::Null | Value::Bool(false));
+    let from_body = key["customer_from"]
+        .as_str()
+        .is_some_and(|from| from != "header");
+    let any = [
+        "customer_cap_usd_micros",
+        "customer_period",
+        "customer_rpm",
+        "customer_tpm",
+        "customer_required",
+    ]
+    .iter()
+    .any(|name| set(name));
+    if !any && !from_body {
+        return String::new();
+    }
+    let mut fields = Fields::default();
+    fields.add("cap_usd", usd(&key["customer_cap_usd_micros"]));
+    fields.add("period", text(&key["customer_period"]));
+    fields.add("rpm", text(&key["customer_rpm"]));
+    fields.add("tpm", text(&key["customer_tpm"]));
+    fields.add("from", text(&key["customer_from"]));
+    fields.add("required", text(&key["customer_required"]));
+    let rows: String = fields
+        .render()
+        .lines()
+        .map(|line| format!("  {line}\n"))
+        .collect();
+    format!("\neach customer\n{rows}")
+}
+
+/// An org's fields, then its model groups.
+fn org_text(org: &Value) -> String {
+    format!("{}{}", org_fields(org).render(), model_caps(org))
 }
 
 fn key_fields(key: &Value) -> Fields {
@@ -88,6 +141,8 @@ fn key_fields(key: &Value) -> Fields {
     fields.add("created_at", text(&key["created_at"]));
     fields.add("on_insufficient", text(&key["on_insufficient"]));
     fields.add("alert_at", list(&key["alert_at"]));
+    fields.add("rpm", text(&key["rpm"]));
+    fields.add("tpm", text(&key["tpm"]));
     fields.add("metadata", text(&key["metadata"]));
     fields
 }
@@ -98,8 +153,65 @@ fn org_fields(org: &Value) -> Fields {
     fields.add("source", text(&org["source"]));
     fields.add("period", text(&org["period"]));
     budget_fields(&mut fields, org, &org["budget"]);
+    fields.add("rpm", text(&org["rpm"]));
+    fields.add("tpm", text(&org["tpm"]));
     fields.add("created_at", text(&org["created_at"]));
     fields
+}
+
+/// A key's or an org's model groups as written, with each money cap's
+/// spend in the current period (from `budget.model_caps`), as a table under
+/// a heading; nothing when it has none.
+fn model_caps(scope: &Value) -> String {
+    let Some(groups) = scope["model_caps"].as_array().filter(|g| !g.is_empty()) else {
+        return String::new();
+    };
+    let states = scope["budget"]["model_caps"].as_array();
+    let mut table = Table::new(&[
+        ("name", Left),
+        ("models", Left),
+        ("period", Left),
+        ("cap_usd", Right),
+        ("spent_usd", Right),
+        ("reserved_usd", Right),
+        ("remaining_usd", Right),
+        ("rpm", Right),
+        ("tpm", Right),
+    ]);
+    for group in groups {
+        let state = states
+            .and_then(|states| states.iter().find(|state| state["name"] == group["name"]))
+            .unwrap_or(&Value::Null);
+        table.row(vec![
+            text(&group["name"]),
+            list(&group["models"]),
+            text(&group["period"]),
+            usd(&group["cap_usd_micros"]),
+            usd(&state["spent_usd_micros"]),
+            usd(&state["reserved_usd_micros"]),
+            usd(&state["remaining_usd_micros"]),
+            text(&group["rpm"]),
+            text(&group["tpm"]),
+        ]);
+    }
+    let rows: String = table
+        .render()
+        .lines()
+        .map(|line| format!("  {line}\n"))
+        .collect();
+    format!("\nmodel caps\n{rows}")
+}
+
+/// The names of a key's or an org's model groups, for a list.
+fn group_names(scope: &Value) -> String {
+    match scope["model_caps"].as_array() {
+        Some(groups) if !groups.is_empty() => groups
+            .iter()
+            .map(|group| text(&group["name"]))
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => "-".to_owned(),
+    }
 }
 
 /// The cap, and what the current period has spent, holds and has left.
@@ -128,6 +240,9 @@ fn keys(answer: &Value) -> Result<String, String> {
         ("state", Left),
         ("expires_at", Left),
         ("source", Left),
+        ("rpm", Right),
+        ("tpm", Right),
+        ("model_caps", Left),
         ("models", Left),
     ]);
     for key in keys {
@@ -143,6 +258,9 @@ fn keys(answer: &Value) -> Result<String, String> {
             state(key),
             text(&key["expires_at"]),
             text(&key["source"]),
+            text(&key["rpm"]),
+            text(&key["tpm"]),
+            group_names(key),
             models(&key["models"]),
         ]);
     }
@@ -167,6 +285,9 @@ fn orgs(answer: &Value) -> Result<String, String> {
         ("reserved_usd", Right),
         ("remaining_usd", Right),
         ("source", Left),
+        ("rpm", Right),
+        ("tpm", Right),
+        ("model_caps", Left),
     ]);
     for org in orgs {
         let budget = &org["budget"];
@@ -178,12 +299,47 @@ fn orgs(answer: &Value) -> Result<String, String> {
             usd(&budget["reserved_usd_micros"]),
             usd(&budget["remaining_usd_micros"]),
             text(&org["source"]),
+            text(&org["rpm"]),
+            text(&org["tpm"]),
+            group_names(org),
         ]);
     }
     Ok(format!(
         "{}{}{}\n",
         table.render(),
         count(orgs.len() as u64, "org", "orgs"),
+        more(answer)
+    ))
+}
+
+/// A key's customers: each one's last call and its money under the key's
+/// template (`-` where the template has no money cap).
+fn customers(answer: &Value) -> Result<String, String> {
+    let customers = entries(answer, "customers")?;
+    if customers.is_empty() {
+        return Ok(format!("no customers{}\n", more(answer)));
+    }
+    let mut table = Table::new(&[
+        ("id", Left),
+        ("last_call", Left),
+        ("spent_usd", Right),
+        ("remaining_usd", Right),
+        ("cap_usd", Right),
+    ]);
+    for customer in customers {
+        let budget = &customer["budget"];
+        table.row(vec![
+            text(&customer["id"]),
+            text(&customer["last_call"]),
+            usd(&budget["spent_usd_micros"]),
+            usd(&budget["remaining_usd_micros"]),
+            usd(&budget["cap_usd_micros"]),
+        ]);
+    }
+    Ok(format!(
+        "{}{}{}\n",
+        table.render(),
+        count(customers.len() as u64, "customer", "customers"),
         more(answer)
     ))
 }
@@ -371,6 +527,27 @@ mod tests {
     use serde_json::json;
 
     fn key(id: &str, spent: u64, models: Value) -> Value {
+        let mut key = plain_key(id, spent, models);
+        if id == "alice" {
+            key["rpm"] = json!(60);
+            key["model_caps"] = json!([
+                {"name": "opus", "models": ["claude-opus-*", "claude-3-opus*"],
+                 "cap_usd": "50.00", "cap_usd_micros": 50_000_000, "period": "day",
+                 "rpm": 10, "tpm": null},
+                {"name": "minis", "models": ["gpt-4o-mini"], "cap_usd": null,
+                 "cap_usd_micros": null, "period": null, "rpm": null, "tpm": 100_000},
+            ]);
+            key["budget"]["model_caps"] = json!([
+                {"name": "opus", "models": ["claude-opus-*", "claude-3-opus*"],
+                 "period": "day", "period_id": "2026-11-29", "cap_usd_micros": 50_000_000,
+                 "spent_usd_micros": 1_200, "reserved_usd_micros": 300,
+                 "remaining_usd_micros": 49_998_500, "resets_at": "2026-11-30T00:00:00Z"},
+            ]);
+        }
+        key
+    }
+
+    fn plain_key(id: &str, spent: u64, models: Value) -> Value {
         json!({
             "id": id, "org": "acme", "cap_usd_micros": 25_000_000, "period": "day",
             "models": models, "disabled": false, "expires_at": null,
@@ -379,7 +556,8 @@ mod tests {
             "budget": {"id": id, "period": "day", "period_id": "2026-11-29",
                        "cap_usd_micros": 25_000_000, "spent_usd_micros": spent,
                        "reserved_usd_micros": 0, "remaining_usd_micros": 25_000_000 - spent,
-                       "resets_at": "2026-11-30T00:00:00Z"},
+                       "resets_at": "2026-11-30T00:00:00Z", "model_caps": []},
+            "model_caps": [], "rpm": null, "tpm": null,
         })
     }
 
@@ -401,15 +579,15 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "id     org   period    cap_usd  spent_usd  reserved_usd  remaining_usd  state     expires_at  source  models"
+            "id     org   period    cap_usd  spent_usd  reserved_usd  remaining_usd  state     expires_at  source  rpm  tpm  model_caps   models"
         );
         assert_eq!(
             lines[1],
-            "alice  acme  day     25.000000   0.001200      0.000000      24.998800  active    -           api     gpt-4o*, claude-*"
+            "alice  acme  day     25.000000   0.001200      0.000000      24.998800  active    -           api      60    -  opus, minis  gpt-4o*, claude-*"
         );
         assert_eq!(
             lines[2],
-            "bob    -     day     25.000000          -             -              -  disabled  -           api     all"
+            "bob    -     day     25.000000          -             -              -  disabled  -           api       -    -  -            all"
         );
         assert_eq!(lines[3], "2 keys; more after bob (--after bob, or --all)");
         assert_eq!(
@@ -432,6 +610,85 @@ mod tests {
         assert!(human(&View::KeySecret, br#"{"key":{}}"#).is_err());
         // A list where one key was expected is not shown as an empty key.
         assert!(human(&View::Key, br#"{"keys":[],"next":null}"#).is_err());
+    }
+
+    #[test]
+    fn a_key_shows_its_rate_limits_and_each_model_groups_money() {
+        let text = show(View::Key, &key("alice", 0, Value::Null));
+        assert!(text.contains("\nrpm              60\n"), "{text}");
+        assert!(text.contains("\ntpm              -\n"), "{text}");
+        let groups: Vec<&str> = text
+            .split("\nmodel caps\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{text}"))
+            .lines()
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                "  name   models                         period    cap_usd  spent_usd  reserved_usd  remaining_usd  rpm     tpm",
+                "  opus   claude-opus-*, claude-3-opus*  day     50.000000   0.001200      0.000300      49.998500   10       -",
+                "  minis  gpt-4o-mini                    -               -          -             -              -    -  100000",
+            ]
+        );
+        // Without groups there is no heading.
+        let text = show(View::Org, &plain_key("acme", 0, Value::Null));
+        assert!(!text.contains("model caps"), "{text}");
+        assert!(text.contains("\nrpm            -\n"), "{text}");
+    }
+
+    #[test]
+    fn a_key_shows_its_customer_template_and_customers_their_money() {
+        let mut alice = plain_key("alice", 0, Value::Null);
+        let text = show(View::Key, &alice);
+        assert!(!text.contains("each customer"), "{text}");
+        alice["customer_cap_usd"] = json!("0.50");
+        alice["customer_cap_usd_micros"] = json!(500_000);
+        alice["customer_period"] = json!("day");
+        alice["customer_rpm"] = json!(10);
+        alice["customer_from"] = json!("body");
+        alice["customer_required"] = json!(true);
+        let text = show(View::Key, &alice);
+        let template: Vec<&str> = text
+            .split("\neach customer\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{text}"))
+            .lines()
+            .collect();
+        assert_eq!(
+            template,
+            [
+                "  cap_usd   0.500000",
+                "  period    day",
+                "  rpm       10",
+                "  tpm       -",
+                "  from      body",
+                "  required  true",
+            ]
+        );
+
+        let answer = json!({"customers": [
+            {"id": "c1@example.com", "last_call": "2026-11-29T10:00:00Z",
+             "budget": {"period": "day", "period_id": "2026-11-29", "cap_usd_micros": 500_000,
+                        "spent_usd_micros": 1_200, "reserved_usd_micros": 0,
+                        "remaining_usd_micros": 498_800, "resets_at": "2026-11-30T00:00:00Z"}},
+            {"id": "c2", "last_call": "2026-11-29T11:00:00Z", "budget": null},
+        ], "next": "c2"});
+        let text = show(View::Customers, &answer);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "id              last_call             spent_usd  remaining_usd   cap_usd",
+                "c1@example.com  2026-11-29T10:00:00Z   0.001200       0.498800  0.500000",
+                "c2              2026-11-29T11:00:00Z          -              -         -",
+                "2 customers; more after c2 (--after c2, or --all)",
+            ]
+        );
+        assert_eq!(
+            show(View::Customers, &json!({"customers": [], "next": null})),
+            "no customers\n"
+        );
     }
 
     #[test]

@@ -9,7 +9,9 @@ use http_body_util::Full;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{Map, Value};
 
-use super::{Adjustment, KeyList, KeyUpdate, NewKey, NewOrg, OrgUpdate, Page, SpendQuery};
+use super::{
+    Adjustment, CustomerList, KeyList, KeyUpdate, NewKey, NewOrg, OrgUpdate, Page, SpendQuery,
+};
 use crate::config::Secret;
 
 /// Where every admin route lives.
@@ -119,7 +121,22 @@ pub(crate) fn create_key(new: &NewKey) -> ApiRequest {
     put(&mut body, "models", new.models.as_deref().map(models));
     put(&mut body, "expires_at", new.expires_at.clone());
     put(&mut body, "metadata", new.metadata.clone());
+    put_limits(&mut body, new.rpm, new.tpm, &new.model_caps);
+    put(&mut body, "customer_cap_usd", new.customer_cap_usd.clone());
+    put(&mut body, "customer_period", new.customer_period.clone());
+    put(&mut body, "customer_rpm", new.customer_rpm);
+    put(&mut body, "customer_tpm", new.customer_tpm);
+    put(&mut body, "customer_from", new.customer_from.clone());
+    put(&mut body, "customer_required", new.customer_required);
     ApiRequest::new(Method::POST, collection("keys")).json(body)
+}
+
+/// `GET /admin/v1/customers?key=ID[&limit=N][&after=ID]`
+pub(crate) fn list_customers(list: &CustomerList) -> ApiRequest {
+    ApiRequest::new(Method::GET, collection("customers"))
+        .query("key", Some(&list.key))
+        .query("limit", list.limit)
+        .query("after", list.after.as_ref())
 }
 
 pub(crate) fn list_keys(list: &KeyList) -> ApiRequest {
@@ -159,6 +176,50 @@ pub(crate) fn update_key(update: &KeyUpdate) -> ApiRequest {
         put(&mut body, "expires_at", change.expires_at.clone());
     }
     put(&mut body, "metadata", change.metadata.clone());
+    put_limit_changes(
+        &mut body,
+        Changes {
+            rpm: change.rpm,
+            no_rpm: change.no_rpm,
+            tpm: change.tpm,
+            no_tpm: change.no_tpm,
+            model_caps: &change.model_caps,
+            no_model_caps: change.no_model_caps,
+        },
+    );
+    // The customer template: a `--no-customer-…` flag sends `null`.
+    let texts = [
+        (
+            "customer_cap_usd",
+            &change.customer_cap_usd,
+            change.no_customer_cap_usd,
+        ),
+        (
+            "customer_period",
+            &change.customer_period,
+            change.no_customer_period,
+        ),
+    ];
+    for (name, value, clear) in texts {
+        if clear {
+            body.insert(name.to_owned(), Value::Null);
+        } else {
+            put(&mut body, name, value.clone());
+        }
+    }
+    let rates = [
+        ("customer_rpm", change.customer_rpm, change.no_customer_rpm),
+        ("customer_tpm", change.customer_tpm, change.no_customer_tpm),
+    ];
+    for (name, value, clear) in rates {
+        if clear {
+            body.insert(name.to_owned(), Value::Null);
+        } else {
+            put(&mut body, name, value);
+        }
+    }
+    put(&mut body, "customer_from", change.customer_from.clone());
+    put(&mut body, "customer_required", change.customer_required);
     ApiRequest::new(Method::PATCH, item("keys", &update.id)).json(body)
 }
 
@@ -182,6 +243,7 @@ pub(crate) fn create_org(new: &NewOrg) -> ApiRequest {
     body.insert("id".to_owned(), new.id.clone().into());
     body.insert("cap_usd".to_owned(), new.cap_usd.clone().into());
     body.insert("period".to_owned(), new.period.clone().into());
+    put_limits(&mut body, new.rpm, new.tpm, &new.model_caps);
     ApiRequest::new(Method::POST, collection("orgs")).json(body)
 }
 
@@ -189,6 +251,18 @@ pub(crate) fn update_org(update: &OrgUpdate) -> ApiRequest {
     let mut body = Map::new();
     put(&mut body, "cap_usd", update.change.cap_usd.clone());
     put(&mut body, "period", update.change.period.clone());
+    let change = &update.change;
+    put_limit_changes(
+        &mut body,
+        Changes {
+            rpm: change.rpm,
+            no_rpm: change.no_rpm,
+            tpm: change.tpm,
+            no_tpm: change.no_tpm,
+            model_caps: &change.model_caps,
+            no_model_caps: change.no_model_caps,
+        },
+    );
     ApiRequest::new(Method::PATCH, item("orgs", &update.id)).json(body)
 }
 
@@ -222,6 +296,54 @@ fn put(body: &mut Map<String, Value>, field: &str, value: Option<impl Into<Value
     if let Some(value) = value {
         body.insert(field.to_owned(), value.into());
     }
+}
+
+/// A new key's or org's rate limits and model groups, when given.
+fn put_limits(
+    body: &mut Map<String, Value>,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+    model_caps: &[Map<String, Value>],
+) {
+    put(body, "rpm", rpm);
+    put(body, "tpm", tpm);
+    if !model_caps.is_empty() {
+        body.insert("model_caps".to_owned(), groups(model_caps));
+    }
+}
+
+/// What `set` changes of a key's or org's rate limits and model groups.
+struct Changes<'a> {
+    rpm: Option<u64>,
+    no_rpm: bool,
+    tpm: Option<u64>,
+    no_tpm: bool,
+    model_caps: &'a [Map<String, Value>],
+    no_model_caps: bool,
+}
+
+/// The limits `set` changes: a `--no-…` flag sends `null` (for the groups,
+/// `[]`); groups given replace the whole list.
+fn put_limit_changes(body: &mut Map<String, Value>, changes: Changes<'_>) {
+    for (name, value, clear) in [
+        ("rpm", changes.rpm, changes.no_rpm),
+        ("tpm", changes.tpm, changes.no_tpm),
+    ] {
+        if clear {
+            body.insert(name.to_owned(), Value::Null);
+        } else {
+            put(body, name, value);
+        }
+    }
+    if changes.no_model_caps {
+        body.insert("model_caps".to_owned(), Value::Array(Vec::new()));
+    } else if !changes.model_caps.is_empty() {
+        body.insert("model_caps".to_owned(), groups(changes.model_caps));
+    }
+}
+
+fn groups(model_caps: &[Map<String, Value>]) -> Value {
+    model_caps.iter().cloned().map(Value::Object).collect()
 }
 
 /// `--models 'gpt-4o*, claude-*'` as a list, spaces and empty items dropped.
@@ -263,6 +385,15 @@ mod tests {
             models: None,
             expires_at: None,
             metadata: None,
+            rpm: None,
+            tpm: None,
+            model_caps: Vec::new(),
+            customer_cap_usd: None,
+            customer_period: None,
+            customer_rpm: None,
+            customer_tpm: None,
+            customer_from: None,
+            customer_required: None,
         }
     }
 
@@ -274,6 +405,29 @@ mod tests {
             expires_at: None,
             no_expiry: false,
             metadata: None,
+            rpm: None,
+            no_rpm: false,
+            tpm: None,
+            no_tpm: false,
+            model_caps: Vec::new(),
+            no_model_caps: false,
+            customer_cap_usd: None,
+            no_customer_cap_usd: false,
+            customer_period: None,
+            no_customer_period: false,
+            customer_rpm: None,
+            no_customer_rpm: false,
+            customer_tpm: None,
+            no_customer_tpm: false,
+            customer_from: None,
+            customer_required: None,
+        }
+    }
+
+    fn group(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            _ => unreachable!(),
         }
     }
 
@@ -338,10 +492,105 @@ mod tests {
             change: OrgChange {
                 cap_usd: None,
                 period: Some("month".to_owned()),
+                rpm: None,
+                no_rpm: false,
+                tpm: None,
+                no_tpm: false,
+                model_caps: Vec::new(),
+                no_model_caps: false,
             },
         });
         assert_eq!(org.path, "/admin/v1/orgs/acme");
         assert_eq!(org.body, Some(json!({"period": "month"})));
+    }
+
+    #[test]
+    fn limits_are_sent_as_given_and_cleared_with_null() {
+        let opus = group(json!({"name": "opus", "models": ["claude-opus-*"],
+                                "cap_usd": "50.00", "period": "day"}));
+        let new = NewKey {
+            rpm: Some(60),
+            model_caps: vec![opus.clone()],
+            ..new_key()
+        };
+        assert_eq!(
+            create_key(&new).body,
+            Some(json!({"cap_usd": "25.00", "period": "day", "rpm": 60,
+                        "model_caps": [{"name": "opus", "models": ["claude-opus-*"],
+                                        "cap_usd": "50.00", "period": "day"}]}))
+        );
+        let update = KeyUpdate {
+            id: "alice".to_owned(),
+            change: KeyChange {
+                tpm: Some(1000),
+                no_rpm: true,
+                no_model_caps: true,
+                ..no_change()
+            },
+        };
+        assert_eq!(
+            update_key(&update).body,
+            Some(json!({"rpm": null, "tpm": 1000, "model_caps": []}))
+        );
+        let org = create_org(&NewOrg {
+            id: "acme".to_owned(),
+            cap_usd: "500".to_owned(),
+            period: "month".to_owned(),
+            rpm: None,
+            tpm: Some(5),
+            model_caps: vec![opus],
+        });
+        assert_eq!(org.body.unwrap()["model_caps"][0]["name"], "opus");
+    }
+
+    #[test]
+    fn a_customer_template_is_sent_as_given_and_cleared_with_null() {
+        let new = NewKey {
+            customer_cap_usd: Some("0.50".to_owned()),
+            customer_period: Some("day".to_owned()),
+            customer_rpm: Some(10),
+            customer_from: Some("body".to_owned()),
+            customer_required: Some(true),
+            ..new_key()
+        };
+        assert_eq!(
+            create_key(&new).body,
+            Some(
+                json!({"cap_usd": "25.00", "period": "day", "customer_cap_usd": "0.50",
+                        "customer_period": "day", "customer_rpm": 10,
+                        "customer_from": "body", "customer_required": true})
+            )
+        );
+        let update = KeyUpdate {
+            id: "alice".to_owned(),
+            change: KeyChange {
+                no_customer_cap_usd: true,
+                no_customer_rpm: true,
+                customer_tpm: Some(5000),
+                customer_required: Some(false),
+                ..no_change()
+            },
+        };
+        assert_eq!(
+            update_key(&update).body,
+            Some(json!({"customer_cap_usd": null, "customer_rpm": null,
+                        "customer_tpm": 5000, "customer_required": false}))
+        );
+        let list = CustomerList {
+            key: "alice".to_owned(),
+            limit: Some(2),
+            after: Some("c1@example.com".to_owned()),
+            all: false,
+        };
+        let request = list_customers(&list);
+        assert_eq!(
+            request.path_and_query(),
+            "/admin/v1/customers?key=alice&limit=2&after=c1%40example.com"
+        );
+        assert_eq!(
+            request.after("c3").path_and_query(),
+            "/admin/v1/customers?key=alice&limit=2&after=c3"
+        );
     }
 
     #[test]

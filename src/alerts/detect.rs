@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::budget::alerts::{AlertEvent, AlertKind};
-use crate::budget::{Denial, Level, ReserveRequest, ScopeKind};
+use crate::budget::{Denial, Level, Meter, ReserveRequest, ScopeKind};
 use crate::money::Threshold;
 
 /// A `threshold` event for every threshold each scope's level has reached
@@ -17,14 +17,15 @@ pub(super) fn thresholds(
     now: DateTime<Utc>,
 ) -> Vec<AlertEvent> {
     let mut events = Vec::new();
-    for level in levels {
+    // Alerts watch money; a rate limit's level is no spending.
+    for level in levels.iter().filter(|level| level.meter == Meter::Usd) {
         let (scope, alert_at) = match level.kind {
             ScopeKind::Key => (&request.key, key_alert_at),
             ScopeKind::Org => match &request.org {
                 Some(org) => (org, org_alert_at),
                 None => continue,
             },
-            ScopeKind::Run => continue,
+            ScopeKind::Run | ScopeKind::Model | ScopeKind::Customer => continue,
         };
         if scope.cap == 0 {
             continue;
@@ -73,6 +74,9 @@ mod tests {
 
     fn request() -> ReserveRequest {
         ReserveRequest {
+            caps: Vec::new(),
+            tokens: 0,
+            customer: None,
             exec_id: "e".to_owned(),
             key: Scope {
                 kind: ScopeKind::Key,
@@ -96,6 +100,7 @@ mod tests {
 
     fn level(kind: ScopeKind, period_id: &str, committed: u64) -> Level {
         Level {
+            meter: Meter::Usd,
             kind,
             period_id: period_id.to_owned(),
             committed,
@@ -141,6 +146,7 @@ mod tests {
     fn a_refusal_is_the_exhausted_event_of_its_scope_and_period() {
         let now = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
         let denial = Denial {
+            meter: Meter::Usd,
             kind: ScopeKind::Run,
             id: "alice/run-1".to_owned(),
             period: Period::Total,

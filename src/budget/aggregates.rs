@@ -1,12 +1,12 @@
-//! Spend aggregates: per UTC day, key, run and model, what the ledger entries
+//! Spend aggregates: per UTC day, key, run, customer and model, what the ledger entries
 //! of that day added up to, kept by every store in the same atomic step
 //! as the counters and the ledger entry itself. A spend report reads these
 //! rows, never the raw ledger, which is folded away after its retention;
 //! the rows themselves are kept `store.aggregate_retention_days`.
 //!
 //! Each ledger entry adds to one row, the one of its day (the store's
-//! clock when it was written), key, run (none for a call outside a run)
-//! and model:
+//! clock when it was written), key, run (none for a call outside a run),
+//! customer (none for a call that named none) and model:
 //!
 //! - `calls` +1 for a settle on time and for an expiry, +0 for a late
 //!   settle (its call was counted when it expired);
@@ -38,7 +38,7 @@ pub struct SpendQuery {
     pub org: Option<String>,
 }
 
-/// One aggregate row: a day, a key, a run and a model.
+/// One aggregate row: a day, a key, a run, a customer and a model.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpendRow {
     /// `YYYY-MM-DD`, UTC.
@@ -48,6 +48,9 @@ pub struct SpendRow {
     pub org: Option<String>,
     /// The run id the client named (`x-tollgate-run`); `""` outside a run.
     pub run: String,
+    /// The customer the calls were for (`x-tollgate-customer`, or the
+    /// body's end-user field); `""` for calls that named none.
+    pub customer: String,
     /// `""` for adjustments, and for expiries of reservations recorded
     /// without a model (see the module docs).
     pub model: String,
@@ -79,6 +82,7 @@ impl SpendRow {
             key: entry.key.clone(),
             org: entry.org.clone(),
             run: entry.run.clone().unwrap_or_default(),
+            customer: entry.customer.clone().unwrap_or_default(),
             model: entry.model.clone(),
             ..SpendRow::default()
         }
@@ -98,7 +102,8 @@ impl SpendRow {
         self.cost_usd_micros = self.cost_usd_micros.saturating_add(entry.actual);
     }
 
-    /// Adds another row's sums (of the same day, key, run and model).
+    /// Adds another row's sums (of the same day, key, run, customer and
+    /// model).
     pub fn merge(&mut self, other: &SpendRow) {
         self.calls = self.calls.saturating_add(other.calls);
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
@@ -113,8 +118,8 @@ impl SpendRow {
     }
 
     /// The order rows are reported in.
-    pub fn sort_key(&self) -> (&str, &str, &str, &str) {
-        (&self.day, &self.key, &self.run, &self.model)
+    pub fn sort_key(&self) -> (&str, &str, &str, &str, &str) {
+        (&self.day, &self.key, &self.run, &self.customer, &self.model)
     }
 }
 

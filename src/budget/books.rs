@@ -24,7 +24,9 @@ mod settle;
 
 pub(crate) use adjust::adjust;
 pub(crate) use record::{Charge, Record, RecordState};
-pub(crate) use reserve::{forget_idle_runs, reserve, reserve_claimed, run_state, scope_state};
+pub(crate) use reserve::{
+    forget_idle_customers, forget_idle_runs, reserve, reserve_claimed, run_state, scope_state,
+};
 pub(crate) use settle::{expire_due, settle};
 
 use std::collections::BTreeSet;
@@ -161,6 +163,17 @@ pub(crate) trait BookState {
 
     /// Forgets run `id` and its counter.
     fn forget_run(&mut self, id: &str);
+
+    /// A call of `key`'s customer `customer` at `at`.
+    fn touch_customer(&mut self, key: &str, customer: &str, at: i64) -> Result<(), Self::Error>;
+
+    /// The customers, as `(key, customer)`, whose last call came at or
+    /// before `cutoff`.
+    fn customers_idle_since(&mut self, cutoff: i64) -> Result<Vec<(String, String)>, Self::Error>;
+
+    /// Forgets `key`'s customer `customer`: that it was seen, and every
+    /// counter of its scope.
+    fn forget_customer(&mut self, key: &str, customer: &str);
 
     /// An adjustment applied, remembered for its retries until `forget_at`.
     fn adjusted(&mut self, exec_id: &str, applied: AppliedAdjustment, forget_at: i64);

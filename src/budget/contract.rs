@@ -19,9 +19,11 @@
 
 mod aggregates;
 mod alerts;
+mod caps;
 mod cases;
 mod claims;
 mod control;
+mod customers;
 mod expiry;
 mod records;
 mod redis_fixture;
@@ -36,8 +38,8 @@ use uuid::Uuid;
 
 use super::memory::testing::ManualClock;
 use super::{
-    BudgetStore, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, MemoryStore, OnExpiry, Period,
-    Reconciliation, ReserveOutcome, ReserveRequest, Rules, Scope, ScopeKind, ScopeState,
+    BudgetStore, ClaimedReserve, Denial, LedgerEntry, LedgerStatus, MemoryStore, Meter, OnExpiry,
+    Period, Reconciliation, ReserveOutcome, ReserveRequest, Rules, Scope, ScopeKind, ScopeState,
     SettleOutcome, Settlement, SqliteStore, StoreError, DEFAULT_CLOSED_RECORD, DEFAULT_RUN_TTL,
 };
 use crate::budget::Books;
@@ -47,9 +49,11 @@ use crate::money::{delta, UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::usage::Usage;
 use aggregates::*;
 use alerts::*;
+use caps::*;
 use cases::*;
 use claims::*;
 use control::*;
+use customers::*;
 use expiry::*;
 use records::*;
 use redis_fixture::{cluster_fixture, redis_fixture};
@@ -266,6 +270,17 @@ macro_rules! contract_tests {
             an_alert_is_queued_once_and_delivered_once,
             a_leased_alert_is_due_again_when_its_lease_runs_out,
             concurrent_queues_of_one_alert_queue_it_once,
+            a_model_group_caps_its_models_inside_the_key,
+            a_range_reserve_holds_what_the_tightest_group_allows,
+            an_rpm_limit_admits_exactly_its_requests_per_minute,
+            a_tpm_limit_holds_the_bound_and_settles_the_usage,
+            money_is_named_before_a_rate_limit,
+            an_expiry_charges_every_cap_it_held,
+            a_retried_reserve_with_caps_holds_once,
+            concurrent_reserves_never_pass_a_rate_limit,
+            a_customer_is_capped_inside_its_key,
+            customers_are_listed_by_id_a_page_at_a_time,
+            an_idle_customer_is_forgotten_with_its_counters,
             );
             mod release {
                 use super::*;
@@ -276,6 +291,7 @@ macro_rules! contract_tests {
                     expired_record_outlives_every_settle_retry,
                     expired_claim_is_reserved_again,
                     spend_rows_add_up_every_ledger_entry,
+                    an_expiry_charges_every_cap_it_held,
                 );
             }
         }
@@ -323,6 +339,9 @@ fn request(key: &Scope, org: Option<&Scope>, amount: UsdMicros, ttl_secs: u64) -
         amount,
         min_amount: amount,
         run: None,
+        caps: Vec::new(),
+        tokens: 0,
+        customer: None,
         ttl: Duration::from_secs(ttl_secs),
     }
 }

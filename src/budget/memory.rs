@@ -27,12 +27,17 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::aggregates::first_kept_day;
 use super::alerts::{AlertEvent, QueuedAlert};
-use super::books::{self, record::millis};
+use super::books::{
+    self,
+    record::{from_millis, millis},
+};
+use super::caps;
 use super::records::{AuditEntry, RecordBook, RecordSet, RecordWrite, WriteOutcome};
 use super::{
-    AdjustOutcome, Adjustment, AlertQueue, Books, ClaimedReserve, LedgerEntry, OpenHold,
-    Reconciliation, Records, Reports, ReserveOutcome, ReserveRequest, Rules, RunState, Scope,
-    ScopeKind, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow, StoreError, Upkeep,
+    reconciled, AdjustOutcome, Adjustment, AlertQueue, Books, ClaimedReserve, CustomerSeen,
+    LedgerEntry, OpenHold, Reconciliation, Records, Reports, ReserveOutcome, ReserveRequest, Rules,
+    RunState, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement, SpendQuery, SpendRow,
+    StoreError, Upkeep,
 };
 use crate::money::UsdMicros;
 use state::{sure, CounterKey, State};
@@ -188,6 +193,8 @@ impl MemoryStore {
             let now = self.shared.now();
             state.forget_adjustments(millis(now));
             sure(books::forget_idle_runs(&mut *state, rules, now));
+            sure(books::forget_idle_customers(&mut *state, rules, now));
+            state.forget_windows(&caps::forget_windows_before(now));
             let first_kept = first_kept_day(now, rules.aggregate_retention_days);
             state.aggregates.drop_before(&first_kept);
         }
@@ -253,9 +260,7 @@ impl MemoryStore {
                 row.open = row.open.saturating_add(reservation.amount);
             }
         }
-        // A run's counter is a cap inside its key, forgotten with the run;
-        // every call of it is in its key's (and org's) books.
-        rows.retain(|key, _| key.kind != ScopeKind::Run);
+        rows.retain(|key, _| reconciled(key.kind, &key.period_id));
         let mut rows: Vec<Reconciliation> = rows.into_values().collect();
         rows.sort_by(|a, b| (a.kind, &a.id, &a.period_id).cmp(&(b.kind, &b.id, &b.period_id)));
         rows
@@ -367,6 +372,22 @@ impl Books for MemoryStore {
 
     async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
         Ok(MemoryStore::run_state(self, id))
+    }
+
+    async fn customers(
+        &self,
+        key: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<CustomerSeen>, StoreError> {
+        let customers = self.shared.lock().customers_of(key, after, limit);
+        Ok(customers
+            .into_iter()
+            .map(|(id, last_call)| CustomerSeen {
+                id,
+                last_call: from_millis(last_call),
+            })
+            .collect())
     }
 
     async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {

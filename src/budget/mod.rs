@@ -44,6 +44,7 @@
 pub mod aggregates;
 pub mod alerts;
 mod books;
+pub mod caps;
 #[cfg(test)]
 mod contract;
 pub mod memory;
@@ -66,9 +67,12 @@ pub use self::redis::{RedisStore, RedisUrlError};
 pub use crate::config::OnExpiry;
 pub use crate::period::Period;
 pub use aggregates::{SpendQuery, SpendRow, DEFAULT_AGGREGATE_RETENTION_DAYS};
+pub use caps::{Cap, Meter};
 pub use memory::MemoryStore;
 pub use open::{open, OpenError};
-pub use rules::{Rules, DEFAULT_CLOSED_RECORD, DEFAULT_LEDGER_RETENTION, DEFAULT_RUN_TTL};
+pub use rules::{
+    Rules, DEFAULT_CLOSED_RECORD, DEFAULT_CUSTOMER_TTL, DEFAULT_LEDGER_RETENTION, DEFAULT_RUN_TTL,
+};
 pub use sqlite::{SqliteOpenError, SqliteStore};
 pub use store::{AlertQueue, Books, BudgetStore, Records, Reports, Upkeep};
 
@@ -83,6 +87,15 @@ pub fn tag_for(org: Option<&str>, key: &str) -> String {
         Some(org) => org.to_owned(),
         None => format!("key:{key}"),
     }
+}
+
+/// Whether `tollgate reconcile` proves a counter: the money of keys and
+/// orgs, whose every call is in the ledger. A run's, a model group's and a
+/// rate limit's counters are caps inside those books, kept for their
+/// checks (a run is forgotten with its counter).
+pub(crate) fn reconciled(kind: ScopeKind, counter_period: &str) -> bool {
+    matches!(kind, ScopeKind::Key | ScopeKind::Org)
+        && Meter::of_counter_period(counter_period).0 == Meter::Usd
 }
 
 /// Logs the reservations a sweep expired (under `tag`, on Redis), and what
@@ -149,8 +162,8 @@ impl Reconciliation {
     }
 }
 
-/// Whether a scope is a gateway key, an org, or an agent's run inside a
-/// key.
+/// Whether a scope is a gateway key, an org, an agent's run inside a key,
+/// or a model group inside a key or an org.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
@@ -159,6 +172,12 @@ pub enum ScopeKind {
     Key,
     Org,
     Run,
+    /// A model group (`model_caps`): id `key:<key>/<group>` or
+    /// `org:<org>/<group>` ([`caps::model_scope_id`]).
+    Model,
+    /// One of a key's customers (the agent's end users), id
+    /// `<key>/<customer>`, capped by the key's customer template.
+    Customer,
 }
 
 impl ScopeKind {
@@ -167,6 +186,8 @@ impl ScopeKind {
             ScopeKind::Key => "key",
             ScopeKind::Org => "org",
             ScopeKind::Run => "run",
+            ScopeKind::Model => "model",
+            ScopeKind::Customer => "customer",
         }
     }
 
@@ -175,6 +196,8 @@ impl ScopeKind {
             "key" => Some(ScopeKind::Key),
             "org" => Some(ScopeKind::Org),
             "run" => Some(ScopeKind::Run),
+            "model" => Some(ScopeKind::Model),
+            "customer" => Some(ScopeKind::Customer),
             _ => None,
         }
     }
@@ -206,6 +229,16 @@ pub struct ReserveRequest {
     /// The agent run the call belongs to (`x-tollgate-run`), a third scope
     /// inside the key.
     pub run: Option<RunScope>,
+    /// Every other cap the call is held against: its model groups' money,
+    /// and the rate limits of its key, org and groups.
+    pub caps: Vec<Cap>,
+    /// The most tokens (input and output) the call can use: what a
+    /// `tokens` cap holds.
+    pub tokens: u64,
+    /// The customer the call is for (the id it named, without its key):
+    /// remembered as one of the key's customers, and carried by its
+    /// ledger entry.
+    pub customer: Option<String>,
     /// The model the call is for (the one its settle will name), kept with
     /// the reservation so its holds and its expiry can name it.
     pub model: String,
@@ -286,12 +319,15 @@ impl ReserveOutcome {
     }
 }
 
-/// A scope's `spent + reserved` in the period a reserve charged.
+/// A scope's `spent + reserved` in the period a reserve charged: in µUSD
+/// for the key, org and run (the first levels, in that order), then in
+/// its meter's unit for each of the request's other caps, in their order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Level {
     pub kind: ScopeKind,
+    pub meter: Meter,
     pub period_id: String,
-    pub committed: UsdMicros,
+    pub committed: u64,
 }
 
 /// What a reserve under an idempotency claim answered.
@@ -306,15 +342,19 @@ pub enum ClaimedReserve {
     Duplicate,
 }
 
-/// Which scope refused a reservation, and its state at that moment.
+/// Which cap refused a reservation, and its state at that moment. Money
+/// caps are checked before rate limits, so a call that no wait would let
+/// through is never told to wait.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Denial {
     pub kind: ScopeKind,
     pub id: String,
+    pub meter: Meter,
     pub period: Period,
-    pub cap: UsdMicros,
+    /// In the meter's unit.
+    pub cap: u64,
     /// `cap - spent - reserved`, never below zero.
-    pub remaining: UsdMicros,
+    pub remaining: u64,
     /// When the period rolls over; `None` for `total`.
     pub resets_at: Option<DateTime<Utc>>,
 }
@@ -506,6 +546,8 @@ pub struct LedgerEntry {
     pub org: Option<String>,
     /// The run id the client named (without its key), if any.
     pub run: Option<String>,
+    /// The customer the call was for, if it named one.
+    pub customer: Option<String>,
     pub model: String,
     pub usage: Usage,
     pub reserved: UsdMicros,
@@ -518,6 +560,15 @@ pub struct LedgerEntry {
     pub at: DateTime<Utc>,
     /// An adjustment's note; `None` for a call's entry.
     pub note: Option<String>,
+}
+
+/// One of a key's customers as the store remembers it: its id, and when
+/// it last made a call. A customer without a call for
+/// `store.customer_ttl_days` is forgotten, with its counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CustomerSeen {
+    pub id: String,
+    pub last_call: DateTime<Utc>,
 }
 
 /// A scope's counters in its current period.

@@ -100,6 +100,9 @@ period = "day"
         };
         store
             .reserve(&ReserveRequest {
+                caps: Vec::new(),
+                tokens: 0,
+                customer: None,
                 exec_id: "call-1".to_owned(),
                 key,
                 org: None,

@@ -2,18 +2,19 @@
 //! operation (`lua/`), so any number of gateways share exact caps.
 //!
 //! Layout. Everything a key and its org share lives under one hash tag
-//! ([`tag_for`]: the org id, or `key:<key id>` without an org), in six
+//! ([`tag_for`]: the org id, or `key:<key id>` without an org), in eight
 //! fixed keys per tag that every script receives in `KEYS`:
 //!
 //! | key              | type   | holds |
 //! |------------------|--------|-------|
-//! | `tg:{T}:spend`   | hash   | `<kind>:<id>:<period id>` committed (spent + reserved), `…:r` its reserved part, `…:f` its folded ledger sum, `folds` the trim count, `epoch` the store epoch the books were written under |
+//! | `tg:{T}:spend`   | hash   | `<kind>:<id>:<counter period>` committed (spent + reserved) of a key, org, run, model group or customer (the counter period is the period id for money, `<period id>/requests` or `…/tokens` for a rate limit: `Meter::counter_period`), `…:r` its reserved part, `…:f` its folded ledger sum, `folds` the trim count, `epoch` the store epoch the books were written under; `seen:<key>/<customer>` a customer's last call (`customers`), `gone:<key>/<customer>` one forgotten, `pass` the sweep's pass over this hash |
 //! | `tg:{T}:res`     | hash   | exec id → reservation record (JSON); `claim:<claim>` → the exec id holding that idempotency claim; `adj:<exec id>` → an applied adjustment's record |
 //! | `tg:{T}:pending` | zset   | open exec ids by deadline |
 //! | `tg:{T}:closed`  | zset   | expired exec ids by when their record may be forgotten; runs by when they are |
 //! | `tg:{T}:ledger`  | stream | one entry per settle, expiry or adjustment |
-//! | `tg:{T}:agg`     | hash   | `<day>\|<key>\|<model>\|<metric>` spend aggregates moved with every ledger entry (`aggregates`); `kept_from`, `scan` the sweep's retention pass |
+//! | `tg:{T}:agg`     | hash   | `<day>\|<key>[/<run>][#<customer>]\|<model>\|<metric>` spend aggregates moved with every ledger entry (`aggregates`); `kept_from`, `scan` the sweep's retention pass |
 //! | `tg:{T}:done`    | list   | `<ms>\|<exec id>`: settled and denied records (and `adj:<exec id>`s), in the order they closed, with when each may be forgotten |
+//! | `tg:{T}:cust`    | zset   | `<key>/<customer>`, score 0: the customers remembered, in id order (`customers`) |
 //!
 //! The admin API's keys and orgs live under a tag of their own,
 //! `tollgate:admin` (`records`). One more key lies outside every tag:
@@ -34,6 +35,15 @@
 //! way an entry's actual is added to the `…:f` fields it charged in the
 //! script that trims it (`lua/fold.lua`): `counter == folded + Σ ledger +
 //! Σ open` stays exact.
+//!
+//! The sweep also walks the spend hash, a bounded HSCAN page per call
+//! and a pass at most once a minute (`lua/sweep.lua`): it deletes rate
+//! limits' counters of minutes that ended more than two minutes ago, and
+//! forgets customers without a call for `store.customer_ttl_days` (their
+//! entry at once, with the counters of their last call's periods; their
+//! older counters as the pass meets them). The `cust` key came without a
+//! layout change, like `agg`: a gateway of an older build passes seven
+//! keys and never names a customer.
 //!
 //! Spend aggregate rows older than the aggregate retention (whole UTC
 //! days) are deleted by the sweep, a bounded HSCAN page per call, and only
@@ -61,6 +71,7 @@ mod alerts;
 mod books;
 mod connection;
 mod control;
+mod customers;
 mod drain;
 mod meta;
 mod records;
@@ -91,8 +102,9 @@ pub fn script_sha(name: &str) -> Option<String> {
     Scripts::new().sha(name).map(str::to_owned)
 }
 
+use super::caps::model_scope_parts;
 use super::{
-    run_key_of, tag_for, AdjustOutcome, Adjustment, Books, ClaimedReserve, OpenHold,
+    run_key_of, tag_for, AdjustOutcome, Adjustment, Books, ClaimedReserve, CustomerSeen, OpenHold,
     ReserveOutcome, ReserveRequest, Rules, RunState, Scope, ScopeKind, ScopeState, SettleOutcome,
     Settlement, StoreError,
 };
@@ -238,7 +250,7 @@ impl RedisStore {
                 &epoch,
                 self.closed_record_ms(),
                 scripts::millis(self.inner.rules.run_ttl),
-            );
+            )?;
             let reply = self
                 .run(&self.inner.scripts.reserve, "reserve", &keys, &args)
                 .await?;
@@ -410,6 +422,17 @@ impl RedisStore {
         }
     }
 
+    /// The tag a key's books live under: as configured or last reserved
+    /// under, else that of a key without an org.
+    fn tag_of_key(&self, key: &str) -> String {
+        self.inner
+            .tags()
+            .of_key
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| tag_for(None, key))
+    }
+
     fn remember(&self, key: &str, tag: &str) {
         let mut tags = self.inner.tags();
         if tags.of_key.get(key).map(String::as_str) != Some(tag) {
@@ -424,8 +447,8 @@ impl RedisStore {
 // === the interface ===
 
 impl Books for RedisStore {
-    /// Reserves `req.amount` against the key and its org, all or nothing,
-    /// in one `reserve.lua` call; a retry with the same `exec_id` gets the
+    /// Reserves `req.amount` against the key, its org, its run and its
+    /// other caps, all or nothing, in one `reserve.lua` call; a retry with the same `exec_id` gets the
     /// first answer.
     async fn reserve(&self, req: &ReserveRequest) -> Result<ReserveOutcome, StoreError> {
         match self.reserve_under(req, None).await? {
@@ -471,19 +494,25 @@ impl Books for RedisStore {
     async fn scope_state(&self, scope: &Scope) -> Result<ScopeState, StoreError> {
         // Counters that vanished would read as nothing spent.
         self.epoch().await?;
-        let key = match scope.kind {
-            ScopeKind::Run => run_key_of(&scope.id),
-            _ => &scope.id,
+        // A model group lives under its owner's tag: an org's group under
+        // the org's, a key's under that key's; a run and a customer under
+        // their key's.
+        let (owner, key) = match scope.kind {
+            ScopeKind::Run | ScopeKind::Customer => (ScopeKind::Key, run_key_of(&scope.id)),
+            ScopeKind::Model => match model_scope_parts(&scope.id) {
+                Some((owner, owner_id, _)) => (owner, owner_id),
+                None => {
+                    return Err(StoreError::Refused(format!(
+                        "{:?} is not a model group's scope id",
+                        scope.id
+                    )))
+                }
+            },
+            kind => (kind, scope.id.as_str()),
         };
-        let tag = match scope.kind {
-            ScopeKind::Org => scope.id.clone(),
-            ScopeKind::Key | ScopeKind::Run => self
-                .inner
-                .tags()
-                .of_key
-                .get(key)
-                .cloned()
-                .unwrap_or_else(|| tag_for(None, key)),
+        let tag = match owner {
+            ScopeKind::Org => key.to_owned(),
+            _ => self.tag_of_key(key),
         };
         let args = scripts::state_args(scope);
         let reply = self
@@ -507,14 +536,7 @@ impl Books for RedisStore {
     /// remembered: read under its key's tag.
     async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
         self.epoch().await?;
-        let key = run_key_of(id);
-        let tag = self
-            .inner
-            .tags()
-            .of_key
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| tag_for(None, key));
+        let tag = self.tag_of_key(run_key_of(id));
         let field = format!("run:{id}:total");
         let mut hmget = ::redis::cmd("HMGET");
         hmget
@@ -540,6 +562,28 @@ impl Books for RedisStore {
             spent: committed.saturating_sub(reserved),
             reserved,
         }))
+    }
+
+    /// A key's customers, read under its tag: by id from the tag's `cust`
+    /// set, each with its last call from its `seen:` field.
+    async fn customers(
+        &self,
+        key: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<CustomerSeen>, StoreError> {
+        // Customers that vanished would read as never seen.
+        self.epoch().await?;
+        let keys = TagKeys::new(&self.tag_of_key(key));
+        customers::page(
+            &self.inner.connection,
+            self.inner.policy,
+            &keys,
+            key,
+            after,
+            limit,
+        )
+        .await
     }
 
     async fn adjust(&self, adjustment: &Adjustment) -> Result<AdjustOutcome, StoreError> {

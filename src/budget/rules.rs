@@ -23,6 +23,10 @@ pub const DEFAULT_LEDGER_RETENTION: Duration = Duration::from_secs(30 * 24 * 360
 /// How long a run is remembered after its last call (`store.run_ttl_hours`).
 pub const DEFAULT_RUN_TTL: Duration = Duration::from_secs(24 * 3600);
 
+/// How long a customer is remembered after its last call
+/// (`store.customer_ttl_days`).
+pub const DEFAULT_CUSTOMER_TTL: Duration = Duration::from_secs(400 * 24 * 3600);
+
 /// The rules of one store's books.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rules {
@@ -35,6 +39,9 @@ pub struct Rules {
     pub closed_record: Duration,
     /// How long a run is remembered after its last call.
     pub run_ttl: Duration,
+    /// How long a key's customer is remembered after its last call, with
+    /// its counters.
+    pub customer_ttl: Duration,
     /// How long a ledger entry is kept one by one before it is folded into
     /// its counters' folded sums. On Redis this is the ledger buffer: how
     /// long an entry no sink took stays in the stream.
@@ -50,6 +57,7 @@ impl Default for Rules {
             on_expiry: OnExpiry::Charge,
             closed_record: DEFAULT_CLOSED_RECORD,
             run_ttl: DEFAULT_RUN_TTL,
+            customer_ttl: DEFAULT_CUSTOMER_TTL,
             ledger_retention: DEFAULT_LEDGER_RETENTION,
             aggregate_retention_days: DEFAULT_AGGREGATE_RETENTION_DAYS,
         }
@@ -66,6 +74,7 @@ impl Rules {
             on_expiry: store.on_expiry,
             closed_record: store.closed_record,
             run_ttl: store.run_ttl,
+            customer_ttl: store.customer_ttl,
             ledger_retention: store.ledger_retention,
             aggregate_retention_days: store.aggregate_retention_days,
         }
@@ -74,6 +83,11 @@ impl Rules {
     /// How long a closed record is kept, in milliseconds.
     pub(crate) fn closed_ms(&self) -> i64 {
         millis(self.closed_record)
+    }
+
+    /// How long a customer is remembered, in milliseconds.
+    pub(crate) fn customer_ttl_ms(&self) -> i64 {
+        millis(self.customer_ttl)
     }
 
     /// How long a run is remembered, in milliseconds.

@@ -7,30 +7,39 @@
 //! Steps (`ops`): reserves, fixed and ranged, with and without a run (and
 //! its cap, sometimes one conflicting with the cap the run's first call
 //! fixed), with and without a client's idempotency claim (a duplicate of
-//! one in flight); settles exact, below, within the epsilon, overrun, estimated,
-//! refused (past 2^53 µUSD), under the wrong owner, of a denied or unknown
-//! exec id, and late, after expiry; retries of each with the same exec id;
+//! one in flight), of a model in the keys' and org's model group or not,
+//! each carrying the caps the gateway would build (the group's money,
+//! then its rate limits, then the key's `rpm` and `tpm`; then the org's
+//! alike; all tight enough to deny now and then) and a token bound;
+//! settles exact, below, within the epsilon, overrun, estimated, refused
+//! (past 2^53 µUSD), under the wrong owner, of a denied or unknown exec
+//! id, and late, after expiry, their usage counting the token bound, fewer
+//! tokens, more or 2^53 - 1; retries of each with the same exec id;
 //! operators' refunds and credits, refused ones and retries; clock
-//! advances that expire holds and roll periods over; and crashes: the
-//! SQLite store killed (sometimes with its writer paused, so answered
-//! changes live only in the journal) and reopened from its file, a Redis
-//! gateway dropped with its holds open and another connecting.
+//! advances, within a minute or past it, that expire holds and roll
+//! periods over; and crashes: the SQLite store killed (sometimes with its
+//! writer paused, so answered changes live only in the journal) and
+//! reopened from its file, a Redis gateway dropped with its holds open and
+//! another connecting.
 //!
 //! After every step: the store's answer equals the model's (reserved with
-//! its amount and levels, denied naming the scope, run cap conflict,
-//! settled with its status and remaining, a retry's first answer, late,
-//! refused); every scope's counters and every run equal the model's; the
-//! open holds match; no counter is past its cap unless an overrun, a late
+//! its amount and levels, denied naming the cap, its meter and what it has
+//! left, run cap conflict, settled with its status and remaining, a
+//! retry's first answer, late, refused); every scope's counters (the model
+//! groups' money included) and every run equal the model's; the open
+//! holds match; no counter is past its cap unless an overrun, a late
 //! settle or a credit took it there; and `reconcile` shows no drift, each
-//! row's counter and open sum being the model's. At the end, every ledger
-//! entry is one the model booked, and no exec id is settled twice.
+//! row's counter and open sum being the model's. A rate limit's counter is
+//! read through the reserves of its minute: each level's `committed`, a
+//! denial's `remaining`. At the end, every ledger entry is one the model
+//! booked, and no exec id is settled twice.
 //!
 //! Stores: memory and SQLite on a manual clock, Redis on the test
 //! process's shared `redis-server` (`redis::testing`), each simulation's
 //! ids under a prefix of its own, hence hash tags of its own. Its clock is
-//! Redis's, shifted to the model's time at every advance; TTLs end half a
-//! tick off the instants steps look at, so the real time a few steps take
-//! never decides an expiry.
+//! Redis's, shifted back to the model's time before every step; TTLs end
+//! half a tick off the instants steps look at, so the real time a step
+//! takes never decides an expiry.
 //!
 //! It lives inside the crate because it needs the stores' test controls
 //! (`ManualClock`, `SqliteStore::crash`, `RedisStore::shift_clock`), which
@@ -60,8 +69,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use uuid::Uuid;
 
 use crate::budget::{
-    AdjustOutcome, Books, ClaimedReserve, LedgerStatus, OnExpiry, Reports, ReserveOutcome,
-    StoreError,
+    AdjustOutcome, Books, ClaimedReserve, LedgerStatus, Meter, OnExpiry, Reports, ReserveOutcome,
+    ScopeKind, StoreError,
 };
 use crate::money::UsdMicrosDelta;
 use backend::{Backend, Kind};
@@ -195,7 +204,12 @@ fn label(answer: &Answer) -> &'static str {
             "reserve retried"
         }
         Answer::Reserve(ReserveOutcome::Reserved { .. }) => "reserved",
-        Answer::Reserve(ReserveOutcome::Denied(_)) => "denied",
+        Answer::Reserve(ReserveOutcome::Denied(denial)) => match (denial.kind, denial.meter) {
+            (_, Meter::Requests) => "denied by rpm",
+            (_, Meter::Tokens) => "denied by tpm",
+            (ScopeKind::Model, _) => "denied by group",
+            _ => "denied",
+        },
         Answer::Reserve(ReserveOutcome::RunCapConflict { .. }) => "run cap conflict",
         Answer::Settle(settled) if !settled.applied => "settle retried",
         Answer::Settle(settled) => settled.status.as_str(),
@@ -251,6 +265,11 @@ async fn run(
 
 /// What the store answers to one step.
 async fn perform(backend: &mut Backend, world: &World, op: &Op, model: &Model) -> Answer {
+    // Redis's clock runs on under the shift: brought back before every
+    // step, it never runs half a tick ahead of the model's.
+    if !matches!(op, Op::Advance { .. }) {
+        backend.sync_clock(model.now).await;
+    }
     let store = backend.store();
     let answer = match op {
         Op::Reserve(reserve) => match world.claim(reserve) {
@@ -304,7 +323,7 @@ async fn check(
 ) -> Result<(), String> {
     let store = backend.store();
     let failed = |error: StoreError| error.to_string();
-    for scope in world.keys.iter().chain([&world.org]) {
+    for scope in world.keys.iter().chain([&world.org]).chain(&world.groups()) {
         let got = store.scope_state(scope).await.map_err(failed)?;
         let expected = model.scope_state(scope);
         if got != expected {
@@ -417,6 +436,8 @@ async fn a_late_settle_after_a_refund_gives_back_only_what_is_left() {
             max: 5_000,
             ttl_ticks: 1,
             claim: None,
+            grouped: false,
+            tokens: 0,
         }),
         Op::Advance { ticks: 2 },
         Op::Adjust(Adjust {
@@ -430,6 +451,8 @@ async fn a_late_settle_after_a_refund_gives_back_only_what_is_left() {
             actual: 0,
             estimated: false,
             wrong_owner: false,
+            grouped: false,
+            tokens: 0,
         }),
     ];
     for kind in [Kind::Memory, Kind::Sqlite, Kind::Redis] {
@@ -444,5 +467,110 @@ async fn a_late_settle_after_a_refund_gives_back_only_what_is_left() {
         let late = model.ledger.last().unwrap();
         assert_eq!((late.1, late.2), (LedgerStatus::Late, 0), "{kind:?}");
         assert_eq!(model.scope_state(&world.keys[2]).spent, 0, "{kind:?}");
+    }
+}
+
+/// A call's rate limits across its expiry and its late settle, within the
+/// minute it was reserved in (which random steps reach only now and
+/// then): the expiry keeps the requests and the token bound it held,
+/// whatever `on_expiry` does with its money, so the next call is denied
+/// by the key's `tpm`; the late settle replaces the bound with the tokens
+/// its usage counts, so the same call fits after it; the next minute
+/// starts from nothing. Every store agrees with the model at every step.
+#[tokio::test]
+async fn an_expiry_and_a_late_settle_move_the_rate_limits_of_their_minute() {
+    use crate::budget::{Denial, Period};
+    use ops::{Reserve, Settle};
+    // Key 0 is in the org: its caps are its group's money, its rpm (3)
+    // and tpm (4,000), the org group's money, the org's rpm and tpm.
+    let call = |exec: u32, tokens: u64, ttl_ticks: u64| {
+        Op::Reserve(Reserve {
+            exec,
+            key: 0,
+            run: None,
+            min: 2_000,
+            max: 2_000,
+            ttl_ticks,
+            claim: None,
+            grouped: true,
+            tokens,
+        })
+    };
+    let steps = [
+        call(0, 3_000, 1),
+        Op::Advance { ticks: 2 },
+        call(1, 1_500, 30),
+        Op::Settle(Settle {
+            exec: 0,
+            key: 0,
+            actual: 1_000,
+            estimated: false,
+            wrong_owner: false,
+            grouped: true,
+            tokens: 500,
+        }),
+        call(2, 1_500, 30),
+        Op::Advance { ticks: 4 },
+        call(3, 3_500, 30),
+    ];
+    for on_expiry in [OnExpiry::Release, OnExpiry::Charge] {
+        let world = World::new(&prefix(0), on_expiry);
+        let mut model = Model::new(start(), on_expiry, EPSILON);
+        let answers: Vec<Answer> = steps
+            .iter()
+            .map(|op| ops::apply(&world, &mut model, op))
+            .collect();
+        let Answer::Reserve(ReserveOutcome::Denied(denied)) = &answers[2] else {
+            panic!("{on_expiry:?}: {:?}", answers[2]);
+        };
+        assert_eq!(
+            denied,
+            &Denial {
+                kind: ScopeKind::Key,
+                id: world.keys[0].id.clone(),
+                meter: Meter::Tokens,
+                period: Period::Minute,
+                cap: 4_000,
+                remaining: 1_000,
+                resets_at: Period::Minute.resets_at(start()),
+            }
+        );
+        let tokens_level = |answer: &Answer| match answer {
+            Answer::Reserve(ReserveOutcome::Reserved { levels, .. }) => levels
+                .iter()
+                .filter(|level| level.meter != Meter::Usd)
+                .map(|level| (level.kind, level.meter, level.committed))
+                .collect::<Vec<_>>(),
+            other => panic!("{on_expiry:?}: {other:?}"),
+        };
+        assert_eq!(
+            tokens_level(&answers[4]),
+            [
+                (ScopeKind::Key, Meter::Requests, 2),
+                (ScopeKind::Key, Meter::Tokens, 2_000),
+                (ScopeKind::Org, Meter::Requests, 2),
+                (ScopeKind::Org, Meter::Tokens, 2_000),
+            ],
+            "{on_expiry:?}"
+        );
+        assert_eq!(
+            tokens_level(&answers[6]),
+            [
+                (ScopeKind::Key, Meter::Requests, 1),
+                (ScopeKind::Key, Meter::Tokens, 3_500),
+                (ScopeKind::Org, Meter::Requests, 1),
+                (ScopeKind::Org, Meter::Tokens, 3_500),
+            ],
+            "{on_expiry:?}"
+        );
+        for kind in [Kind::Memory, Kind::Sqlite, Kind::Redis] {
+            let world = World::new(&prefix(0), on_expiry);
+            if let Err(failure) = run(kind, &world, &steps, true).await {
+                panic!(
+                    "{kind:?}, {on_expiry:?}, step {}: {}",
+                    failure.step, failure.message
+                );
+            }
+        }
     }
 }

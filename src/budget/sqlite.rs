@@ -54,12 +54,13 @@ pub use schema::SqliteOpenError;
 
 use super::aggregates::first_kept_day;
 use super::books;
+use super::caps;
 use super::records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 use super::store::{Books, Records, Reports, Upkeep};
 use super::{
-    AdjustOutcome, Adjustment, ClaimedReserve, OpenHold, Reconciliation, ReserveOutcome,
-    ReserveRequest, Rules, RunState, Scope, ScopeState, SettleOutcome, Settlement, SpendQuery,
-    SpendRow, StoreError,
+    AdjustOutcome, Adjustment, ClaimedReserve, CustomerSeen, OpenHold, Reconciliation,
+    ReserveOutcome, ReserveRequest, Rules, RunState, Scope, ScopeState, SettleOutcome, Settlement,
+    SpendQuery, SpendRow, StoreError,
 };
 use crate::money::UsdMicros;
 use desk::{Batch, Desk};
@@ -316,6 +317,22 @@ impl Books for SqliteStore {
         self.on_desk(|desk, _| books::run_state(desk, id).map(Ok))
     }
 
+    async fn customers(
+        &self,
+        key: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<CustomerSeen>, StoreError> {
+        let customers = self.on_desk(|desk, _| desk.customers_of(key, after, limit).map(Ok))?;
+        Ok(customers
+            .into_iter()
+            .map(|(id, last_call)| CustomerSeen {
+                id,
+                last_call: books::record::from_millis(last_call),
+            })
+            .collect())
+    }
+
     /// Up to `limit` open reservations, oldest first.
     async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {
         self.on_desk(|desk, _| Ok(Ok(desk.open_holds(limit))))
@@ -409,6 +426,7 @@ impl Upkeep for SqliteStore {
         }
         self.log_expired(expired);
         self.on_desk(|desk, now| books::forget_idle_runs(desk, rules, now).map(Ok))?;
+        self.on_desk(|desk, now| books::forget_idle_customers(desk, rules, now).map(Ok))?;
         let retention = to_delta(rules.ledger_retention);
         let aggregate_days = rules.aggregate_retention_days;
         self.call(move |db, clock| {
@@ -418,6 +436,7 @@ impl Upkeep for SqliteStore {
             let forgotten = upkeep::forget_due(conn, now)?;
             upkeep::forget_adjustments(conn, now)?;
             upkeep::fold_before(conn, upkeep::before(now, retention))?;
+            upkeep::forget_windows(conn, &caps::forget_windows_before(now))?;
             aggregates::drop_before(conn, &first_kept_day(now, aggregate_days))?;
             db.forgot(forgotten);
             Ok(Ok(()))

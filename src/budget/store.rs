@@ -21,9 +21,9 @@ use std::time::Duration;
 use super::alerts::{AlertEvent, QueuedAlert};
 use super::records::{AuditEntry, RecordSet, RecordWrite, WriteOutcome};
 use super::{
-    AdjustOutcome, Adjustment, ClaimedReserve, MemoryStore, OpenHold, Reconciliation, RedisStore,
-    ReserveOutcome, ReserveRequest, RunState, Scope, ScopeState, SettleOutcome, Settlement,
-    SpendQuery, SpendRow, SqliteStore, StoreError,
+    AdjustOutcome, Adjustment, ClaimedReserve, CustomerSeen, MemoryStore, OpenHold, Reconciliation,
+    RedisStore, ReserveOutcome, ReserveRequest, RunState, Scope, ScopeState, SettleOutcome,
+    Settlement, SpendQuery, SpendRow, SqliteStore, StoreError,
 };
 use crate::money::UsdMicros;
 
@@ -84,6 +84,15 @@ pub trait Books {
         &self,
         id: &str,
     ) -> impl Future<Output = Result<Option<RunState>, StoreError>> + Send;
+
+    /// Up to `limit` of `key`'s customers the store remembers, by id,
+    /// those after `after` (a customer id) when given.
+    fn customers(
+        &self,
+        key: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<CustomerSeen>, StoreError>> + Send;
 
     /// Up to `limit` reservations open now, oldest first (by when they
     /// were made, then exec id).
@@ -251,6 +260,15 @@ impl Books for BudgetStore {
 
     async fn run_state(&self, id: &str) -> Result<Option<RunState>, StoreError> {
         dispatch!(self, s => Books::run_state(s, id))
+    }
+
+    async fn customers(
+        &self,
+        key: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<CustomerSeen>, StoreError> {
+        dispatch!(self, s => Books::customers(s, key, after, limit))
     }
 
     async fn open_holds(&self, limit: usize) -> Result<Vec<OpenHold>, StoreError> {

@@ -11,6 +11,7 @@
 //! logs never show them.
 
 mod check;
+pub mod limits;
 mod raw;
 #[cfg(test)]
 mod tests;
@@ -28,6 +29,7 @@ use crate::period::Period;
 use crate::prices::{PriceError, PriceTable};
 use crate::provider::ProviderKind;
 use check::Checker;
+pub use limits::{CustomerFrom, CustomerSpec, CustomerTemplate, Limits, ModelCapSpec};
 use raw::RawConfig;
 
 /// The checked configuration of one gateway.
@@ -137,6 +139,9 @@ pub struct StoreConfig {
     pub on_expiry: OnExpiry,
     /// How long an agent's run is remembered after its last call.
     pub run_ttl: Duration,
+    /// How long a key's customer is remembered after its last call
+    /// (`store.customer_ttl_days`).
+    pub customer_ttl: Duration,
     /// Redis only: the SQLite file this gateway drains the ledger stream
     /// into (relative paths resolved against the config file's
     /// directory); `None`: this gateway does not drain.
@@ -309,6 +314,8 @@ pub struct OrgConfig {
     pub period: Period,
     /// Fractions of the cap whose crossing sends an alert, ascending.
     pub alert_at: Vec<Threshold>,
+    /// Model groups and rate limits.
+    pub limits: Limits,
 }
 
 #[derive(Clone, Debug)]
@@ -325,6 +332,10 @@ pub struct KeyConfig {
     pub on_insufficient: OnInsufficient,
     /// Fractions of the cap whose crossing sends an alert, ascending.
     pub alert_at: Vec<Threshold>,
+    /// Model groups and rate limits.
+    pub limits: Limits,
+    /// Each customer's caps.
+    pub customer: CustomerTemplate,
 }
 
 /// What a call whose client-set output limit does not fit its budget gets.

@@ -6,6 +6,7 @@
 //! next to the checks. Money stays a [`toml::Value`] so a float gets a
 //! message saying how to write it, not a bare type error.
 
+use super::limits::ModelCapSpec;
 use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
@@ -71,6 +72,7 @@ pub(super) struct RawStore {
     pub closed_record_secs: Option<u64>,
     pub on_expiry: Option<String>,
     pub run_ttl_hours: Option<u64>,
+    pub customer_ttl_days: Option<u64>,
     pub ledger_sink_path: Option<String>,
     pub ledger_buffer_hours: Option<u64>,
 }
@@ -122,6 +124,10 @@ pub(super) struct RawOrg {
     pub cap_usd: toml::Value,
     pub period: String,
     pub alert_at: Option<Vec<String>>,
+    #[serde(default)]
+    pub model_caps: Vec<ModelCapSpec>,
+    pub rpm: Option<u64>,
+    pub tpm: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,4 +142,14 @@ pub(super) struct RawKey {
     pub models: Option<Vec<String>>,
     pub on_insufficient: Option<String>,
     pub alert_at: Option<Vec<String>>,
+    #[serde(default)]
+    pub model_caps: Vec<ModelCapSpec>,
+    pub rpm: Option<u64>,
+    pub tpm: Option<u64>,
+    pub customer_cap_usd: Option<String>,
+    pub customer_period: Option<String>,
+    pub customer_rpm: Option<u64>,
+    pub customer_tpm: Option<u64>,
+    pub customer_from: Option<String>,
+    pub customer_required: Option<bool>,
 }

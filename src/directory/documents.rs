@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::ModelCapSpec;
+
 /// A key made through the admin API.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KeyDoc {
@@ -22,6 +24,28 @@ pub struct KeyDoc {
     pub metadata: serde_json::Map<String, serde_json::Value>,
     pub on_insufficient: String,
     pub alert_at: Vec<String>,
+    /// Absent from documents written before keys took model groups and
+    /// rate limits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_caps: Vec<ModelCapSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpm: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpm: Option<u64>,
+    /// The customer template (`customer_*`); absent from documents written
+    /// before keys had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer_cap_usd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer_period: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer_rpm: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer_tpm: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer_from: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub customer_required: bool,
     /// When it was deleted: it is refused and unlisted, and its id stays
     /// taken, but its books and history stay readable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,6 +62,12 @@ pub struct OrgDoc {
     /// Absent from documents written before orgs took thresholds.
     #[serde(default)]
     pub alert_at: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_caps: Vec<ModelCapSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpm: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpm: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleted_at: Option<String>,
 }

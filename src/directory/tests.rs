@@ -62,6 +62,15 @@ fn key_doc(id: &str, org: Option<&str>, secret: &str) -> KeyDoc {
         metadata: serde_json::Map::new(),
         on_insufficient: "refuse".to_owned(),
         alert_at: Vec::new(),
+        model_caps: Vec::new(),
+        rpm: None,
+        tpm: None,
+        customer_cap_usd: None,
+        customer_period: None,
+        customer_rpm: None,
+        customer_tpm: None,
+        customer_from: None,
+        customer_required: false,
         deleted_at: None,
     }
 }

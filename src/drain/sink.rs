@@ -24,7 +24,8 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use crate::budget::redis::StreamEntry;
 
 /// The version of the sink's schema this binary writes and reads.
-const SINK_VERSION: u32 = 1;
+/// Version 2 added the customer a call was for.
+const SINK_VERSION: u32 = 2;
 
 /// The `meta` row saying a file is a ledger sink, and of which version.
 const VERSION_ROW: &str = "ledger_sink_version";
@@ -43,6 +44,7 @@ CREATE TABLE ledger (
     key                 TEXT    NOT NULL,
     org                 TEXT,
     run                 TEXT,               -- the agent run, when the call named one
+    customer            TEXT,               -- the customer, when the call named one
     model               TEXT    NOT NULL,   -- '' for an expiry without one, and adjustments
     input_tokens        INTEGER NOT NULL,
     cached_input_tokens INTEGER NOT NULL,
@@ -144,9 +146,9 @@ impl LedgerSink {
                     "INSERT OR IGNORE INTO ledger (exec_id, key, org, run, model, input_tokens,
                          cached_input_tokens, cache_write_tokens, output_tokens,
                          reserved_usd_micros, actual_usd_micros, status, note, at,
-                         key_period_id, org_period_id, tag, stream_id)
+                         key_period_id, org_period_id, tag, stream_id, customer)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-                         ?15, ?16, ?17, ?18)",
+                         ?15, ?16, ?17, ?18, ?19)",
                 )
                 .map_err(write_error)?;
             for entry in entries {
@@ -170,6 +172,7 @@ impl LedgerSink {
                         entry.org_period,
                         tag,
                         entry.id,
+                        entry.customer,
                     ])
                     .map_err(write_error)?;
             }
@@ -238,6 +241,18 @@ fn create_or_check(path: &Path, conn: &mut Connection) -> Result<(), SinkError> 
             found,
         });
     }
+    if found < SINK_VERSION {
+        // Version 1 kept no customer: its rows name none.
+        tx.execute_batch("ALTER TABLE ledger ADD COLUMN customer TEXT")
+            .map_err(open_error)?;
+        tx.execute(
+            "UPDATE meta SET value = ?1 WHERE name = ?2",
+            rusqlite::params![SINK_VERSION.to_string(), VERSION_ROW],
+        )
+        .map_err(open_error)?;
+        tracing::info!(file = %path.display(), from = found, to = SINK_VERSION, "upgraded the ledger sink");
+        return tx.commit().map_err(open_error);
+    }
     Ok(())
 }
 
@@ -252,6 +267,7 @@ mod tests {
             key: "alice".to_owned(),
             org: Some("acme".to_owned()),
             run: None,
+            customer: None,
             model: "gpt-4o-mini".to_owned(),
             input_tokens: 10,
             cached_input_tokens: 0,

@@ -8,6 +8,7 @@ fn denial(kind: ScopeKind) -> ReserveOutcome {
     ReserveOutcome::Denied(Denial {
         kind,
         id: "alice".to_owned(),
+        meter: crate::budget::Meter::Usd,
         period: Period::Day,
         cap: 10,
         remaining: 0,

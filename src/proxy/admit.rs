@@ -20,6 +20,8 @@ use crate::gateway::Gateway;
 use crate::money::{parse_usd, UsdMicros, MAX_USD_MICROS};
 use crate::prices::{ModelPrice, TierRequest};
 
+use super::customer::customer_of;
+
 /// Output allowance for a model whose price entry gives no maximum.
 const DEFAULT_OUTPUT_LIMIT: u64 = 4_096;
 
@@ -51,6 +53,9 @@ pub struct Admitted<'g> {
     pub claim: Option<String>,
     /// The agent run it belongs to (`x-tollgate-run`), if any.
     pub run: Option<RunScope>,
+    /// The customer it is for (`x-tollgate-customer`, or the body's
+    /// end-user field), if it names one.
+    pub customer: Option<String>,
     /// How far its output limit may be lowered to fit what remains;
     /// `None`: its bound is fixed.
     pub fit: Option<Fit>,
@@ -82,6 +87,7 @@ pub async fn admit<'g>(
     let prices = &gateway.config.prices;
     let mut call = family::parse(route, body)?;
     family::price_as(&gateway.config.providers, route, &mut call)?;
+    let customer = customer_of(&key, headers, &call)?;
     if !key.allows_model(&call.model) {
         return Err(GatewayError::ModelNotAllowed {
             model: call.model,
@@ -140,6 +146,7 @@ pub async fn admit<'g>(
         key,
         claim,
         run,
+        customer,
         fit,
         call,
         route,

@@ -25,6 +25,7 @@
 
 mod admit;
 pub mod count_tokens;
+pub mod customer;
 mod forward;
 mod reserve;
 
@@ -102,8 +103,8 @@ async fn proxy(
     let reserved = reserve(gateway, &admitted, exec_id, &mut ticket).await?;
     // Fitted to what remains: sent with the output limit the reserved
     // amount pays for, and settled against the bound that limit gives.
-    let fitted = match reserved {
-        Some(amount) => admitted.fit_to(amount, headers)?,
+    let fitted = match &reserved {
+        Some(held) => admitted.fit_to(held.amount, headers)?,
         None => None,
     };
     if fitted.is_some() {
@@ -112,6 +113,9 @@ async fn proxy(
     let said = admitted.fit.is_some_and(|fit| fit.client_limit);
     ticket.sent(admitted.call.stream, admitted.price.reasoning);
     let mut response = forward(gateway, admitted, ticket, exec_id).await?;
+    if let Some(rates) = reserved.and_then(|held| held.rates) {
+        rates.insert(response.headers_mut());
+    }
     if let Some(limit) = fitted.filter(|_| said) {
         response
             .headers_mut()

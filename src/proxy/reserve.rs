@@ -3,7 +3,7 @@
 //! output limit may be fitted reserves a range, and gets the most of it
 //! that fits.
 
-use crate::budget::{ClaimedReserve, ReserveOutcome, ReserveRequest};
+use crate::budget::{ClaimedReserve, Meter, ReserveOutcome, ReserveRequest};
 use crate::config::OnStoreError;
 use crate::error::{BudgetRefusal, GatewayError};
 use crate::gateway::Gateway;
@@ -13,9 +13,18 @@ use crate::settle::SettleTicket;
 
 use super::admit::Admitted;
 use crate::budget::Books;
+use crate::rate_headers::RateHeaders;
+use chrono::Utc;
+
+/// What a reserve held: the amount, and the state of the call's rate
+/// limits after it (`None`: it has none, or the reserve was a retry).
+pub struct Held {
+    pub amount: UsdMicros,
+    pub rates: Option<RateHeaders>,
+}
 
 /// Reserves the call's bound, and tells `ticket` what is left to settle.
-/// Returns the amount held, `None` when the call goes unmetered. Refused
+/// Returns what was held, `None` when the call goes unmetered. Refused
 /// (denied, a duplicate, a run cap conflict, the store down): nothing is
 /// sent.
 pub async fn reserve(
@@ -23,9 +32,9 @@ pub async fn reserve(
     admitted: &Admitted<'_>,
     exec_id: &str,
     ticket: &mut SettleTicket,
-) -> Result<Option<UsdMicros>, GatewayError> {
+) -> Result<Option<Held>, GatewayError> {
     match reserve_bound(gateway, admitted, exec_id).await {
-        Ok(Some(amount)) => Ok(Some(amount)),
+        Ok(Some(held)) => Ok(Some(held)),
         // The store is down and the operator chose to let calls through
         // unmetered (each one is logged): nothing to settle.
         Ok(None) => {
@@ -52,14 +61,22 @@ async fn reserve_bound(
     gateway: &Gateway,
     admitted: &Admitted<'_>,
     exec_id: &str,
-) -> Result<Option<UsdMicros>, GatewayError> {
+) -> Result<Option<Held>, GatewayError> {
     let (key_scope, org_scope) = gateway.directory.scopes(&admitted.key);
     let amount = admitted.estimate.amount;
+    let estimate = &admitted.estimate;
     let request = ReserveRequest {
         exec_id: exec_id.to_owned(),
         key: key_scope,
         org: org_scope,
         run: admitted.run.clone(),
+        caps: gateway.directory.caps(
+            &admitted.key,
+            &admitted.call.model,
+            admitted.customer.as_deref(),
+        ),
+        tokens: estimate.input_tokens.saturating_add(estimate.output_tokens),
+        customer: admitted.customer.clone(),
         model: admitted.call.model.clone(),
         min_amount: admitted
             .fit
@@ -89,7 +106,16 @@ async fn reserve_bound(
         .alerts
         .after_reserve(&gateway.directory, &admitted.key, &request, &outcome);
     match outcome {
-        Ok(ReserveOutcome::Reserved { amount, .. }) => Ok(Some(amount)),
+        Ok(ReserveOutcome::Reserved { amount, levels }) => Ok(Some(Held {
+            amount,
+            rates: RateHeaders::after_reserve(&request.caps, &levels, Utc::now()),
+        })),
+        Ok(ReserveOutcome::Denied(denial)) if denial.meter != Meter::Usd => {
+            Err(GatewayError::RateLimited {
+                denial: Box::new(denial),
+                tokens: request.tokens,
+            })
+        }
         Ok(ReserveOutcome::Denied(denial)) => {
             let fitting_output_limit = admitted.fitting_output_limit(denial.remaining);
             Err(GatewayError::BudgetExceeded(Box::new(BudgetRefusal {

@@ -41,12 +41,17 @@ fn alice() -> KeyConfig {
         models: None,
         on_insufficient: crate::config::OnInsufficient::Refuse,
         alert_at: Vec::new(),
+        limits: crate::config::Limits::default(),
+        customer: crate::config::CustomerTemplate::default(),
     }
 }
 
 fn reserve(store: &MemoryStore, exec_id: &str, amount: UsdMicros) {
     let key = alice();
     let request = ReserveRequest {
+        caps: Vec::new(),
+        tokens: 0,
+        customer: None,
         exec_id: exec_id.to_owned(),
         key: Scope {
             kind: ScopeKind::Key,

@@ -236,6 +236,163 @@ def test_a_refused_admin_key_returns_to_the_sign_in_form(gateway, driver):
     assert errors == [], errors
 
 
+def test_keys_and_orgs_show_their_rate_limits_and_each_model_groups_money(gateway, driver, screenshots):
+    key_id = f"limits-{secrets.token_hex(4)}"
+    status, made = gateway.admin(
+        "POST",
+        "/admin/v1/keys",
+        {
+            "id": key_id,
+            "org": "acme",
+            "cap_usd": "1.00",
+            "period": "day",
+            "rpm": 60,
+            "tpm": 100000,
+            "model_caps": [
+                {"name": "fours", "models": [f"{CHAT_MODEL}*"], "cap_usd": "0.50", "period": "day", "rpm": 10},
+                {"name": "claude", "models": ["claude-*"], "cap_usd": "0.25", "period": "week"},
+                {"name": "minis", "models": ["gpt-4o-mini"], "tpm": 5000},
+            ],
+        },
+    )
+    assert status == 201, made
+    org_id = f"limits-org-{secrets.token_hex(4)}"
+    status, org = gateway.admin(
+        "POST",
+        "/admin/v1/orgs",
+        {
+            "id": org_id,
+            "cap_usd": "100.00",
+            "period": "month",
+            "tpm": 2000000,
+            "model_caps": [{"name": "<b>bold</b>", "models": ["o3*"], "cap_usd": "9.00", "period": "month"}],
+        },
+    )
+    # A group's name is held to an id's rule: markup is refused.
+    assert status == 400 and org["error"]["param"] == "model_caps[0].name", org
+    status, org = gateway.admin(
+        "POST",
+        "/admin/v1/orgs",
+        {
+            "id": org_id,
+            "cap_usd": "100.00",
+            "period": "month",
+            "tpm": 2000000,
+            "model_caps": [{"name": "reasoning", "models": ["o3*"], "cap_usd": "9.00", "period": "month"}],
+        },
+    )
+    assert status == 201, org
+
+    driver.get(f"{gateway.url}/admin/")
+    driver.execute_script(f"sessionStorage.setItem('tollgate.adminKey', {gateway.admin_key!r})")
+    driver.refresh()
+
+    def group(name: str, css: str) -> str:
+        return cell_text(driver, key_id, f'td.limits .group[data-group="{name}"] {css}')
+
+    until(driver, lambda d: cell_text(d, key_id, "td.limits .rates") == "60 rpm · 100000 tpm", "no rate limits shown")
+    assert group("fours", ".group-name") == "fours"
+    assert group("fours", ".rates") == "10 rpm"
+    assert group("fours", ".remaining") == "$0.50 left of $0.50/day"
+    assert group("claude", ".remaining") == "$0.25 left of $0.25/week"
+    assert group("minis", ".rates") == "5000 tpm"
+    assert group("minis", ".remaining") == ""
+    models = row_of(driver, key_id).find_element(By.CSS_SELECTOR, 'td.limits .group[data-group="fours"]')
+    assert models.get_attribute("title") == f"models: {CHAT_MODEL}*"
+
+    # A call to a model of the group: the group shows what the key spent.
+    client = sdk(gateway, made["secret"])
+    client.chat.completions.create(
+        model=CHAT_MODEL,
+        max_tokens=200,
+        messages=[{"role": "user", "content": "Name a colour. mock:tokens=100"}],
+    )
+    spent = spent_micros(gateway, key_id)
+    assert spent > 0
+    until(driver, lambda d: group("fours", ".spent") == f"{usd(spent)} spent", "the group's spend is not shown")
+    assert group("fours", ".remaining") == f"{usd(500_000 - spent)} left of $0.50/day"
+    assert group("claude", ".spent") == "$0.00 spent"
+
+    org_row = f'#orgs-body tr[data-id="{org_id}"] td.limits'
+    until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, org_row), "the org is not listed")
+    cell = driver.find_element(By.CSS_SELECTOR, org_row)
+    assert cell.find_element(By.CSS_SELECTOR, ".rates").text == "2000000 tpm"
+    assert cell.find_element(By.CSS_SELECTOR, '.group[data-group="reasoning"] .remaining').text == (
+        "$9.00 left of $9.00/month"
+    )
+    driver.save_screenshot(str(screenshots / "10-limits.png"))
+    errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+    assert errors == [], errors
+
+
+def test_a_key_shows_its_customer_template_and_lists_its_customers(gateway, driver, screenshots):
+    key_id = f"customers-{secrets.token_hex(4)}"
+    status, made = gateway.admin(
+        "POST",
+        "/admin/v1/keys",
+        {
+            "id": key_id,
+            "cap_usd": "1.00",
+            "period": "day",
+            "customer_cap_usd": "0.25",
+            "customer_period": "day",
+            "customer_rpm": 100,
+            "customer_from": "body",
+        },
+    )
+    assert status == 201, made
+    client = sdk(gateway, made["secret"])
+    for customer in ("c1@example.com", "c2"):
+        client.chat.completions.create(
+            model=CHAT_MODEL,
+            max_tokens=50,
+            messages=[{"role": "user", "content": "Name a colour. mock:tokens=20"}],
+            extra_headers={"x-tollgate-customer": customer},
+        )
+
+    driver.get(f"{gateway.url}/admin/")
+    driver.execute_script(f"sessionStorage.setItem('tollgate.adminKey', {gateway.admin_key!r})")
+    driver.refresh()
+    until(
+        driver,
+        lambda d: cell_text(d, key_id, "td.limits .customer-template")
+        == "each customer: $0.25/day · 100 rpm · from body",
+        "no customer template shown",
+    )
+    button = row_of(driver, key_id).find_element(By.CSS_SELECTOR, "button.customers")
+    assert button.text == "Customers"
+    button.click()
+    detail = f'#keys-body tr.customers-row[data-key="{key_id}"]'
+
+    def customer_cell(customer: str, css: str) -> str:
+        try:
+            return driver.find_element(By.CSS_SELECTOR, f'{detail} tr[data-customer="{customer}"] td.{css}').text
+        except Exception:
+            return ""
+
+    until(driver, lambda d: customer_cell("c2", "id") == "c2", "the key's customers are not listed")
+    status, listed = gateway.admin("GET", f"/admin/v1/customers?key={key_id}")
+    assert status == 200, listed
+    assert [c["id"] for c in listed["customers"]] == ["c1@example.com", "c2"]
+    for customer in listed["customers"]:
+        budget = customer["budget"]
+        assert budget["spent_usd_micros"] > 0, customer
+        until(
+            driver,
+            lambda d: customer_cell(customer["id"], "spent") == usd(budget["spent_usd_micros"]),
+            f"{customer['id']}'s spend is not shown",
+        )
+        assert customer_cell(customer["id"], "remaining") == usd(budget["remaining_usd_micros"])
+        assert customer_cell(customer["id"], "cap") == "$0.25/day"
+        assert customer_cell(customer["id"], "last-call") != ""
+    assert row_of(driver, key_id).find_element(By.CSS_SELECTOR, "button.customers").text == "Hide customers"
+    driver.save_screenshot(str(screenshots / "11-customers.png"))
+    row_of(driver, key_id).find_element(By.CSS_SELECTOR, "button.customers").click()
+    until(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, detail), "the customers stay open")
+    errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+    assert errors == [], errors
+
+
 def test_keys_load_a_page_at_a_time_and_the_search_pages_too(gateway, driver):
     for number in range(120):
         body = {"id": f"page-{number:03d}", "cap_usd": "1.00", "period": "day"}

@@ -503,3 +503,232 @@ async fn a_usage_error_exits_2_before_any_request() {
     assert!(stderr(&output).contains("--cap-usd"));
     assert!(api.seen().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_caps_and_rate_limits_are_sent_as_flags_and_shown() {
+    let mut with_limits = key("alice");
+    with_limits["rpm"] = json!(60);
+    with_limits["tpm"] = Value::Null;
+    with_limits["model_caps"] = json!([
+        {"name": "opus", "models": ["claude-opus-*", "claude-3-opus*"], "cap_usd": "50.00",
+         "cap_usd_micros": 50_000_000, "period": "day", "rpm": 10, "tpm": null},
+    ]);
+    with_limits["budget"]["model_caps"] = json!([
+        {"name": "opus", "models": ["claude-opus-*", "claude-3-opus*"], "period": "day",
+         "period_id": "2026-11-29", "cap_usd_micros": 50_000_000, "spent_usd_micros": 2_500,
+         "reserved_usd_micros": 0, "remaining_usd_micros": 49_997_500,
+         "resets_at": "2026-11-30T00:00:00Z"},
+    ]);
+    let answer = json!({"key": with_limits, "secret": "tg-s"});
+    let api = FakeApi::start(
+        move |seen| match (seen.method.as_str(), seen.target.as_str()) {
+            ("POST", "/admin/v1/keys") => (201, "application/json", answer.to_string()),
+            ("PATCH", "/admin/v1/orgs/acme") => ok(json!({
+                "id": "acme", "cap_usd_micros": 500_000_000, "period": "month", "source": "api",
+                "created_at": null, "alert_at": [], "model_caps": [], "rpm": null, "tpm": 1000,
+                "budget": null,
+            })),
+            _ => not_found(seen),
+        },
+    )
+    .await;
+    let output = admin(
+        &api.url,
+        Some(ADMIN_KEY),
+        &[
+            "keys",
+            "create",
+            "--id",
+            "alice",
+            "--cap-usd",
+            "25.00",
+            "--period",
+            "day",
+            "--rpm",
+            "60",
+            "--model-cap",
+            "name=opus,models=claude-opus-*|claude-3-opus*,cap_usd=50.00,period=day,rpm=10",
+            "--model-cap",
+            "name=minis,models=gpt-4o-mini,tpm=100000",
+        ],
+    )
+    .await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        api.seen()[0].json(),
+        json!({
+            "id": "alice", "cap_usd": "25.00", "period": "day", "rpm": 60,
+            "model_caps": [
+                {"name": "opus", "models": ["claude-opus-*", "claude-3-opus*"],
+                 "cap_usd": "50.00", "period": "day", "rpm": 10},
+                {"name": "minis", "models": ["gpt-4o-mini"], "tpm": 100000},
+            ],
+        })
+    );
+    let text = stdout(&output);
+    assert!(text.contains("\nrpm              60\n"), "{text}");
+    assert!(text.contains("\nmodel caps\n"), "{text}");
+    assert!(
+        text.contains("  opus  claude-opus-*, claude-3-opus*  day     50.000000   0.002500"),
+        "{text}"
+    );
+
+    // `set` clears with --no-…: null for a rate, [] for the groups.
+    let output = admin(
+        &api.url,
+        Some(ADMIN_KEY),
+        &[
+            "orgs",
+            "set",
+            "acme",
+            "--no-rpm",
+            "--tpm",
+            "1000",
+            "--no-model-caps",
+        ],
+    )
+    .await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        api.seen()[1].json(),
+        json!({"rpm": null, "tpm": 1000, "model_caps": []})
+    );
+    assert!(
+        stdout(&output).contains("\ntpm            1000\n"),
+        "{}",
+        stdout(&output)
+    );
+
+    // A malformed group is a usage error, and nothing is sent.
+    let output = admin(
+        &api.url,
+        Some(ADMIN_KEY),
+        &["keys", "set", "alice", "--model-cap", "opus:50"],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("name=NAME,models=GLOB|GLOB"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(api.seen().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_customer_template_is_set_by_flags_and_customers_are_listed_page_by_page() {
+    let mut with_template = key("alice");
+    with_template["customer_cap_usd"] = json!("0.50");
+    with_template["customer_cap_usd_micros"] = json!(500_000);
+    with_template["customer_period"] = json!("day");
+    with_template["customer_rpm"] = Value::Null;
+    with_template["customer_tpm"] = json!(5000);
+    with_template["customer_from"] = json!("header");
+    with_template["customer_required"] = json!(true);
+    let customer = |id: &str, spent: Option<u64>| {
+        let budget = match spent {
+            Some(spent) => json!({"period": "day", "period_id": "2026-11-29",
+                "cap_usd_micros": 500_000, "spent_usd_micros": spent, "reserved_usd_micros": 0,
+                "remaining_usd_micros": 500_000 - spent, "resets_at": "2026-11-30T00:00:00Z"}),
+            None => Value::Null,
+        };
+        json!({"id": id, "last_call": "2026-11-29T10:00:00Z", "budget": budget})
+    };
+    let first =
+        json!({"customers": [customer("c1@example.com", Some(1_200))], "next": "c1@example.com"});
+    let second = json!({"customers": [customer("c2", Some(0))], "next": null});
+    let api = FakeApi::start(
+        move |seen| match (seen.method.as_str(), seen.target.as_str()) {
+            ("PATCH", "/admin/v1/keys/alice") => ok(with_template.clone()),
+            ("GET", "/admin/v1/customers?key=alice&limit=1") => ok(first.clone()),
+            ("GET", "/admin/v1/customers?key=alice&limit=1&after=c1%40example.com") => {
+                ok(second.clone())
+            }
+            _ => not_found(seen),
+        },
+    )
+    .await;
+    let output = admin(
+        &api.url,
+        Some(ADMIN_KEY),
+        &[
+            "keys",
+            "set",
+            "alice",
+            "--customer-cap-usd",
+            "0.50",
+            "--customer-period",
+            "day",
+            "--no-customer-rpm",
+            "--customer-tpm",
+            "5000",
+            "--customer-required",
+        ],
+    )
+    .await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        api.seen()[0].json(),
+        json!({"customer_cap_usd": "0.50", "customer_period": "day", "customer_rpm": null,
+               "customer_tpm": 5000, "customer_required": true})
+    );
+    let text = stdout(&output);
+    assert!(
+        text.contains("\neach customer\n  cap_usd   0.500000\n  period    day\n"),
+        "{text}"
+    );
+    assert!(text.contains("\n  required  true\n"), "{text}");
+
+    let output = admin(
+        &api.url,
+        Some(ADMIN_KEY),
+        &[
+            "customers",
+            "list",
+            "--key",
+            "alice",
+            "--limit",
+            "1",
+            "--all",
+        ],
+    )
+    .await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "id              last_call             spent_usd  remaining_usd   cap_usd",
+            "c1@example.com  2026-11-29T10:00:00Z   0.001200       0.498800  0.500000",
+            "c2              2026-11-29T10:00:00Z   0.000000       0.500000  0.500000",
+            "2 customers",
+        ],
+        "{text}"
+    );
+    assert_eq!(api.seen().len(), 3);
+
+    // A cap without its period is a usage error, and nothing is sent.
+    let output = admin(
+        &api.url,
+        Some(ADMIN_KEY),
+        &[
+            "keys",
+            "create",
+            "--cap-usd",
+            "1",
+            "--period",
+            "day",
+            "--customer-cap-usd",
+            "1",
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--customer-period"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(api.seen().len(), 3);
+}

@@ -273,10 +273,12 @@ impl RedisGateway {
         }
         let mut redis = shared_redis().await;
         for tag in [self.org.clone(), format!("key:{}", self.solo)] {
-            let keys: Vec<String> = ["spend", "res", "pending", "closed", "ledger", "agg", "done"]
-                .iter()
-                .map(|name| format!("tg:{{{tag}}}:{name}"))
-                .collect();
+            let keys: Vec<String> = [
+                "spend", "res", "pending", "closed", "ledger", "agg", "done", "cust",
+            ]
+            .iter()
+            .map(|name| format!("tg:{{{tag}}}:{name}"))
+            .collect();
             for key in keys {
                 let _: i64 = redis::cmd("DEL")
                     .arg(&key)

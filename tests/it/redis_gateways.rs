@@ -184,7 +184,7 @@ async fn two_gateways_on_one_redis_never_overspend_and_keep_exact_books() {
         let expected = match row.kind {
             ScopeKind::Org => org_spent,
             ScopeKind::Key if row.id == config.keys[0].id => alice_spent,
-            ScopeKind::Key | ScopeKind::Run => bob_spent,
+            _ => bob_spent,
         };
         assert_eq!(row.counter, expected, "{row:?}");
     }

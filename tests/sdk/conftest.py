@@ -50,6 +50,8 @@ SDK_KEY_ID = "sdk-key"
 TINY_KEY_ID = "tiny-key"
 # 10 µUSD: below the estimate of any call, so every call on this key is denied.
 TINY_CAP_USD = "0.000010"
+# Keys allowed one request a minute, one per SDK, for the rate limit tests.
+RPM_KEY_IDS = ("rpm-openai-key", "rpm-anthropic-key")
 CLIENT_TIMEOUT_SECS = 30.0
 # Lines of each process's log attached to a failing test's report.
 LOG_TAIL_LINES = 40
@@ -87,6 +89,8 @@ class Gateway:
     tiny_key: str
     mock_url: str
     admin_key: str
+    # By key id: the keys of RPM_KEY_IDS.
+    rpm_keys: dict[str, str]
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
@@ -106,10 +110,21 @@ def _start(name: str, args: list[str], env: dict[str, str]) -> tuple[TollgatePro
     return process, address
 
 
-def _config(mock_address: str, sdk_key: str, tiny_key: str) -> str:
+def _config(mock_address: str, sdk_key: str, tiny_key: str, rpm_keys: dict[str, str]) -> str:
     def sha256(raw: str) -> str:
         return hashlib.sha256(raw.encode()).hexdigest()
 
+    rpm = "".join(
+        f"""
+[[keys]]
+id = "{key_id}"
+key_sha256 = "{sha256(key)}"
+cap_usd = "1.00"
+period = "total"
+rpm = 1
+"""
+        for key_id, key in rpm_keys.items()
+    )
     deployments = ", ".join(f'"{name}" = "{priced}"' for name, (priced, _) in AZURE_DEPLOYMENTS.items())
     return f"""\
 [server]
@@ -164,7 +179,7 @@ id = "{TINY_KEY_ID}"
 key_sha256 = "{sha256(tiny_key)}"
 cap_usd = "{TINY_CAP_USD}"
 period = "day"
-"""
+{rpm}"""
 
 
 @pytest.fixture(scope="session")
@@ -185,6 +200,7 @@ def gateway(binary: Path, tmp_path_factory) -> Iterator[Gateway]:
     sdk_key = f"tg-sdk-{secrets.token_hex(16)}"
     tiny_key = f"tg-tiny-{secrets.token_hex(16)}"
     admin_key = f"tg-admin-{secrets.token_hex(16)}"
+    rpm_keys = {key_id: f"tg-rpm-{secrets.token_hex(16)}" for key_id in RPM_KEY_IDS}
 
     azure_deployments = [
         arg for name, (_, served) in AZURE_DEPLOYMENTS.items() for arg in ("--azure-deployment", f"{name}={served}")
@@ -195,7 +211,7 @@ def gateway(binary: Path, tmp_path_factory) -> Iterator[Gateway]:
         _child_env({}),
     )
     config_path = tmp_path_factory.mktemp("tollgate") / "tollgate.toml"
-    config_path.write_text(_config(mock_address, sdk_key, tiny_key))
+    config_path.write_text(_config(mock_address, sdk_key, tiny_key, rpm_keys))
     try:
         server, address = _start(
             "gateway",
@@ -220,6 +236,7 @@ def gateway(binary: Path, tmp_path_factory) -> Iterator[Gateway]:
             tiny_key=tiny_key,
             mock_url=f"http://{mock_address}",
             admin_key=admin_key,
+            rpm_keys=rpm_keys,
         )
     finally:
         _processes.clear()

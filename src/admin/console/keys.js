@@ -1,6 +1,7 @@
 // The keys table: the server-side search a page at a time, each key's row
 // and what it does (create, disable, enable, rotate, change the cap,
-// refund), the secret shown once, and the amount dialog.
+// refund, list its customers), the secret shown once, and the amount
+// dialog.
 
 // === keys ===
 
@@ -108,7 +109,11 @@ function keyRow(key) {
     const refund = el("button", "Refund…", "refund");
     refund.type = "button";
     refund.addEventListener("click", () => refundKey(row.key));
-    actions.append(toggle, cap, rotate, refund);
+    const customers = el("button", "Customers", "customers");
+    customers.type = "button";
+    customers.setAttribute("aria-expanded", "false");
+    customers.addEventListener("click", () => toggleCustomers(row.key));
+    actions.append(toggle, cap, rotate, refund, customers);
     row.actions = actions;
     state.keyRows.set(key.id, row);
   }
@@ -117,7 +122,10 @@ function keyRow(key) {
   const source = el("td", key.source);
   const disabled = el("td", key.disabled ? "disabled" : "active", key.disabled ? "state off" : "state on");
   row.classList.toggle("disabled", Boolean(key.disabled));
-  const [toggle, cap, rotate, refund] = row.actions.children;
+  const [toggle, cap, rotate, refund, customers] = row.actions.children;
+  const open = state.customers.has(key.id);
+  customers.textContent = open ? "Hide customers" : "Customers";
+  customers.setAttribute("aria-expanded", String(open));
   toggle.textContent = key.disabled ? "Enable" : "Disable";
   // The API refuses to change a key of the config file (409): say so here.
   const fromConfig = key.source === "config";
@@ -137,6 +145,7 @@ function keyRow(key) {
     budgetCell(budget, key.cap_usd_micros),
     el("td", key.period),
     el("td", when(budget && budget.resets_at)),
+    limitsCell(key),
     disabled,
     row.actions,
   );
@@ -148,9 +157,18 @@ function renderKeys() {
   for (const id of state.keyRows.keys()) {
     if (!seen.has(id)) state.keyRows.delete(id);
   }
+  for (const id of state.customers.keys()) {
+    if (!seen.has(id)) state.customers.delete(id);
+  }
   // Rows are kept and updated in place, so a refresh never swaps a button
-  // out from under a click.
-  $("keys-body").replaceChildren(...state.keys.map(keyRow));
+  // out from under a click. A key whose customers are open has them in a
+  // row of their own beneath it.
+  const rows = [];
+  for (const key of state.keys) {
+    rows.push(keyRow(key));
+    if (state.customers.has(key.id)) rows.push(customersRow(key));
+  }
+  $("keys-body").replaceChildren(...rows);
   const count = $("keys-count");
   count.classList.toggle("error", Boolean(state.searchRefused));
   count.classList.toggle("muted", !state.searchRefused);
@@ -184,6 +202,90 @@ async function moreKeys() {
   } catch (error) {
     handle(error);
   }
+}
+
+// === a key's customers ===
+
+// Opens or closes the list of a key's customers (the first page: the end
+// users its calls named, each with its last call and its money under the
+// key's template).
+async function toggleCustomers(key) {
+  if (state.customers.has(key.id)) {
+    state.customers.delete(key.id);
+    renderKeys();
+    return;
+  }
+  state.customers.set(key.id, null);
+  renderKeys();
+  try {
+    await loadCustomers(key.id);
+  } catch (error) {
+    handle(error);
+  }
+}
+
+async function loadCustomers(id) {
+  let shown;
+  try {
+    const query = new URLSearchParams({ key: id, limit: String(PAGE_SIZE) });
+    shown = await api("GET", `customers?${query}`);
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) throw error;
+    shown = { error: error.message };
+  }
+  // Closed meanwhile: keep it closed.
+  if (!state.customers.has(id)) return;
+  state.customers.set(id, shown);
+  renderKeys();
+}
+
+// Every open list read again, on each refresh.
+async function loadOpenCustomers() {
+  await Promise.all([...state.customers.keys()].map(loadCustomers));
+}
+
+function customersRow(key) {
+  const row = el("tr", null, "customers-row");
+  row.dataset.key = key.id;
+  const cell = el("td", null, "customers");
+  cell.colSpan = 9;
+  const shown = state.customers.get(key.id);
+  if (shown === null || shown === undefined) {
+    cell.append(el("span", "loading customers…", "muted"));
+  } else if (shown.error) {
+    cell.append(el("span", shown.error, "error"));
+  } else if (shown.customers.length === 0) {
+    cell.append(el("span", "no customer has been named by this key's calls", "muted"));
+  } else {
+    const table = el("table", null, "customers-table");
+    const head = el("tr");
+    for (const name of ["customer", "last call", "spent", "left", "cap"]) head.append(el("th", name));
+    const thead = el("thead");
+    thead.append(head);
+    const body = el("tbody");
+    for (const customer of shown.customers) {
+      const line = el("tr");
+      line.dataset.customer = customer.id;
+      const budget = customer.budget;
+      // Without a money cap no counter keeps a customer's spend: shown as
+      // unknown, not as zero.
+      line.append(
+        el("td", customer.id, "id"),
+        el("td", when(customer.last_call), "last-call"),
+        el("td", budget ? usd(budget.spent_usd_micros) : "–", "spent"),
+        el("td", budget ? usd(budget.remaining_usd_micros) : "–", "remaining"),
+        el("td", budget ? `${usd(budget.cap_usd_micros)}/${budget.period}` : "no cap", "cap"),
+      );
+      body.append(line);
+    }
+    table.append(thead, body);
+    cell.append(table);
+    const count = shown.customers.length;
+    const more = shown.next !== null ? `, more on the server (tollgate admin customers list --key ${key.id} --all)` : "";
+    cell.append(el("p", `${count} ${count === 1 ? "customer" : "customers"}${more}`, "muted"));
+  }
+  row.append(cell);
+  return row;
 }
 
 async function createKey(event) {

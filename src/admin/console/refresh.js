@@ -22,6 +22,7 @@ async function refresh() {
   try {
     await Promise.all([
       loadKeys(),
+      loadOpenCustomers(),
       loadOrgs(Math.max(state.orgs.length, PAGE_SIZE)).then(renderOrgs),
       loadHolds(),
       loadSpend(),

@@ -2,7 +2,7 @@
 // API (/admin/v1/...) every few seconds and draws keys, orgs, open holds and
 // spend charts; searches keys by id prefix on the server, a page at a time;
 // creates, disables, enables and rotates keys, changes caps and books
-// refunds.
+// refunds; lists a key's customers.
 //
 // Every value from the API is put on the page with textContent or as an
 // attribute of an element made here, never parsed as HTML: a key id or
@@ -39,6 +39,9 @@ const state = {
   searchSeq: 0,
   keysSeq: 0,
   searchTimer: null,
+  // The keys whose customers are shown, by id: their first page of
+  // `GET customers?key=`, or null while it loads.
+  customers: new Map(),
   orgs: [],
   orgsNext: null,
   refreshing: false,
@@ -115,6 +118,7 @@ function signOut(message) {
   markBusy();
   state.orgs = [];
   state.keyRows.clear();
+  state.customers.clear();
   $("keys-body").replaceChildren();
   $("orgs-body").replaceChildren();
   $("console").hidden = true;

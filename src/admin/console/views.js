@@ -22,12 +22,14 @@ async function loadOrgs(count) {
 function renderOrgs() {
   const rows = state.orgs.map((org) => {
     const row = el("tr");
+    row.dataset.id = org.id;
     row.append(
       el("td", org.id, "id"),
       el("td", org.source),
       budgetCell(org.budget, org.cap_usd_micros),
       el("td", org.period),
       el("td", when(org.budget && org.budget.resets_at)),
+      limitsCell(org),
     );
     return row;
   });

@@ -57,6 +57,7 @@ pub(crate) fn adjust<B: BookState>(
             key: adjustment.key.id.clone(),
             org: org_id.clone(),
             run: None,
+            customer: None,
             model: String::new(),
             usage: Usage::default(),
             reserved: 0,

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, TimeZone, Utc};
 
-use crate::budget::{run_id_of, Denial, OpenHold, ScopeKind, SettleOutcome, Settlement};
+use crate::budget::{run_id_of, Denial, Meter, OpenHold, ScopeKind, SettleOutcome, Settlement};
 use crate::money::UsdMicros;
 
 #[derive(Clone, Debug)]
@@ -14,6 +14,13 @@ pub(crate) struct Record {
     pub key: Charge,
     pub org: Option<Charge>,
     pub run: Option<Charge>,
+    /// The call's other caps (model groups, rate limits), in the order
+    /// the request named them.
+    pub caps: Vec<Charge>,
+    /// The token bound a `tokens` cap holds (0 without one).
+    pub tokens: u64,
+    /// The customer the call was for (its id, without its key).
+    pub customer: Option<String>,
     pub started_at: i64,
     pub deadline: i64,
     pub ttl_ms: i64,
@@ -46,11 +53,32 @@ pub(crate) enum RecordState {
 pub(crate) struct Charge {
     pub kind: ScopeKind,
     pub id: String,
+    /// Money for the key, org and run; any for the other caps.
+    pub meter: Meter,
+    /// The period's own id; the counter's is [`Charge::counter_period`].
     pub period_id: String,
     /// The cap at reserve time, so a settle can report what is left
     /// without being told the scope again (a run's is read where it is
     /// checked, at reserve).
-    pub cap: UsdMicros,
+    pub cap: u64,
+}
+
+impl Charge {
+    /// A money charge of the key, org or run.
+    pub(crate) fn usd(kind: ScopeKind, id: String, period_id: String, cap: UsdMicros) -> Charge {
+        Charge {
+            kind,
+            id,
+            meter: Meter::Usd,
+            period_id,
+            cap,
+        }
+    }
+
+    /// The period id its counter is kept under.
+    pub(crate) fn counter_period(&self) -> std::borrow::Cow<'_, str> {
+        self.meter.counter_period(&self.period_id)
+    }
 }
 
 impl Record {
@@ -58,11 +86,22 @@ impl Record {
         matches!(self.state, RecordState::Open)
     }
 
-    /// The scopes the reservation holds headroom in, the key's first.
+    /// The money charges of the key, its org and its run, the key's first.
     pub(crate) fn charges(&self) -> impl Iterator<Item = &Charge> {
         std::iter::once(&self.key)
             .chain(self.org.as_ref())
             .chain(self.run.as_ref())
+    }
+
+    /// Every counter the reservation holds headroom in: the key's, org's
+    /// and run's money, then its other caps.
+    pub(crate) fn all_charges(&self) -> impl Iterator<Item = &Charge> {
+        self.charges().chain(&self.caps)
+    }
+
+    /// What the reservation holds of `charge`'s meter.
+    pub(crate) fn held(&self, charge: &Charge) -> u64 {
+        charge.meter.held(self.amount, self.tokens)
     }
 
     /// The run id the client named, without its key.

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use super::record::{millis, Charge, Record, RecordState};
 use super::{BookState, Counter};
 use crate::budget::{
-    ClaimedReserve, Denial, Level, ReserveOutcome, ReserveRequest, Rules, RunScope, RunState,
-    Scope, ScopeKind, ScopeState,
+    Cap, ClaimedReserve, Denial, Level, Meter, ReserveOutcome, ReserveRequest, Rules, RunScope,
+    RunState, Scope, ScopeKind, ScopeState,
 };
 use crate::money::{delta, UsdMicros, MAX_USD_MICROS};
 use crate::period::Period;
@@ -92,39 +92,64 @@ fn reserve_taking<B: BookState>(
     };
     let key = charge(&req.key, now);
     let org = req.org.as_ref().map(|org| charge(org, now));
-    let run_charge = run.as_ref().map(|run| Charge {
+    // The run is checked against its cap; its record keeps none (a run's
+    // cap is read where it is checked, at reserve).
+    let run_check = run.as_ref().map(|run| charge(run, now));
+    let run_charge = run_check.clone().map(|run| Charge {
         cap: MAX_USD_MICROS,
-        ..charge(run, now)
+        ..run
     });
-    let scopes: Vec<(&Scope, &Charge)> = std::iter::once((&req.key, &key))
-        .chain(req.org.as_ref().zip(org.as_ref()))
-        .chain(run.as_ref().zip(run_charge.as_ref()))
+    let caps: Vec<Charge> = req.caps.iter().map(|cap| cap_charge(cap, now)).collect();
+    // Every counter the call holds, in the request's order: key, org,
+    // run, then its other caps.
+    let tokens = req.tokens.min(MAX_USD_MICROS);
+    let checked: Vec<(&Charge, Period)> = std::iter::once((&key, req.key.period))
+        .chain(org.iter().zip(req.org.as_ref().map(|org| org.period)))
+        .chain(run_check.iter().map(|run| (run, Period::Total)))
+        .chain(caps.iter().zip(req.caps.iter().map(|cap| cap.period)))
         .collect();
-    let before = scopes
+    let before = checked
         .iter()
-        .map(|(scope, charge)| committed(books, scope.kind, &scope.id, &charge.period_id))
+        .map(|(charge, _)| committed(books, charge.kind, &charge.id, &charge.counter_period()))
         .collect::<Result<Vec<_>, _>>()?;
-    // Not even the least amount fits: the key is checked first, so when
-    // several would deny, the key is named, then the org.
-    let denial = scopes
+    // Not even the least amount fits, or a rate limit has no room for the
+    // call. Money is checked first, so a call no wait would let through is
+    // never told to wait; within each, the key first, then the org.
+    let denial = [true, false].into_iter().find_map(|money| {
+        checked
+            .iter()
+            .zip(&before)
+            .filter(|((charge, _), _)| (charge.meter == Meter::Usd) == money)
+            .find_map(|((charge, period), committed)| {
+                let least = charge.meter.held(req.min_amount, tokens);
+                check(charge, *period, *committed, least, now)
+            })
+    });
+    // Every cap has room for the least: hold the most the money caps all
+    // allow.
+    let amount = checked
         .iter()
         .zip(&before)
-        .find_map(|((scope, _), committed)| check(scope, *committed, req.min_amount, now));
-    // Every scope has room for the least: hold the most they all allow.
-    let amount = scopes
-        .iter()
-        .zip(&before)
-        .fold(req.amount, |amount, ((scope, _), committed)| {
-            amount.min(scope.cap.saturating_sub(*committed))
+        .filter(|((charge, _), _)| charge.meter == Meter::Usd)
+        .fold(req.amount, |amount, ((charge, _), committed)| {
+            amount.min(charge.cap.saturating_sub(*committed))
         });
-    let mut levels = Vec::with_capacity(scopes.len());
+    let mut levels = Vec::with_capacity(checked.len());
     if denial.is_none() {
-        for ((scope, charge), committed) in scopes.iter().zip(before) {
-            books.move_counter(scope.kind, &scope.id, &charge.period_id, 0, delta(amount))?;
+        for ((charge, _), committed) in checked.iter().zip(before) {
+            let held = charge.meter.held(amount, tokens);
+            books.move_counter(
+                charge.kind,
+                &charge.id,
+                &charge.counter_period(),
+                0,
+                delta(held),
+            )?;
             levels.push(Level {
-                kind: scope.kind,
+                kind: charge.kind,
+                meter: charge.meter,
                 period_id: charge.period_id.clone(),
-                committed: committed.saturating_add(amount),
+                committed: committed.saturating_add(held),
             });
         }
     }
@@ -140,6 +165,9 @@ fn reserve_taking<B: BookState>(
             key,
             org,
             run: run_charge,
+            caps,
+            tokens,
+            customer: req.customer.clone(),
             started_at: now_ms,
             deadline: now_ms.saturating_add(ttl_ms),
             ttl_ms,
@@ -157,6 +185,9 @@ fn reserve_taking<B: BookState>(
     if let Some(run) = &req.run {
         books.touch_run(&run.id, run.cap, now_ms)?;
     }
+    if let Some(customer) = &req.customer {
+        books.touch_customer(&req.key.id, customer, now_ms)?;
+    }
     if let Some(claim) = claim {
         books.take_claim(claim, &req.exec_id);
     }
@@ -165,11 +196,22 @@ fn reserve_taking<B: BookState>(
 
 /// The scope in its period current at `now`, with its cap.
 fn charge(scope: &Scope, now: DateTime<Utc>) -> Charge {
+    Charge::usd(
+        scope.kind,
+        scope.id.clone(),
+        scope.period.id_at(now),
+        scope.cap,
+    )
+}
+
+/// The cap in its period current at `now`.
+fn cap_charge(cap: &Cap, now: DateTime<Utc>) -> Charge {
     Charge {
-        kind: scope.kind,
-        id: scope.id.clone(),
-        period_id: scope.period.id_at(now),
-        cap: scope.cap,
+        kind: cap.kind,
+        id: cap.id.clone(),
+        meter: cap.meter,
+        period_id: cap.period.id_at(now),
+        cap: cap.limit,
     }
 }
 
@@ -192,24 +234,26 @@ fn run_scope<B: BookState>(
     }))
 }
 
-/// The denial if `amount` does not fit under the scope's cap, with
-/// `committed` already held in its period.
+/// The denial if `amount` does not fit under the cap, with `committed`
+/// already held in its period.
 fn check(
-    scope: &Scope,
-    committed: UsdMicros,
-    amount: UsdMicros,
+    charge: &Charge,
+    period: Period,
+    committed: u64,
+    amount: u64,
     now: DateTime<Utc>,
 ) -> Option<Denial> {
     let fits = committed
         .checked_add(amount)
-        .is_some_and(|total| total <= scope.cap);
+        .is_some_and(|total| total <= charge.cap);
     (!fits).then(|| Denial {
-        kind: scope.kind,
-        id: scope.id.clone(),
-        period: scope.period,
-        cap: scope.cap,
-        remaining: scope.cap.saturating_sub(committed),
-        resets_at: scope.period.resets_at(now),
+        kind: charge.kind,
+        id: charge.id.clone(),
+        meter: charge.meter,
+        period,
+        cap: charge.cap,
+        remaining: charge.cap.saturating_sub(committed),
+        resets_at: period.resets_at(now),
     })
 }
 
@@ -240,6 +284,22 @@ pub(crate) fn forget_idle_runs<B: BookState>(
         }
     }
     Ok(forgotten)
+}
+
+/// Forgets the customers without a call for the customer TTL: that they
+/// were seen, and their counters. None of them holds a call open: the TTL
+/// is longer than a reservation's. Returns how many.
+pub(crate) fn forget_idle_customers<B: BookState>(
+    books: &mut B,
+    rules: &Rules,
+    now: DateTime<Utc>,
+) -> Result<usize, B::Error> {
+    let cutoff = millis(now).saturating_sub(rules.customer_ttl_ms());
+    let idle = books.customers_idle_since(cutoff)?;
+    for (key, customer) in &idle {
+        books.forget_customer(key, customer);
+    }
+    Ok(idle.len())
 }
 
 /// A run's cap and counters, if it is remembered.

@@ -8,8 +8,10 @@ use chrono::{DateTime, Utc};
 use super::record::{millis, Record, RecordState};
 use super::reserve::committed;
 use super::BookState;
+use crate::budget::caps::tokens_of;
 use crate::budget::{
-    LedgerEntry, LedgerStatus, OnExpiry, Rules, ScopeKind, SettleOutcome, Settlement, StoreError,
+    LedgerEntry, LedgerStatus, Meter, OnExpiry, Rules, ScopeKind, SettleOutcome, Settlement,
+    StoreError,
 };
 use crate::money::{delta, UsdMicros, MAX_USD_MICROS};
 use crate::usage::Usage;
@@ -66,14 +68,18 @@ pub(crate) fn settle<B: BookState>(
     // books `reconcile` proves).
     let mut give_back =
         already_expired.map_or(0, |charged| charged.saturating_sub(settlement.actual));
-    for charge in record.charges() {
-        let counter = books.counter(charge.kind, &charge.id, &charge.period_id)?;
-        let after =
-            i128::from(counter.committed()) - i128::from(held) + i128::from(settlement.actual);
+    let tokens = tokens_of(&settlement.usage).min(MAX_USD_MICROS);
+    for charge in record.all_charges() {
+        let counter = books.counter(charge.kind, &charge.id, &charge.counter_period())?;
+        let (held, actual) = match charge.meter {
+            Meter::Usd => (held, settlement.actual),
+            meter => (record.held(charge), meter.held(settlement.actual, tokens)),
+        };
+        let after = i128::from(counter.committed()) - i128::from(held) + i128::from(actual);
         if after > i128::from(MAX_USD_MICROS) {
             return Ok(Err(out_of_range()));
         }
-        if charge.kind != ScopeKind::Run {
+        if matches!(charge.kind, ScopeKind::Key | ScopeKind::Org) && charge.meter == Meter::Usd {
             give_back = give_back.min(counter.spent);
         }
     }
@@ -107,8 +113,27 @@ pub(crate) fn settle<B: BookState>(
         (None, Some(charged)) => (actual - delta(charged), 0),
         (Some(charged), _) => ((actual - delta(charged)).max(-delta(give_back)), 0),
     };
-    for charge in record.charges() {
-        books.move_counter(charge.kind, &charge.id, &charge.period_id, spent, reserved)?;
+    for charge in record.all_charges() {
+        let (spent, reserved) = match charge.meter {
+            Meter::Usd => (spent, reserved),
+            // A rate limit holds its call's requests and tokens until the
+            // settle, and an expiry keeps them held: the call was sent.
+            meter => {
+                let held = delta(record.held(charge));
+                let actual = delta(meter.held(settlement.actual, tokens));
+                match already_expired.or(expiry_charge) {
+                    None => (actual, -held),
+                    Some(_) => (actual - held, 0),
+                }
+            }
+        };
+        books.move_counter(
+            charge.kind,
+            &charge.id,
+            &charge.counter_period(),
+            spent,
+            reserved,
+        )?;
     }
     book(
         books,
@@ -186,13 +211,20 @@ fn expire<B: BookState>(
         OnExpiry::Charge => record.amount,
         OnExpiry::Release => 0,
     };
-    for charge in record.charges() {
+    for charge in record.all_charges() {
+        // A rate limit keeps what the call held whatever `on_expiry`
+        // says of money: the call was sent.
+        let held = delta(record.held(charge));
+        let charged = match charge.meter {
+            Meter::Usd => delta(charged),
+            _ => held,
+        };
         books.move_counter(
             charge.kind,
             &charge.id,
-            &charge.period_id,
-            delta(charged),
-            -delta(record.amount),
+            &charge.counter_period(),
+            charged,
+            -held,
         )?;
     }
     book(
@@ -226,6 +258,7 @@ fn ledger_entry(
         key: record.key.id.clone(),
         org: record.org.as_ref().map(|org| org.id.clone()),
         run: record.run_id(),
+        customer: record.customer.clone(),
         model: record.model.clone(),
         usage: Usage::default(),
         reserved: record.amount,

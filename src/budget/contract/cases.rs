@@ -25,6 +25,7 @@ pub(super) async fn reserve_up_to_the_cap_exactly(f: &impl Fixture) {
     assert_eq!(
         denied,
         ReserveOutcome::Denied(Denial {
+            meter: Meter::Usd,
             kind: ScopeKind::Key,
             id: key.id.clone(),
             period: Period::Day,
@@ -308,6 +309,7 @@ pub(super) async fn tighter_of_key_and_org_denies(f: &impl Fixture) {
     assert_eq!(
         reserve(&store, &request(&bob, Some(&org), 700, TTL_SECS)).await,
         ReserveOutcome::Denied(Denial {
+            meter: Meter::Usd,
             kind: ScopeKind::Org,
             id: org.id.clone(),
             period: Period::Month,

@@ -47,6 +47,7 @@ pub(super) async fn a_run_is_capped_inside_its_key(f: &impl Fixture) {
     let now = f.now().await;
     // Each scope's level after the reserve, key first, for alerts.
     let level = |kind, period_id: String, committed| Level {
+        meter: Meter::Usd,
         kind,
         period_id,
         committed,

@@ -11,9 +11,9 @@ use crate::budget::LedgerEntry;
 
 #[derive(Default)]
 pub(super) struct Aggregates {
-    /// By (day, key, run, model): day first, so rows sort in report order
-    /// and the oldest days come first.
-    rows: BTreeMap<(String, String, String, String), SpendRow>,
+    /// By (day, key, run, customer, model): day first, so rows sort in
+    /// report order and the oldest days come first.
+    rows: BTreeMap<(String, String, String, String, String), SpendRow>,
 }
 
 impl Aggregates {
@@ -24,6 +24,7 @@ impl Aggregates {
             row.day.clone(),
             row.key.clone(),
             row.run.clone(),
+            row.customer.clone(),
             row.model.clone(),
         );
         self.rows.entry(id).or_insert(row).add(entry);
@@ -36,14 +37,16 @@ impl Aggregates {
             String::new(),
             String::new(),
             String::new(),
+            String::new(),
         ));
         self.rows = kept;
     }
 
-    /// The rows `query` wants, in (day, key, run, model) order.
+    /// The rows `query` wants, in (day, key, run, customer, model) order.
     pub(super) fn spend(&self, query: &SpendQuery) -> Vec<SpendRow> {
         let from = (
             day_id(query.from),
+            String::new(),
             String::new(),
             String::new(),
             String::new(),

@@ -3,11 +3,12 @@
 //! (`budget::books`) deciding over them through [`BookState`]. Every method
 //! here runs under the store's lock, with the store's time passed in.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::convert::Infallible;
 
 use super::aggregates::Aggregates;
 use crate::budget::books::{moved, BookState, Charge, Counter, Deadlines, Record, RecordState};
+use crate::budget::caps;
 use crate::budget::{AppliedAdjustment, LedgerEntry, OpenHold, ScopeKind, SettleOutcome};
 use crate::money::{UsdMicros, UsdMicrosDelta};
 
@@ -42,6 +43,9 @@ pub(super) struct State {
     pub(super) aggregates: Aggregates,
     /// The runs remembered, by run scope id (`<key>/<run>`).
     pub(super) runs: HashMap<String, Run>,
+    /// Each key's customers, by key then customer id, with their last
+    /// call (Unix ms).
+    pub(super) customers: BTreeMap<String, BTreeMap<String, i64>>,
 }
 
 /// What is remembered of an agent's run besides its counter.
@@ -108,18 +112,16 @@ impl Kept {
         match self {
             Kept::Whole(record) => (**record).clone(),
             Kept::Settled(call) => {
-                let charge = |kind, id: &str| Charge {
-                    kind,
-                    id: id.to_owned(),
-                    period_id: String::new(),
-                    cap: 0,
-                };
+                let charge = |kind, id: &str| Charge::usd(kind, id.to_owned(), String::new(), 0);
                 Record {
                     state: RecordState::Settled(call.outcome.clone()),
                     amount: call.outcome.reserved,
                     key: charge(ScopeKind::Key, &call.key),
                     org: call.org.as_deref().map(|org| charge(ScopeKind::Org, org)),
                     run: None,
+                    caps: Vec::new(),
+                    tokens: 0,
+                    customer: None,
                     started_at: 0,
                     deadline: 0,
                     ttl_ms: 0,
@@ -225,6 +227,35 @@ impl State {
         holds.sort_by(|a, b| (a.started_at, &a.exec_id).cmp(&(b.started_at, &b.exec_id)));
         holds.truncate(limit);
         holds
+    }
+
+    /// Up to `limit` of `key`'s customers with an id after `after`.
+    pub(super) fn customers_of(
+        &self,
+        key: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Vec<(String, i64)> {
+        let Some(customers) = self.customers.get(key) else {
+            return Vec::new();
+        };
+        let from = match after {
+            Some(after) => std::ops::Bound::Excluded(after.to_owned()),
+            None => std::ops::Bound::Unbounded,
+        };
+        customers
+            .range((from, std::ops::Bound::Unbounded))
+            .take(limit)
+            .map(|(id, last)| (id.clone(), *last))
+            .collect()
+    }
+
+    /// Forgets the rate limits' counters of minutes before `cutoff` that
+    /// hold nothing open.
+    pub(super) fn forget_windows(&mut self, cutoff: &str) {
+        self.counters.retain(|key, counter| {
+            counter.reserved > 0 || !caps::is_window_before(&key.period_id, cutoff)
+        });
     }
 }
 
@@ -356,6 +387,42 @@ impl BookState for State {
         self.counters.remove(&key);
         self.folded.remove(&key);
         self.runs.remove(id);
+    }
+
+    fn touch_customer(&mut self, key: &str, customer: &str, at: i64) -> Result<(), Infallible> {
+        let last = self
+            .customers
+            .entry(key.to_owned())
+            .or_default()
+            .entry(customer.to_owned())
+            .or_insert(at);
+        *last = (*last).max(at);
+        Ok(())
+    }
+
+    fn customers_idle_since(&mut self, cutoff: i64) -> Result<Vec<(String, String)>, Infallible> {
+        Ok(self
+            .customers
+            .iter()
+            .flat_map(|(key, customers)| {
+                customers
+                    .iter()
+                    .filter(|(_, last)| **last <= cutoff)
+                    .map(move |(customer, _)| (key.clone(), customer.clone()))
+            })
+            .collect())
+    }
+
+    fn forget_customer(&mut self, key: &str, customer: &str) {
+        if let Some(customers) = self.customers.get_mut(key) {
+            customers.remove(customer);
+            if customers.is_empty() {
+                self.customers.remove(key);
+            }
+        }
+        let id = caps::customer_scope_id(key, customer);
+        self.counters
+            .retain(|counter, _| counter.kind != ScopeKind::Customer || counter.id != id);
     }
 
     fn adjusted(&mut self, exec_id: &str, applied: AppliedAdjustment, forget_at: i64) {

@@ -34,6 +34,9 @@ fn key(cap: UsdMicros) -> Scope {
 
 fn request(exec_id: &str, amount: UsdMicros, ttl_secs: u64) -> ReserveRequest {
     ReserveRequest {
+        caps: Vec::new(),
+        tokens: 0,
+        customer: None,
         exec_id: exec_id.to_owned(),
         key: key(1_000_000),
         org: None,

@@ -2,14 +2,15 @@
 //! `tg:{T}:agg`, which every script that books a ledger entry also moves
 //! (`aggregate` in `lua/common.lua`), and the sweep trims by day.
 //!
-//! One field per row and metric, `<day>|<key>|<model>|<metric>`, or
-//! `<day>|<key>/<run>|<model>|<metric>` for a call in a run, each moved
+//! One field per row and metric, `<day>|<key>[/<run>][#<customer>]|<model>|<metric>`
+//! (`/<run>` for a call in a run, `#<customer>` for a call that named a
+//! customer; a row without either reads as it always did), each moved
 //! by HINCRBY: a settle adds three to six small increments (a metric that
 //! does not move is not written), and no read or decode of a packed value.
 //! The metrics: `n` calls, `in`, `cin`, `cw`, `out` token counts, `usd` the
-//! cost in µUSD (signed). Day and metric have no `|`, and key and run ids
-//! neither (nor key ids a `/`), so a model with `|` in its name still
-//! reads back whole. Fields that do
+//! cost in µUSD (signed). Day and metric have no `|`, and key, run and
+//! customer ids neither (nor key ids a `/`, nor any of them a `#`), so a
+//! model with `|` in its name still reads back whole. Fields that do
 //! not start with a day (the sweep's own `kept_from` and `scan`) are not
 //! rows. The row's org is not stored: it is the tag's (see `tag_for`).
 
@@ -19,14 +20,15 @@ use super::connection::{CallPolicy, Connection, Request};
 use super::scripts::TagKeys;
 use crate::budget::{SpendQuery, SpendRow, StoreError};
 
-/// The rows under `tags` that `query` wants, by day, key and model.
+/// The rows under `tags` that `query` wants, by day, key, run, customer
+/// and model.
 pub(super) async fn spend(
     connection: &Connection,
     policy: CallPolicy,
     tags: &[String],
     query: &SpendQuery,
 ) -> Result<Vec<SpendRow>, StoreError> {
-    let mut rows: BTreeMap<(String, String, String, String), SpendRow> = BTreeMap::new();
+    let mut rows: BTreeMap<(String, String, String, String, String), SpendRow> = BTreeMap::new();
     for tag in tags {
         let org = org_of(tag);
         if query
@@ -45,7 +47,7 @@ pub(super) async fn spend(
             let Some((day, scope, model, metric)) = parse_field(&field) else {
                 continue;
             };
-            let (key, run) = scope.split_once('/').unwrap_or((scope, ""));
+            let (key, run, customer) = parse_scope(scope);
             if !query.matches(day, key, org) {
                 continue;
             }
@@ -53,6 +55,7 @@ pub(super) async fn spend(
                 day.to_owned(),
                 key.to_owned(),
                 run.to_owned(),
+                customer.to_owned(),
                 model.to_owned(),
             );
             let row = rows.entry(id).or_insert_with(|| SpendRow {
@@ -60,6 +63,7 @@ pub(super) async fn spend(
                 key: key.to_owned(),
                 org: org.map(str::to_owned),
                 run: run.to_owned(),
+                customer: customer.to_owned(),
                 model: model.to_owned(),
                 ..SpendRow::default()
             });
@@ -90,6 +94,14 @@ fn parse_field(field: &str) -> Option<(&str, &str, &str, &str)> {
     let (key, rest) = rest.split_once('|')?;
     let (model, metric) = rest.rsplit_once('|')?;
     Some((day, key, model, metric))
+}
+
+/// `(key, run, customer)` of a row's scope `<key>[/<run>][#<customer>]`,
+/// `""` for a run or a customer it does not name.
+fn parse_scope(scope: &str) -> (&str, &str, &str) {
+    let (scope, customer) = scope.split_once('#').unwrap_or((scope, ""));
+    let (key, run) = scope.split_once('/').unwrap_or((scope, ""));
+    (key, run, customer)
 }
 
 /// Adds one metric's value to the row; `None` if it does not read. A
@@ -128,6 +140,18 @@ mod tests {
         );
         assert_eq!(parse_field("kept_from"), None);
         assert_eq!(parse_field("scan"), None);
+    }
+
+    #[test]
+    fn a_scope_names_its_key_run_and_customer() {
+        assert_eq!(parse_scope("alice"), ("alice", "", ""));
+        assert_eq!(parse_scope("alice/run-7"), ("alice", "run-7", ""));
+        assert_eq!(parse_scope("alice#bob@x.io"), ("alice", "", "bob@x.io"));
+        assert_eq!(parse_scope("alice/run:7#u:1"), ("alice", "run:7", "u:1"));
+        assert_eq!(
+            parse_field("2026-11-29|alice/r#c-1|a|b|n"),
+            Some(("2026-11-29", "alice/r#c-1", "a|b", "n"))
+        );
     }
 
     #[test]

@@ -16,7 +16,9 @@ use serde::Deserialize;
 
 use super::connection::{CallPolicy, Connection, Request};
 use super::scripts::{ledger_status, store_time, Scripts, TagKeys};
-use crate::budget::{run_id_of, LedgerEntry, OpenHold, Reconciliation, ScopeKind, StoreError};
+use crate::budget::{
+    reconciled, run_id_of, LedgerEntry, OpenHold, Reconciliation, ScopeKind, StoreError,
+};
 use crate::money::{UsdMicros, UsdMicrosDelta};
 use crate::usage::Usage;
 
@@ -147,6 +149,7 @@ fn parse_entry(id: &str, fields: Vec<String>) -> Result<LedgerLine, StoreError> 
         key: text("key")?,
         org: map.get("org").cloned(),
         run: map.get("run").cloned(),
+        customer: map.get("cust").cloned(),
         model: text("model")?,
         usage: Usage {
             input: number("in")?,
@@ -312,8 +315,9 @@ enum Part {
     Folded,
 }
 
-/// Reads `<kind>:<id>:<period id>[:r|:f]`; `None` for other fields
-/// (`folds`, a run's `:cap`). Ids may contain `:`; period ids never do.
+/// Reads `<kind>:<id>:<counter period>[:r|:f]`; `None` for other fields
+/// (`folds`, a run's `:cap`). Ids may contain `:`; period ids never do (a
+/// rate limit's counter period is `<period id>/<meter>`).
 fn parse_field(name: &str) -> Option<(ScopeKind, &str, &str, Part)> {
     let (kind, rest) = name.split_once(':')?;
     let kind = ScopeKind::parse(kind)?;
@@ -401,9 +405,10 @@ fn rows(
             org.open = org.open.saturating_add(amount);
         }
     }
-    // A run's counter is a cap inside its key, forgotten with the run;
-    // every call of it is in its key's (and org's) books.
-    rows.retain(|(kind, _, _), _| *kind != ScopeKind::Run);
+    // Only the money of keys and orgs is in the books `reconcile` proves:
+    // a run's, a model group's and a rate limit's counters are caps
+    // inside them.
+    rows.retain(|(kind, _, period_id), _| reconciled(*kind, period_id));
     Ok(rows.into_values().collect())
 }
 
@@ -426,6 +431,24 @@ mod tests {
         assert_eq!(
             parsed("key:a:b:total:f"),
             Some((ScopeKind::Key, "a:b", "total", Part::Folded as u8))
+        );
+        assert_eq!(
+            parsed("key:alice:2026-12-07T1849/requests:r"),
+            Some((
+                ScopeKind::Key,
+                "alice",
+                "2026-12-07T1849/requests",
+                Part::Reserved as u8
+            ))
+        );
+        assert_eq!(
+            parsed("model:org:acme/opus:2026-12"),
+            Some((
+                ScopeKind::Model,
+                "org:acme/opus",
+                "2026-12",
+                Part::Committed as u8
+            ))
         );
         assert_eq!(parsed("folds"), None);
         assert_eq!(parsed("key:alice"), None);

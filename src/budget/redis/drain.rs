@@ -28,6 +28,8 @@ pub struct StreamEntry {
     pub org: Option<String>,
     /// The agent run the call belonged to, in entries that name one.
     pub run: Option<String>,
+    /// The customer the call was for, in entries that name one.
+    pub customer: Option<String>,
     pub model: String,
     pub input_tokens: u64,
     pub cached_input_tokens: u64,
@@ -71,6 +73,7 @@ impl StreamEntry {
         Ok(StreamEntry {
             org: map.remove("org"),
             run: map.remove("run"),
+            customer: map.remove("cust"),
             note: map.remove("note"),
             org_period: map.remove("op"),
             exec_id,

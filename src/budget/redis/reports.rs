@@ -40,7 +40,7 @@ impl RedisStore {
     }
 
     /// The spend aggregate rows under `tags` that `query` wants, by day,
-    /// key and model.
+    /// key, run, customer and model.
     pub async fn spend_in(
         &self,
         tags: &[String],

@@ -31,19 +31,21 @@ pub(super) use replies::{
     sweep_reply, AdjustReply, ReserveReply, SettleReply,
 };
 
-/// The seven keys of one hash tag, in the order every script takes them.
+/// The eight keys of one hash tag, in the order every script takes them.
 /// They share the tag `{T}`, so a cluster keeps them in one slot.
-pub(super) struct TagKeys([String; 7]);
+pub(super) struct TagKeys([String; 8]);
 
 impl TagKeys {
     pub fn new(tag: &str) -> Self {
         TagKeys(
-            ["spend", "res", "pending", "closed", "ledger", "agg", "done"]
-                .map(|name| format!("tg:{{{tag}}}:{name}")),
+            [
+                "spend", "res", "pending", "closed", "ledger", "agg", "done", "cust",
+            ]
+            .map(|name| format!("tg:{{{tag}}}:{name}")),
         )
     }
 
-    pub fn all(&self) -> &[String; 7] {
+    pub fn all(&self) -> &[String; 8] {
         &self.0
     }
 
@@ -66,6 +68,11 @@ impl TagKeys {
     /// The spend aggregates (`aggregates`).
     pub fn agg(&self) -> &str {
         &self.0[5]
+    }
+
+    /// The customers remembered, by id (`customers`).
+    pub fn cust(&self) -> &str {
+        &self.0[7]
     }
 }
 

@@ -26,9 +26,10 @@ impl RedisStore {
     }
 
     /// Expires due reservations, forgets closed records past their
-    /// retention, folds ledger entries past the ledger buffer and drops
-    /// spend aggregate rows past theirs, under each tag, in bounded
-    /// `sweep.lua` calls; returns how many expired.
+    /// retention, folds ledger entries past the ledger buffer, drops
+    /// spend aggregate rows past theirs, and forgets rate limits' ended
+    /// minutes and customers idle for the customer TTL, under each tag,
+    /// in bounded `sweep.lua` calls; returns how many expired.
     /// Reads `tg:meta` first, so a store that lost its epoch fails closed
     /// (and one that had an epoch accepted serves again) without waiting
     /// for a call.
@@ -41,6 +42,7 @@ impl RedisStore {
                 let args = scripts::sweep_args(
                     SWEEP_BATCH,
                     self.inner.rules.ledger_retention,
+                    self.inner.rules.customer_ttl,
                     self.inner.rules.on_expiry,
                     self.inner.rules.aggregate_retention_days,
                 );
@@ -55,6 +57,14 @@ impl RedisStore {
                         entries = swept.folded,
                         "ledger entries waited store.ledger_buffer_hours without a sink taking \
                          them: folded into their counters' sums and trimmed from Redis"
+                    );
+                }
+                if swept.customers > 0 || swept.cleared > 0 {
+                    tracing::debug!(
+                        tag = %tag,
+                        customers = swept.customers,
+                        fields = swept.cleared,
+                        "forgot idle customers and ended rate limit minutes"
                     );
                 }
                 expired += swept.expired;

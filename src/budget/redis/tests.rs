@@ -6,6 +6,7 @@
 //! `budget::contract`.
 
 mod closed;
+mod customers;
 mod drain;
 mod epoch;
 
@@ -22,7 +23,8 @@ use crate::budget::Records;
 use crate::budget::{LedgerStatus, Period, Upkeep, DEFAULT_LEDGER_RETENTION};
 use crate::usage::Usage;
 
-const PERIODS: [Period; 5] = [
+const PERIODS: [Period; 6] = [
+    Period::Minute,
     Period::Hour,
     Period::Day,
     Period::Week,
@@ -62,6 +64,9 @@ fn request(key: &Scope, amount: UsdMicros) -> ReserveRequest {
         amount,
         min_amount: amount,
         run: None,
+        caps: Vec::new(),
+        tokens: 0,
+        customer: None,
         ttl: Duration::from_secs(60),
     }
 }
@@ -127,7 +132,7 @@ fn instants() -> Vec<DateTime<Utc>> {
 async fn lua_period_ids_match_period_id_at() {
     let body = "local out = {}\n\
         for i = 1, #ARGV do\n\
-          for _, p in ipairs({'hour', 'day', 'week', 'month', 'total'}) do\n\
+          for _, p in ipairs({'minute', 'hour', 'day', 'week', 'month', 'total'}) do\n\
             out[#out + 1] = period_id(p, tonumber(ARGV[i]))\n\
           end\n\
         end\n\

@@ -46,7 +46,7 @@ pub(super) fn rules(world: &World) -> Rules {
 
 /// Real time the Redis store's clock may run ahead of the model's before
 /// it is shifted back: well under half a tick (see `ops::TICK_SECS`).
-const MAX_REDIS_DRIFT_MS: i64 = 10_000;
+const MAX_REDIS_DRIFT_MS: i64 = 2_000;
 
 pub(super) enum Backend {
     Memory {
@@ -162,7 +162,7 @@ impl Backend {
     /// Shifts the Redis store's clock to `now`, give or take the real
     /// time the next steps take: when it runs more than a little ahead
     /// (real time passing), or behind (the model moved on).
-    async fn sync_clock(&mut self, now: DateTime<Utc>) {
+    pub(super) async fn sync_clock(&mut self, now: DateTime<Utc>) {
         if let Backend::Redis {
             store, offset_ms, ..
         } = self

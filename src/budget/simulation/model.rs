@@ -2,24 +2,76 @@
 //! maps, written for the simulation and sharing no code with the stores,
 //! so a rule both got wrong the same way would have to be wrong twice.
 //!
-//! Per scope and period it keeps `spent` and `reserved`; per exec id what
-//! the store must remember (the open hold and its deadline, the denial,
-//! the first settle, what expiry charged); and the ledger entries it
-//! expects, to check that no exec id is settled twice.
+//! Per scope, meter and period it keeps `spent` and `reserved` (money in
+//! µUSD for keys, orgs, runs and model groups; requests and tokens for
+//! rate limits, per calendar minute); per exec id what the store must
+//! remember (the open hold and its deadline, the denial, the first
+//! settle, what expiry charged); and the ledger entries it expects, to
+//! check that no exec id is settled twice.
+//!
+//! Caps beyond the key's, org's and run's money (docs/design.md, "Caps"):
+//! money is checked first (key, org, run, then the request's money caps in
+//! order), then the rate limits in order, and the first without room for
+//! the least the call holds is named; a range reserve holds the most every
+//! money cap allows. A `requests` limit holds 1 and keeps it; a `tokens`
+//! limit holds the call's token bound and settles to its usage's tokens.
+//! An expiry keeps what the rate limits held, whatever `on_expiry` charges
+//! of money; a late settle moves a group's money as the key's and a rate
+//! limit by what the usage counts beyond the hold (never below zero). The
+//! sweep forgets a rate limit's counters two minutes after their minute,
+//! unless they hold something open.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::budget::{
-    AdjustOutcome, Adjustment, Denial, LedgerStatus, Level, OnExpiry, ReserveOutcome,
+    AdjustOutcome, Adjustment, Denial, LedgerStatus, Level, Meter, OnExpiry, ReserveOutcome,
     ReserveRequest, RunState, Scope, ScopeKind, ScopeState, SettleOutcome, Settlement,
 };
 use crate::money::{UsdMicros, UsdMicrosDelta, MAX_USD_MICROS};
 use crate::period::Period;
 
-/// A scope and period: what a counter is kept under.
+/// A scope and its counter's period: what a counter is kept under. The
+/// counter's period is the period id for money, `<minute id>/requests` or
+/// `<minute id>/tokens` for a rate limit (as the stores key them, so a
+/// `reconcile` row names a key of the model).
 pub(super) type CounterKey = (ScopeKind, String, String);
+
+/// The counter period of `meter` in the period `period_id`.
+fn counter_period(meter: Meter, period_id: &str) -> String {
+    match meter {
+        Meter::Usd => period_id.to_owned(),
+        Meter::Requests => format!("{period_id}/requests"),
+        Meter::Tokens => format!("{period_id}/tokens"),
+    }
+}
+
+/// The meter a counter period counts, and its period id.
+fn meter_of(counter_period: &str) -> (Meter, &str) {
+    if let Some(minute) = counter_period.strip_suffix("/requests") {
+        (Meter::Requests, minute)
+    } else if let Some(minute) = counter_period.strip_suffix("/tokens") {
+        (Meter::Tokens, minute)
+    } else {
+        (Meter::Usd, counter_period)
+    }
+}
+
+/// The tokens a usage counts against a `tokens` limit: every input token
+/// (cached and cache writes too) and every output token.
+fn usage_tokens(s: &Settlement) -> u64 {
+    let usage = &s.usage;
+    [
+        usage.input,
+        usage.cached_input,
+        usage.cache_write,
+        usage.output,
+    ]
+    .into_iter()
+    .fold(0, u64::saturating_add)
+    .min(MAX_USD_MICROS)
+}
 
 /// What a store call answered, in a form both sides can give: the store's
 /// own errors that answer the call itself are kept by kind; any other
@@ -57,18 +109,48 @@ enum HoldState {
     },
 }
 
+/// One counter a reserve checks and holds.
+#[derive(Clone, Debug)]
+struct Charged {
+    counter: CounterKey,
+    meter: Meter,
+    period: Period,
+    /// The period's own id (a level names it).
+    period_id: String,
+    /// In the meter's unit.
+    cap: u64,
+}
+
 /// What the store remembers of one reserve.
 #[derive(Clone, Debug)]
 struct Hold {
     key: String,
     org: Option<String>,
     amount: UsdMicros,
-    /// The counters it charged, key first; the key's cap at reserve time.
-    charges: Vec<CounterKey>,
+    /// The call's token bound: what its `tokens` limits hold.
+    tokens: u64,
+    /// The counters it charged: the key's, org's and run's money, then
+    /// the request's other caps in order; the key's cap at reserve time.
+    charges: Vec<Charged>,
     key_cap: UsdMicros,
     deadline: DateTime<Utc>,
     ttl: TimeDelta,
     state: HoldState,
+}
+
+impl Hold {
+    /// What the hold holds, or held, of `charge`'s meter.
+    fn held(&self, charge: &Charged) -> u64 {
+        match charge.meter {
+            Meter::Usd => self.amount,
+            Meter::Requests => 1,
+            Meter::Tokens => self.tokens,
+        }
+    }
+
+    fn holds(&self, counter: &CounterKey) -> bool {
+        self.charges.iter().any(|charge| charge.counter == *counter)
+    }
 }
 
 /// Where an exec id stands, for the generator to pick its next steps.
@@ -90,7 +172,8 @@ pub(super) struct Model {
     /// overrun, a late settle above what expiry charged, an operator's
     /// credit. Every other counter stays at or below its cap.
     past_cap: BTreeSet<CounterKey>,
-    caps: HashMap<(ScopeKind, String), UsdMicros>,
+    /// The last cap each scope's meter was reserved or adjusted under.
+    caps: HashMap<(ScopeKind, String, Meter), u64>,
     holds: HashMap<String, Hold>,
     /// The cap each remembered run's first call fixed.
     runs: HashMap<String, Option<UsdMicros>>,
@@ -187,33 +270,76 @@ impl Model {
                 period: Period::Total,
             });
         }
-        for scope in &scopes {
-            self.caps.insert((scope.kind, scope.id.clone()), scope.cap);
-        }
-        let keys: Vec<CounterKey> = scopes.iter().map(|s| Self::counter_key(s, now)).collect();
-        let before: Vec<UsdMicros> = keys.iter().map(|key| self.committed(key)).collect();
-        let denial = scopes.iter().zip(&before).find_map(|(scope, &committed)| {
-            (committed + req.min_amount > scope.cap).then(|| Denial {
-                kind: scope.kind,
-                id: scope.id.clone(),
-                period: scope.period,
-                cap: scope.cap,
-                remaining: scope.cap.saturating_sub(committed),
-                resets_at: scope.period.resets_at(now),
+        // The key's, org's and run's money, then every other cap in the
+        // request's order.
+        let money = scopes
+            .iter()
+            .map(|scope| (scope.kind, &scope.id, Meter::Usd, scope.period, scope.cap));
+        let others = req
+            .caps
+            .iter()
+            .map(|cap| (cap.kind, &cap.id, cap.meter, cap.period, cap.limit));
+        let charges: Vec<Charged> = money
+            .chain(others)
+            .map(|(kind, id, meter, period, cap)| {
+                let period_id = period.id_at(now);
+                Charged {
+                    counter: (kind, id.clone(), counter_period(meter, &period_id)),
+                    meter,
+                    period,
+                    period_id,
+                    cap,
+                }
             })
-        });
-        let amount = scopes
+            .collect();
+        for charge in &charges {
+            let (kind, id, _) = &charge.counter;
+            self.caps
+                .insert((*kind, id.clone(), charge.meter), charge.cap);
+        }
+        let tokens = req.tokens.min(MAX_USD_MICROS);
+        // What the call holds at least of a meter: its least amount of
+        // money, one request, its token bound.
+        let least = |meter: Meter| match meter {
+            Meter::Usd => req.min_amount,
+            Meter::Requests => 1,
+            Meter::Tokens => tokens,
+        };
+        let before: Vec<u64> = charges
+            .iter()
+            .map(|charge| self.committed(&charge.counter))
+            .collect();
+        // Money first, in order; then the rate limits, in order.
+        let checked = || charges.iter().zip(&before);
+        let denial = checked()
+            .filter(|(charge, _)| charge.meter == Meter::Usd)
+            .chain(checked().filter(|(charge, _)| charge.meter != Meter::Usd))
+            .find(|(charge, &committed)| {
+                u128::from(committed) + u128::from(least(charge.meter)) > u128::from(charge.cap)
+            })
+            .map(|(charge, &committed)| Denial {
+                kind: charge.counter.0,
+                id: charge.counter.1.clone(),
+                meter: charge.meter,
+                period: charge.period,
+                cap: charge.cap,
+                remaining: charge.cap.saturating_sub(committed),
+                resets_at: charge.period.resets_at(now),
+            });
+        let amount = charges
             .iter()
             .zip(&before)
-            .fold(req.amount, |amount, (scope, &committed)| {
-                amount.min(scope.cap.saturating_sub(committed))
+            .filter(|(charge, _)| charge.meter == Meter::Usd)
+            .fold(req.amount, |amount, (charge, &committed)| {
+                amount.min(charge.cap.saturating_sub(committed))
             });
         let ttl = TimeDelta::milliseconds(i64::try_from(req.ttl.as_millis()).unwrap());
         let mut hold = Hold {
             key: req.key.id.clone(),
             org: req.org.as_ref().map(|org| org.id.clone()),
             amount,
-            charges: keys.clone(),
+            tokens,
+            charges,
             key_cap: req.key.cap,
             deadline: now + ttl,
             ttl,
@@ -225,12 +351,14 @@ impl Model {
             return Answer::Reserve(ReserveOutcome::Denied(denial));
         }
         let mut levels = Vec::new();
-        for ((scope, key), committed) in scopes.iter().zip(&keys).zip(before) {
-            self.move_counter(key, 0, i128::from(amount));
+        for (charge, committed) in hold.charges.iter().zip(before) {
+            let held = hold.held(charge);
+            self.move_counter(&charge.counter, 0, i128::from(held));
             levels.push(Level {
-                kind: scope.kind,
-                period_id: key.2.clone(),
-                committed: committed + amount,
+                kind: charge.counter.0,
+                meter: charge.meter,
+                period_id: charge.period_id.clone(),
+                committed: committed + held,
             });
         }
         self.holds.insert(req.exec_id.clone(), hold);
@@ -289,22 +417,34 @@ impl Model {
             HoldState::Expired { charged, .. } => Some(*charged),
             HoldState::Open => None,
         };
-        let held = expired.unwrap_or(hold.amount);
-        for key in &hold.charges {
-            if i128::from(self.committed(key)) - i128::from(held) + i128::from(s.actual)
+        let tokens = usage_tokens(s);
+        // What each counter holds of the call (money: its amount while
+        // open, what expiry charged once expired; a rate limit: what the
+        // call held, also once expired), and what replaces it.
+        let replaced = |charge: &Charged| match charge.meter {
+            Meter::Usd => (expired.unwrap_or(hold.amount), s.actual),
+            Meter::Requests => (1, 1),
+            Meter::Tokens => (hold.tokens, tokens),
+        };
+        for charge in &hold.charges {
+            let (held, actual) = replaced(charge);
+            if i128::from(self.committed(&charge.counter)) - i128::from(held) + i128::from(actual)
                 > i128::from(MAX_USD_MICROS)
             {
                 return Answer::OutOfRange;
             }
         }
         // Already expired, a settle below the charge gives back at most
-        // the least `spent` of the scopes it charged (a refund may have
-        // given the rest back).
+        // the least `spent` of the key's and org's money (a refund may
+        // have given the rest back).
         let give_back = expired.map(|charged| {
             hold.charges
                 .iter()
-                .filter(|key| key.0 != ScopeKind::Run)
-                .map(|key| self.counter(key).spent)
+                .filter(|charge| {
+                    matches!(charge.counter.0, ScopeKind::Key | ScopeKind::Org)
+                        && charge.meter == Meter::Usd
+                })
+                .map(|charge| self.counter(&charge.counter).spent)
                 .fold(charged.saturating_sub(s.actual), UsdMicros::min)
         });
         let expired = match expired {
@@ -328,12 +468,26 @@ impl Model {
                 0,
             ),
         };
-        for key in &hold.charges {
-            // A run forgotten since the expiry stops at zero.
-            let spent = spent.max(-i128::from(self.counter(key).spent));
-            self.move_counter(key, spent, reserved);
+        for charge in &hold.charges {
+            let (spent, reserved) = match charge.meter {
+                Meter::Usd => (spent, reserved),
+                // A rate limit's hold becomes what the usage counts; late,
+                // expiry kept the hold in `spent`, which the usage replaces.
+                _ => {
+                    let (held, actual) = replaced(charge);
+                    let (held, actual) = (i128::from(held), i128::from(actual));
+                    match expired {
+                        None => (actual, -held),
+                        Some(_) => (actual - held, 0),
+                    }
+                }
+            };
+            // A run forgotten since the expiry, or a rate limit's minute,
+            // stops at zero.
+            let spent = spent.max(-i128::from(self.counter(&charge.counter).spent));
+            self.move_counter(&charge.counter, spent, reserved);
             if spent > 0 && spent + reserved > 0 {
-                self.past_cap.insert(key.clone());
+                self.past_cap.insert(charge.counter.clone());
             }
         }
         let moved = i64::try_from(if expired.is_some() { spent } else { actual }).unwrap();
@@ -345,7 +499,7 @@ impl Model {
             applied: true,
             key_remaining: hold
                 .key_cap
-                .saturating_sub(self.committed(&hold.charges[0])),
+                .saturating_sub(self.committed(&hold.charges[0].counter)),
         };
         if let Some(hold) = self.holds.get_mut(&s.exec_id) {
             hold.state = HoldState::Settled(outcome.clone());
@@ -361,8 +515,14 @@ impl Model {
             OnExpiry::Charge => hold.amount,
             OnExpiry::Release => 0,
         };
-        for key in &hold.charges {
-            self.move_counter(key, i128::from(charged), -i128::from(hold.amount));
+        for charge in &hold.charges {
+            let held = hold.held(charge);
+            // The call was sent: its rate limits keep what it held.
+            let spent = match charge.meter {
+                Meter::Usd => charged,
+                _ => held,
+            };
+            self.move_counter(&charge.counter, i128::from(spent), -i128::from(held));
         }
         self.ledger.push((
             exec_id.to_owned(),
@@ -378,7 +538,9 @@ impl Model {
     }
 
     /// The clock moves on and the sweep runs: every hold past its deadline
-    /// expires, every expired record past its keeping is forgotten.
+    /// expires, every expired record past its keeping is forgotten, and so
+    /// is every rate limit's counter of a minute two minutes gone that
+    /// holds nothing open.
     pub(super) fn advance_and_sweep(&mut self, by: TimeDelta) {
         self.now += by;
         let now = self.now;
@@ -394,6 +556,11 @@ impl Model {
         }
         self.holds.retain(|_, hold| {
             !matches!(hold.state, HoldState::Expired { forget_at, .. } if forget_at <= now)
+        });
+        let cutoff = Period::Minute.id_at(now - TimeDelta::minutes(2));
+        self.counters.retain(|(_, _, counter_period), counter| {
+            let (meter, minute) = meter_of(counter_period);
+            meter == Meter::Usd || counter.reserved > 0 || minute >= cutoff.as_str()
         });
     }
 
@@ -444,7 +611,8 @@ impl Model {
             key_spent.get_or_insert(after);
         }
         for (scope, key) in scopes.iter().zip(&keys) {
-            self.caps.insert((scope.kind, scope.id.clone()), scope.cap);
+            self.caps
+                .insert((scope.kind, scope.id.clone(), Meter::Usd), scope.cap);
             self.move_counter(key, i128::from(a.amount), 0);
             if a.amount > 0 {
                 self.past_cap.insert(key.clone());
@@ -502,18 +670,22 @@ impl Model {
         let open = self
             .holds
             .values()
-            .filter(|hold| matches!(hold.state, HoldState::Open) && hold.charges.contains(key))
+            .filter(|hold| matches!(hold.state, HoldState::Open) && hold.holds(key))
             .map(|hold| hold.amount)
             .sum();
         (self.committed(key), open)
     }
 
-    /// The key and org counters that hold anything.
+    /// The key's and org's money counters that hold anything: the books
+    /// `reconcile` proves (a run's, a model group's and a rate limit's
+    /// counters are caps inside them).
     pub(super) fn nonzero_counters(&self) -> Vec<CounterKey> {
         self.counters
             .iter()
             .filter(|(key, counter)| {
-                key.0 != ScopeKind::Run && counter.spent + counter.reserved > 0
+                matches!(key.0, ScopeKind::Key | ScopeKind::Org)
+                    && meter_of(&key.2).0 == Meter::Usd
+                    && counter.spent + counter.reserved > 0
             })
             .map(|(key, _)| key.clone())
             .collect()
@@ -523,7 +695,8 @@ impl Model {
     /// a step that may pass it (see `past_cap`) touched it.
     pub(super) fn check_caps(&self) -> Result<(), String> {
         for (key, counter) in &self.counters {
-            let Some(&cap) = self.caps.get(&(key.0, key.1.clone())) else {
+            let meter = meter_of(&key.2).0;
+            let Some(&cap) = self.caps.get(&(key.0, key.1.clone(), meter)) else {
                 continue;
             };
             if counter.spent + counter.reserved > cap && !self.past_cap.contains(key) {

@@ -12,8 +12,10 @@ use std::time::Duration;
 use chrono::TimeDelta;
 
 use super::model::{Model, Standing};
+use crate::budget::caps::model_scope_id;
 use crate::budget::{
-    Adjustment, OnExpiry, Period, ReserveRequest, RunScope, Scope, ScopeKind, Settlement,
+    Adjustment, Cap, Meter, OnExpiry, Period, ReserveRequest, RunScope, Scope, ScopeKind,
+    Settlement,
 };
 use crate::money::{UsdMicros, MAX_USD_MICROS};
 use crate::usage::Usage;
@@ -55,25 +57,100 @@ impl Rng {
 /// instant a step looks at it. On Redis, whose clock keeps running under
 /// the shift the simulation adds, that keeps expiry decided by the steps
 /// alone while the real time elapsed stays under half a tick.
-pub(super) const TICK_SECS: u64 = 100;
+///
+/// Ten seconds, a sixth of a minute: a call can be reserved, expire and
+/// be settled late within one minute, where its rate limits' counters are
+/// read again; and a step never comes within a tick of a minute's (or
+/// any period's) end, so Redis's clock, running a little ahead, sees the
+/// period the model does.
+pub(super) const TICK_SECS: u64 = 10;
 
 /// The settle epsilon of every simulated store.
 pub(super) const EPSILON: UsdMicros = 100;
 
 /// The scopes a simulation acts on: three keys (two in one org, with
-/// different periods, one alone) and up to three runs in each. Ids carry
-/// a prefix of the run's own, so simulations share a Redis unharmed.
+/// different periods, one alone) and up to three runs in each, and the
+/// caps of a key's or org's model group and rate limits. Ids carry a
+/// prefix of the run's own, so simulations share a Redis unharmed.
 pub(super) struct World {
     pub(super) keys: Vec<Scope>,
     pub(super) org: Scope,
     /// Whether key `i` is in the org.
     in_org: Vec<bool>,
+    /// Key `i`'s model group and rate limits.
+    key_limits: Vec<Limits>,
+    org_limits: Limits,
     prefix: String,
     pub(super) on_expiry: OnExpiry,
 }
 
 /// Each run's cap as its calls name it: none, or one of two.
 const RUN_CAPS: [Option<UsdMicros>; 3] = [None, Some(6_000), Some(9_000)];
+
+/// The one model group of a key or org ([`GROUP`]), which holds
+/// [`GROUPED_MODEL`] and not [`OTHER_MODEL`].
+const GROUP: &str = "opus";
+const GROUPED_MODEL: &str = "claude-opus-4-1";
+const OTHER_MODEL: &str = "gpt-4o-mini";
+
+/// A key's or an org's limits beyond its own money cap, as its config
+/// would give them: its group's money cap (µUSD and period) and rate
+/// limits, and its own `rpm` and `tpm`. Tight, so each of them denies
+/// now and then.
+#[derive(Clone, Copy, Debug, Default)]
+struct Limits {
+    group: Option<(UsdMicros, Period)>,
+    group_rpm: Option<u64>,
+    group_tpm: Option<u64>,
+    rpm: Option<u64>,
+    tpm: Option<u64>,
+}
+
+impl Limits {
+    /// The caps of `owner` a call of `grouped` (the group's model or not)
+    /// is held against, as the gateway builds them
+    /// (`directory::caps::caps_of`): the group's money, then the group's
+    /// rate limits, then the owner's.
+    fn caps(&self, owner: &Scope, grouped: bool, into: &mut Vec<Cap>) {
+        let rates = |kind: ScopeKind, id: &str, rpm, tpm, into: &mut Vec<Cap>| {
+            for (meter, limit) in [(Meter::Requests, rpm), (Meter::Tokens, tpm)] {
+                if let Some(limit) = limit {
+                    into.push(Cap {
+                        kind,
+                        id: id.to_owned(),
+                        meter,
+                        period: Period::Minute,
+                        limit,
+                    });
+                }
+            }
+        };
+        if grouped {
+            let id = model_scope_id(owner.kind, &owner.id, GROUP);
+            if let Some((limit, period)) = self.group {
+                into.push(Cap {
+                    kind: ScopeKind::Model,
+                    id: id.clone(),
+                    meter: Meter::Usd,
+                    period,
+                    limit,
+                });
+            }
+            rates(ScopeKind::Model, &id, self.group_rpm, self.group_tpm, into);
+        }
+        rates(owner.kind, &owner.id, self.rpm, self.tpm, into);
+    }
+
+    /// The group's money cap as a scope, to read its counters.
+    fn group_scope(&self, owner: &Scope) -> Option<Scope> {
+        self.group.map(|(cap, period)| Scope {
+            kind: ScopeKind::Model,
+            id: model_scope_id(owner.kind, &owner.id, GROUP),
+            cap,
+            period,
+        })
+    }
+}
 
 impl World {
     pub(super) fn new(prefix: &str, on_expiry: OnExpiry) -> World {
@@ -91,6 +168,32 @@ impl World {
             ],
             org: scope(ScopeKind::Org, "o0", 40_000, Period::Day),
             in_org: vec![true, true, false],
+            key_limits: vec![
+                // A group by the hour inside a daily key, a tight rpm
+                // and a tpm of a few calls.
+                Limits {
+                    group: Some((12_000, Period::Hour)),
+                    rpm: Some(3),
+                    tpm: Some(4_000),
+                    ..Limits::default()
+                },
+                // Only its org's.
+                Limits::default(),
+                // A group with rate limits of its own, and an rpm.
+                Limits {
+                    group: Some((8_000, Period::Hour)),
+                    group_rpm: Some(1),
+                    group_tpm: Some(2_500),
+                    rpm: Some(3),
+                    tpm: None,
+                },
+            ],
+            org_limits: Limits {
+                group: Some((25_000, Period::Day)),
+                rpm: Some(4),
+                tpm: Some(6_000),
+                ..Limits::default()
+            },
             prefix: prefix.to_owned(),
             on_expiry,
         }
@@ -98,6 +201,27 @@ impl World {
 
     pub(super) fn org_of(&self, key: usize) -> Option<&Scope> {
         self.in_org[key].then_some(&self.org)
+    }
+
+    /// The money caps of every model group, as scopes.
+    pub(super) fn groups(&self) -> Vec<Scope> {
+        self.keys
+            .iter()
+            .zip(&self.key_limits)
+            .chain([(&self.org, &self.org_limits)])
+            .filter_map(|(owner, limits)| limits.group_scope(owner))
+            .collect()
+    }
+
+    /// The caps a call of key `key` is held against beyond its key's,
+    /// org's and run's money: the key's, then its org's.
+    fn caps(&self, key: usize, grouped: bool) -> Vec<Cap> {
+        let mut caps = Vec::new();
+        self.key_limits[key].caps(&self.keys[key], grouped, &mut caps);
+        if let Some(org) = self.org_of(key) {
+            self.org_limits.caps(org, grouped, &mut caps);
+        }
+        caps
     }
 
     pub(super) fn exec_id(&self, exec: u32) -> String {
@@ -118,6 +242,9 @@ impl World {
 
     pub(super) fn request(&self, op: &Reserve) -> ReserveRequest {
         ReserveRequest {
+            caps: self.caps(op.key, op.grouped),
+            tokens: op.tokens,
+            customer: None,
             exec_id: self.exec_id(op.exec),
             key: self.keys[op.key].clone(),
             org: self.org_of(op.key).cloned(),
@@ -128,7 +255,7 @@ impl World {
                     RUN_CAPS[cap as usize],
                 )
             }),
-            model: "gpt-4o-mini".to_owned(),
+            model: model_of(op.grouped).to_owned(),
             min_amount: op.min,
             amount: op.max,
             ttl: Duration::from_secs(op.ttl_ticks * TICK_SECS + TICK_SECS / 2),
@@ -150,12 +277,8 @@ impl World {
             exec_id: self.exec_id(op.exec),
             key: self.keys[key].id.clone(),
             org: self.org_of(key).map(|org| org.id.clone()),
-            model: "gpt-4o-mini".to_owned(),
-            usage: Usage {
-                input: 1_000,
-                output: 100,
-                ..Usage::default()
-            },
+            model: model_of(op.grouped).to_owned(),
+            usage: usage_of(op.tokens),
             actual: op.actual,
             estimated: op.estimated,
         }
@@ -172,6 +295,32 @@ impl World {
     }
 }
 
+/// The model a call names: its group's, or one of no group.
+fn model_of(grouped: bool) -> &'static str {
+    if grouped {
+        GROUPED_MODEL
+    } else {
+        OTHER_MODEL
+    }
+}
+
+/// A usage of `tokens` tokens in all, spread over every kind a `tokens`
+/// limit counts (and an hour's cache writes, a part of the cache writes
+/// counted once).
+fn usage_of(tokens: u64) -> Usage {
+    let cached_input = tokens / 4;
+    let cache_write = tokens / 8;
+    let output = tokens / 5;
+    Usage {
+        input: tokens - cached_input - cache_write - output,
+        cached_input,
+        cache_write,
+        output,
+        cache_write_1h: Some(cache_write / 2),
+        ..Usage::default()
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Reserve {
     pub(super) exec: u32,
@@ -183,6 +332,11 @@ pub(super) struct Reserve {
     pub(super) ttl_ticks: u64,
     /// The client's idempotency claim (one of a few per key), if any.
     pub(super) claim: Option<u8>,
+    /// A call of the model groups' model (held against the groups' caps)
+    /// or of another.
+    pub(super) grouped: bool,
+    /// The call's token bound.
+    pub(super) tokens: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -194,6 +348,10 @@ pub(super) struct Settle {
     pub(super) estimated: bool,
     /// Names another key (and org) than the reservation's.
     pub(super) wrong_owner: bool,
+    /// The model the reserve named (the groups' or not).
+    pub(super) grouped: bool,
+    /// The tokens the usage counts.
+    pub(super) tokens: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -264,8 +422,19 @@ pub(super) fn generate(world: &World, seed: u64, steps: usize) -> Vec<Op> {
                     run,
                     min,
                     max,
-                    ttl_ticks: rng.range(1, 6),
+                    // Short enough to expire within its minute, or long.
+                    ttl_ticks: if rng.chance(50) {
+                        rng.range(1, 2)
+                    } else {
+                        rng.range(10, 60)
+                    },
                     claim: rng.chance(25).then(|| rng.range(0, 2) as u8),
+                    grouped: rng.chance(60),
+                    tokens: if rng.chance(10) {
+                        0
+                    } else {
+                        rng.range(100, 3_500)
+                    },
                 };
                 // Now and then the client sends a claimed request again
                 // while the first is in flight.
@@ -298,7 +467,15 @@ pub(super) fn generate(world: &World, seed: u64, steps: usize) -> Vec<Op> {
                 } else {
                     Standing::Open
                 };
-                let Some(reserve) = rng.pick(&with(standing, &model)) else {
+                let candidates = with(standing, &model);
+                // A late settle mostly comes soon after its expiry, while
+                // its minute's rate limits are still read: the last call
+                // reserved of those expired, half the time.
+                let last = candidates
+                    .last()
+                    .copied()
+                    .filter(|_| late && rng.chance(50));
+                let Some(reserve) = last.or_else(|| rng.pick(&candidates)) else {
                     continue;
                 };
                 let amount = model.amount(&world.exec_id(reserve.exec)).unwrap_or(0);
@@ -310,12 +487,26 @@ pub(super) fn generate(world: &World, seed: u64, steps: usize) -> Vec<Op> {
                     // Usage the store refuses: past 2^53 µUSD.
                     _ => MAX_USD_MICROS + 1,
                 };
+                // The tokens the usage counts: the bound, fewer, more (the
+                // call ran past its estimate), none, or as many as a
+                // counter holds (refused if the call's minute counts any
+                // other).
+                let bound = reserve.tokens;
+                let tokens = match rng.range(0, 99) {
+                    0..=39 => bound,
+                    40..=79 => rng.range(0, bound),
+                    80..=94 => bound + rng.range(1, 2_000),
+                    95..=97 => 0,
+                    _ => MAX_USD_MICROS,
+                };
                 let settle = Settle {
                     exec: reserve.exec,
                     key: reserve.key,
                     actual,
                     estimated: rng.chance(5),
                     wrong_owner: rng.chance(4),
+                    grouped: reserve.grouped,
+                    tokens,
                 };
                 settles.push(settle);
                 Op::Settle(settle)
@@ -340,13 +531,17 @@ pub(super) fn generate(world: &World, seed: u64, steps: usize) -> Vec<Op> {
                     actual: 500,
                     estimated: false,
                     wrong_owner: false,
+                    grouped: false,
+                    tokens: 1_000,
                 })
             }
             75..=87 => {
-                let ticks = if rng.chance(5) {
-                    rng.range(100, 500)
-                } else {
-                    rng.range(1, 8)
+                // Within the minute or just past it, a few minutes, or
+                // hours.
+                let ticks = match rng.range(0, 99) {
+                    0..=64 => rng.range(1, 3),
+                    65..=94 => rng.range(10, 80),
+                    _ => rng.range(1_000, 5_000),
                 };
                 Op::Advance { ticks }
             }

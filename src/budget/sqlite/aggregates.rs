@@ -1,5 +1,5 @@
 //! The SQLite store's spend aggregates (see `budget::aggregates`): the
-//! `aggregates` table, one row per day, key, run and model, upserted with
+//! `aggregates` table, one row per day, key, run, customer and model, upserted with
 //! the ledger entries of each posting in their own transaction, so a row
 //! never disagrees with the ledger it sums. Rows of days older than the aggregate
 //! retention are deleted by the sweep.
@@ -11,13 +11,13 @@ use crate::budget::aggregates::{day_id, SpendQuery, SpendRow};
 type Sql<T> = rusqlite::Result<T>;
 
 /// Adds the sums of `row` (the ledger entries of one posting, of its day,
-/// key, run and model) to the file's row.
+/// key, run, customer and model) to the file's row.
 pub(super) fn add(conn: &Connection, row: &SpendRow) -> Sql<()> {
     conn.prepare_cached(
         "INSERT INTO aggregates (day, key, org, model, calls, input_tokens, cached_input_tokens,
-             cache_write_tokens, output_tokens, cost_usd_micros, run)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-         ON CONFLICT (day, key, run, model) DO UPDATE SET
+             cache_write_tokens, output_tokens, cost_usd_micros, run, customer)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+         ON CONFLICT (day, key, run, customer, model) DO UPDATE SET
              calls = calls + excluded.calls,
              input_tokens = input_tokens + excluded.input_tokens,
              cached_input_tokens = cached_input_tokens + excluded.cached_input_tokens,
@@ -37,6 +37,7 @@ pub(super) fn add(conn: &Connection, row: &SpendRow) -> Sql<()> {
         row.output_tokens,
         row.cost_usd_micros,
         row.run,
+        row.customer,
     ])?;
     Ok(())
 }
@@ -47,17 +48,17 @@ pub(super) fn drop_before(conn: &Connection, first_kept: &str) -> Sql<usize> {
         .execute([first_kept])
 }
 
-/// The rows `query` wants, by day, key, run and model (the primary key's
-/// order).
+/// The rows `query` wants, by day, key, run, customer and model (the
+/// primary key's order).
 pub(super) fn spend(conn: &Connection, query: &SpendQuery) -> Sql<Vec<SpendRow>> {
     let mut statement = conn.prepare_cached(
         "SELECT day, key, org, model, calls, input_tokens, cached_input_tokens,
-                cache_write_tokens, output_tokens, cost_usd_micros, run
+                cache_write_tokens, output_tokens, cost_usd_micros, run, customer
            FROM aggregates
           WHERE day BETWEEN ?1 AND ?2
             AND (?3 IS NULL OR key = ?3)
             AND (?4 IS NULL OR org = ?4)
-          ORDER BY day, key, run, model",
+          ORDER BY day, key, run, customer, model",
     )?;
     let rows = statement.query_map(
         (day_id(query.from), day_id(query.to), &query.key, &query.org),
@@ -67,6 +68,7 @@ pub(super) fn spend(conn: &Connection, query: &SpendQuery) -> Sql<Vec<SpendRow>>
                 key: row.get(1)?,
                 org: row.get(2)?,
                 run: row.get(10)?,
+                customer: row.get(11)?,
                 model: row.get(3)?,
                 calls: row.get(4)?,
                 input_tokens: row.get(5)?,

@@ -11,6 +11,8 @@
 //! bytes. A change to these types is a new format, which a binary must
 //! still read when it opens a journal an earlier one left.
 
+mod legacy;
+
 use hashbrown::HashMap;
 
 use rusqlite::{CachedStatement, Connection, Statement};
@@ -20,6 +22,7 @@ use super::record::{from_millis, millis};
 use super::upkeep::rfc3339;
 use super::writer::Db;
 use crate::budget::aggregates::{calls_of, day_of};
+use crate::budget::caps::customer_scope_id;
 use crate::budget::{LedgerEntry, LedgerStatus, ScopeKind, SpendRow};
 use crate::hosted::ToolCalls;
 use crate::money::{UsdMicros, UsdMicrosDelta};
@@ -27,7 +30,9 @@ use crate::money::{UsdMicros, UsdMicrosDelta};
 type Sql<T> = rusqlite::Result<T>;
 
 /// The journal format of [`encode`]: the first byte of every record.
-const FORMAT: u8 = 1;
+/// Format 1, written before reservations kept their other caps, is still
+/// read ([`legacy`]).
+const FORMAT: u8 = 2;
 
 /// A decision as the journal keeps it, written into `record` (whose room
 /// is kept from call to call).
@@ -42,8 +47,10 @@ pub(super) fn encode(changes: &[Change], record: &mut Vec<u8>) -> Result<(), Str
 pub(super) fn decode(bytes: &[u8]) -> Result<Vec<Change>, String> {
     match bytes.split_first() {
         Some((&FORMAT, changes)) => postcard::from_bytes(changes).map_err(|e| e.to_string()),
+        Some((&legacy::FORMAT, changes)) => legacy::decode(changes),
         Some((format, _)) => Err(format!(
-            "journal format {format}, which this binary does not read (it reads {FORMAT})"
+            "journal format {format}, which this binary does not read (it reads {} and {FORMAT})",
+            legacy::FORMAT
         )),
         None => Err("an empty journal record".to_owned()),
     }
@@ -52,8 +59,9 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Vec<Change>, String> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) enum Change {
     /// A call's `reservations` row as it now stands: open, denied,
-    /// settled or expired.
-    Put(Row),
+    /// settled or expired (boxed: the other changes are a tenth its size;
+    /// postcard writes a box as what it holds).
+    Put(Box<Row>),
     /// One counter moved by signed amounts, never below zero.
     Move {
         kind: ScopeKind,
@@ -79,6 +87,14 @@ pub(super) enum Change {
     ForgetRun { id: String },
     /// An operator's adjustment, remembered for its retries.
     Adjusted(Adjusted),
+    /// A call of a key's customer; remembered with its last call.
+    Customer {
+        key: String,
+        customer: String,
+        at: i64,
+    },
+    /// An idle customer forgotten, with its counters.
+    ForgetCustomer { key: String, customer: String },
 }
 
 /// A `reservations` row, column for column (`schema`).
@@ -111,6 +127,12 @@ pub(super) struct Row {
     pub denied_resets_at: Option<i64>,
     pub model: Option<String>,
     pub run_id: Option<String>,
+    /// The other caps it holds, one `kind meter period_id cap id` a line.
+    pub caps: Option<String>,
+    pub tokens: Option<u64>,
+    pub denied_meter: Option<String>,
+    /// The customer id the call named.
+    pub customer: Option<String>,
 }
 
 /// The columns of a [`Row`], in its order.
@@ -118,7 +140,8 @@ pub(super) const ROW_COLUMNS: &str = "exec_id, state, key_id, key_period_id, key
      org_id, org_period_id, org_cap_usd_micros, amount_usd_micros, claim, started_at, deadline, \
      ttl_ms, forget_at, expiry_charged_usd_micros, settled_status, settled_actual_usd_micros, \
      settled_key_remaining_usd_micros, denied_scope_kind, denied_scope_id, denied_period, \
-     denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at, model, run_id";
+     denied_cap_usd_micros, denied_remaining_usd_micros, denied_resets_at, model, run_id, caps, \
+     tokens, denied_meter, customer";
 
 impl Row {
     /// The row read with [`ROW_COLUMNS`].
@@ -150,6 +173,10 @@ impl Row {
             denied_resets_at: row.get(23)?,
             model: row.get(24)?,
             run_id: row.get(25)?,
+            caps: row.get(26)?,
+            tokens: row.get(27)?,
+            denied_meter: row.get(28)?,
+            customer: row.get(29)?,
         })
     }
 
@@ -182,6 +209,10 @@ impl Row {
             self.denied_resets_at,
             self.model,
             self.run_id,
+            self.caps,
+            self.tokens,
+            self.denied_meter,
+            self.customer,
         ])?;
         Ok(())
     }
@@ -195,9 +226,9 @@ const PUT: &str = "INSERT INTO reservations (exec_id, state, key_id, key_period_
      started_at, deadline, ttl_ms, forget_at, expiry_charged_usd_micros, settled_status, \
      settled_actual_usd_micros, settled_key_remaining_usd_micros, denied_scope_kind, \
      denied_scope_id, denied_period, denied_cap_usd_micros, denied_remaining_usd_micros, \
-     denied_resets_at, model, run_id)
+     denied_resets_at, model, run_id, caps, tokens, denied_meter, customer)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-     ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)
+     ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)
      ON CONFLICT (exec_id) DO UPDATE SET state = excluded.state, forget_at = excluded.forget_at, \
      expiry_charged_usd_micros = excluded.expiry_charged_usd_micros, \
      settled_status = excluded.settled_status, \
@@ -207,8 +238,8 @@ const PUT: &str = "INSERT INTO reservations (exec_id, state, key_id, key_period_
 /// Adds an [`Entry`] to the ledger.
 const BOOK: &str = "INSERT INTO ledger (exec_id, key, org, model, input_tokens, \
      cached_input_tokens, cache_write_tokens, output_tokens, tool_calls, reserved_usd_micros, \
-     actual_usd_micros, status, at, key_period_id, org_period_id, note, run)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+     actual_usd_micros, status, at, key_period_id, org_period_id, note, run, customer)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)";
 
 /// A `ledger` row, with the periods it charged.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,6 +264,8 @@ pub(super) struct Entry {
     pub note: Option<String>,
     pub key_period: String,
     pub org_period: Option<String>,
+    /// The customer id the call named.
+    pub customer: Option<String>,
 }
 
 impl Entry {
@@ -257,6 +290,7 @@ impl Entry {
             note: entry.note,
             key_period: key_period.to_owned(),
             org_period: org_period.map(str::to_owned),
+            customer: entry.customer,
         }
     }
 
@@ -280,6 +314,7 @@ impl Entry {
             self.org_period,
             self.note,
             self.run,
+            self.customer,
         ])?;
         Ok(())
     }
@@ -291,6 +326,7 @@ impl Entry {
             key: self.key.clone(),
             org: self.org.clone(),
             run: self.run.clone().unwrap_or_default(),
+            customer: self.customer.clone().unwrap_or_default(),
             model: self.model.clone(),
             calls: calls_of(self.status),
             input_tokens: self.input,
@@ -342,7 +378,7 @@ pub(super) fn post<'a>(
             last_put.insert(&row.exec_id, at);
         }
     }
-    let mut spend: HashMap<(String, String, String, String), SpendRow> = HashMap::new();
+    let mut spend: HashMap<(String, String, String, String, String), SpendRow> = HashMap::new();
     // Each prepared once for the whole batch: finding a cached statement
     // hashes its text.
     let conn = db.conn();
@@ -368,6 +404,7 @@ pub(super) fn post<'a>(
                     row.day.clone(),
                     row.key.clone(),
                     row.run.clone(),
+                    row.customer.clone(),
                     row.model.clone(),
                 );
                 match spend.get_mut(&key) {
@@ -402,6 +439,21 @@ pub(super) fn post<'a>(
                     .prepare_cached("DELETE FROM runs WHERE id = ?1")?
                     .execute([id])?;
                 db.forget_counter(ScopeKind::Run, id, "total")?;
+            }
+            Change::Customer { key, customer, at } => {
+                db.conn()
+                    .prepare_cached(
+                        "INSERT INTO customers (key, customer, last_call) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (key, customer) DO UPDATE
+                         SET last_call = MAX(last_call, excluded.last_call)",
+                    )?
+                    .execute((key, customer, at))?;
+            }
+            Change::ForgetCustomer { key, customer } => {
+                db.conn()
+                    .prepare_cached("DELETE FROM customers WHERE key = ?1 AND customer = ?2")?
+                    .execute((key, customer))?;
+                db.forget_scope(ScopeKind::Customer, &customer_scope_id(key, customer))?;
             }
             Change::Adjusted(adjusted) => {
                 db.conn()
@@ -454,7 +506,7 @@ mod tests {
     #[test]
     fn a_decision_reads_back_from_its_record_and_no_other_format_does() {
         let changes = vec![
-            Change::Put(Row {
+            Change::Put(Box::new(Row {
                 exec_id: "call-1".to_owned(),
                 state: "open".to_owned(),
                 key_id: "alice".to_owned(),
@@ -467,7 +519,7 @@ mod tests {
                 ttl_ms: 60_000,
                 model: Some("gpt-4o-mini".to_owned()),
                 ..Row::default()
-            }),
+            })),
             Change::Move {
                 kind: ScopeKind::Org,
                 id: "acme".to_owned(),
@@ -479,6 +531,7 @@ mod tests {
                 exec_id: "call-1".to_owned(),
                 key: "alice".to_owned(),
                 org: None,
+                customer: Some("c1@example.com".to_owned()),
                 run: Some("r1".to_owned()),
                 model: "gpt-4o-mini".to_owned(),
                 input: 10,

@@ -113,6 +113,13 @@ impl Counters {
         self.moved.retain(|moved| *moved != key);
     }
 
+    /// Forgets every counter of one scope whose rows are deleted.
+    pub(super) fn drop_scope(&mut self, kind: ScopeKind, id: &str) {
+        let prefix = key_of(kind, id, "");
+        self.known.retain(|key, _| !key.starts_with(&prefix));
+        self.moved.retain(|moved| !moved.starts_with(&prefix));
+    }
+
     /// Forgets every counter, written or not: after a transaction that
     /// failed, or before statements change the table themselves.
     pub(super) fn forget(&mut self) {

@@ -17,7 +17,7 @@
 //! call answered. If the append fails, [`Desk::rollback`] undoes the
 //! draft, so a refused call leaves no trace.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::Sender;
 
 use hashbrown::HashMap;
@@ -106,6 +106,9 @@ pub(super) struct Desk {
     /// Idempotency claim → the open reservation holding it.
     claims: HashMap<String, String>,
     runs: HashMap<String, Run>,
+    /// Customers seen, by scope id (`<key>/<customer>`): those touched
+    /// since the last posting, and those read from the file.
+    customers: HashMap<String, Seen>,
     /// Adjustments applied since the last posting.
     adjustments: HashMap<String, (AppliedAdjustment, u64)>,
     /// A hash of every exec id the file or the desk has a record of: a
@@ -151,6 +154,14 @@ struct Held {
     seq: u64,
 }
 
+/// A customer's last call as the desk keeps it; `None` once forgotten and
+/// not yet posted.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    last_call: Option<i64>,
+    seq: u64,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Run {
     cap: Option<UsdMicros>,
@@ -164,6 +175,7 @@ enum Undo {
     Counter(String, Option<Kept>),
     Claim(String, Option<String>),
     Run(String, Option<Run>),
+    Customer(String, Option<Seen>),
     Known(u64),
     Adjustment(String),
 }
@@ -184,6 +196,7 @@ impl Desk {
             deadlines: Deadlines::default(),
             claims: HashMap::new(),
             runs: HashMap::new(),
+            customers: HashMap::new(),
             adjustments: HashMap::new(),
             known: griddle::HashSet::new(),
             file,
@@ -226,6 +239,46 @@ impl Desk {
             .collect::<Sql<_>>()?;
         desk.claims.extend(claims);
         Ok(desk)
+    }
+
+    /// Up to `limit` of `key`'s customers with an id after `after`: the
+    /// file's, with what the desk changed since its last posting over them.
+    pub(super) fn customers_of(
+        &self,
+        key: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Sql<Vec<(String, i64)>> {
+        let after = after.unwrap_or("");
+        let mut seen: BTreeMap<String, i64> = self
+            .file
+            .prepare_cached(
+                "SELECT customer, last_call FROM customers
+                  WHERE key = ?1 AND customer > ?2 ORDER BY customer LIMIT ?3",
+            )?
+            .query_map(
+                (key, after, i64::try_from(limit).unwrap_or(i64::MAX)),
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?
+            .collect::<Sql<_>>()?;
+        let prefix = format!("{key}/");
+        for (id, kept) in &self.customers {
+            let Some(customer) = id.strip_prefix(&prefix) else {
+                continue;
+            };
+            if customer <= after {
+                continue;
+            }
+            match kept.last_call {
+                Some(last_call) => {
+                    seen.insert(customer.to_owned(), last_call);
+                }
+                None => {
+                    seen.remove(customer);
+                }
+            }
+        }
+        Ok(seen.into_iter().take(limit).collect())
     }
 
     /// Up to `limit` open reservations, oldest first (then by exec id).
@@ -366,6 +419,14 @@ impl Desk {
                         self.runs.remove(&id);
                     }
                 },
+                Undo::Customer(id, old) => match old {
+                    Some(seen) => {
+                        self.customers.insert(id, seen);
+                    }
+                    None => {
+                        self.customers.remove(&id);
+                    }
+                },
                 Undo::Known(hash) => {
                     self.known.remove(&hash);
                 }
@@ -413,6 +474,9 @@ impl Desk {
         }
         if self.runs.len() > MAX_KEPT {
             self.runs.retain(|_, run| run.seq > posted);
+        }
+        if self.customers.len() > MAX_KEPT {
+            self.customers.retain(|_, seen| seen.seq > posted);
         }
     }
 

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension};
 use super::change::{Row, ROW_COLUMNS};
 pub(super) use crate::budget::books::record::{from_millis, millis};
 use crate::budget::books::{Charge, Record, RecordState};
-use crate::budget::{Denial, LedgerStatus, ScopeKind, SettleOutcome};
+use crate::budget::{Denial, LedgerStatus, Meter, ScopeKind, SettleOutcome};
 use crate::money::MAX_USD_MICROS;
 use crate::period::Period;
 
@@ -39,6 +39,10 @@ impl Record {
             "denied" => RecordState::Denied(Denial {
                 kind: kind_from(row.denied_scope_kind.as_deref().unwrap_or_default())?,
                 id: row.denied_scope_id.clone().unwrap_or_default(),
+                meter: match &row.denied_meter {
+                    Some(meter) => meter_from(meter)?,
+                    None => Meter::Usd,
+                },
                 period: row
                     .denied_period
                     .as_deref()
@@ -52,31 +56,39 @@ impl Record {
             other => return Err(invalid(format!("reservation state {other:?}"))),
         };
         let org = match (&row.org_id, &row.org_period_id) {
-            (Some(id), Some(period_id)) => Some(Charge {
-                kind: ScopeKind::Org,
-                id: id.clone(),
-                period_id: period_id.clone(),
-                cap: row.org_cap.unwrap_or(0),
-            }),
+            (Some(id), Some(period_id)) => Some(Charge::usd(
+                ScopeKind::Org,
+                id.clone(),
+                period_id.clone(),
+                row.org_cap.unwrap_or(0),
+            )),
             _ => None,
         };
         Ok(Record {
             state,
             amount: row.amount,
-            key: Charge {
-                kind: ScopeKind::Key,
-                id: row.key_id.clone(),
-                period_id: row.key_period_id.clone(),
-                cap: row.key_cap,
-            },
+            key: Charge::usd(
+                ScopeKind::Key,
+                row.key_id.clone(),
+                row.key_period_id.clone(),
+                row.key_cap,
+            ),
             org,
-            run: row.run_id.as_ref().map(|id| Charge {
-                kind: ScopeKind::Run,
-                id: id.clone(),
-                period_id: "total".to_owned(),
-                // A run's cap is read where it is checked, at reserve.
-                cap: MAX_USD_MICROS,
+            // A run's cap is read where it is checked, at reserve.
+            run: row.run_id.as_ref().map(|id| {
+                Charge::usd(
+                    ScopeKind::Run,
+                    id.clone(),
+                    "total".to_owned(),
+                    MAX_USD_MICROS,
+                )
             }),
+            caps: match &row.caps {
+                Some(caps) => caps_from(caps)?,
+                None => Vec::new(),
+            },
+            tokens: row.tokens.unwrap_or(0),
+            customer: row.customer.clone(),
             started_at: row.started_at,
             deadline: row.deadline,
             ttl_ms: row.ttl_ms,
@@ -105,6 +117,9 @@ impl Record {
             // A row that predates the column keeps naming no model.
             model: (!self.model.is_empty()).then(|| self.model.clone()),
             run_id: self.run.as_ref().map(|run| run.id.clone()),
+            caps: (!self.caps.is_empty()).then(|| caps_text(&self.caps)),
+            tokens: (self.tokens > 0).then_some(self.tokens),
+            customer: self.customer.clone(),
             ..Row::default()
         };
         row.state = match &self.state {
@@ -126,12 +141,50 @@ impl Record {
                 row.denied_cap = Some(denial.cap);
                 row.denied_remaining = Some(denial.remaining);
                 row.denied_resets_at = denial.resets_at.map(millis);
+                row.denied_meter = (denial.meter != Meter::Usd).then(|| denial.meter.to_string());
                 "denied"
             }
         }
         .to_owned();
         row
     }
+}
+
+/// A record's other caps as its row keeps them: one `kind meter
+/// period_id cap id` a line (ids hold no whitespace).
+fn caps_text(caps: &[Charge]) -> String {
+    let lines: Vec<String> = caps
+        .iter()
+        .map(|c| format!("{} {} {} {} {}", c.kind, c.meter, c.period_id, c.cap, c.id))
+        .collect();
+    lines.join("\n")
+}
+
+/// The caps of [`caps_text`], read back.
+fn caps_from(text: &str) -> Sql<Vec<Charge>> {
+    text.lines()
+        .map(|line| {
+            let mut parts = line.splitn(5, ' ');
+            let mut next = || parts.next().ok_or_else(|| invalid(format!("cap {line:?}")));
+            let kind = kind_from(next()?)?;
+            let meter = meter_from(next()?)?;
+            let period_id = next()?.to_owned();
+            let cap = next()?
+                .parse()
+                .map_err(|_| invalid(format!("cap {line:?}")))?;
+            Ok(Charge {
+                kind,
+                id: next()?.to_owned(),
+                meter,
+                period_id,
+                cap,
+            })
+        })
+        .collect()
+}
+
+fn meter_from(text: &str) -> Sql<Meter> {
+    Meter::parse(text).ok_or_else(|| invalid(format!("meter {text:?}")))
 }
 
 pub(super) fn status_from(text: &str) -> Sql<LedgerStatus> {
@@ -162,12 +215,7 @@ mod tests {
     use super::*;
 
     fn charge(kind: ScopeKind, id: &str) -> Charge {
-        Charge {
-            kind,
-            id: id.to_owned(),
-            period_id: "2026-12-02".to_owned(),
-            cap: 9_000,
-        }
+        Charge::usd(kind, id.to_owned(), "2026-12-02".to_owned(), 9_000)
     }
 
     fn record(state: RecordState) -> Record {
@@ -176,12 +224,27 @@ mod tests {
             amount: 1_200,
             key: charge(ScopeKind::Key, "alice"),
             org: Some(charge(ScopeKind::Org, "acme")),
-            run: Some(Charge {
-                kind: ScopeKind::Run,
-                id: "alice/r1".to_owned(),
-                period_id: "total".to_owned(),
-                cap: MAX_USD_MICROS,
-            }),
+            run: Some(Charge::usd(
+                ScopeKind::Run,
+                "alice/r1".to_owned(),
+                "total".to_owned(),
+                MAX_USD_MICROS,
+            )),
+            caps: vec![
+                Charge {
+                    meter: Meter::Usd,
+                    ..charge(ScopeKind::Model, "key:alice/opus")
+                },
+                Charge {
+                    kind: ScopeKind::Key,
+                    id: "alice".to_owned(),
+                    meter: Meter::Tokens,
+                    period_id: "2026-12-02T1849".to_owned(),
+                    cap: 200_000,
+                },
+            ],
+            tokens: 4_000,
+            customer: Some("c1@example.com".to_owned()),
             started_at: 1_000,
             deadline: 61_000,
             ttl_ms: 60_000,
@@ -207,10 +270,20 @@ mod tests {
             RecordState::Denied(Denial {
                 kind: ScopeKind::Org,
                 id: "acme".to_owned(),
+                meter: Meter::Usd,
                 period: Period::Day,
                 cap: 9_000,
                 remaining: 3,
                 resets_at: Some(from_millis(86_400_000)),
+            }),
+            RecordState::Denied(Denial {
+                kind: ScopeKind::Model,
+                id: "org:acme/opus".to_owned(),
+                meter: Meter::Requests,
+                period: Period::Minute,
+                cap: 60,
+                remaining: 0,
+                resets_at: Some(from_millis(60_000)),
             }),
         ];
         for state in states {
@@ -218,6 +291,8 @@ mod tests {
             let row = written.row("call-1");
             let read = Record::from_row(&row).unwrap();
             assert_eq!(read.row("call-1"), row, "{written:?}");
+            assert_eq!(read.caps.len(), 2);
+            assert_eq!(read.caps[1].meter, Meter::Tokens);
         }
     }
 }

@@ -19,7 +19,7 @@ use tables::{CREATE, MIGRATIONS};
 
 /// The schema this binary writes. A file with a lower version is upgraded
 /// in place by [`tables::MIGRATIONS`]; a file with a higher one is refused.
-pub(super) const SCHEMA_VERSION: u32 = 9;
+pub(super) const SCHEMA_VERSION: u32 = 10;
 
 /// Why the store's file could not be opened.
 #[derive(Debug, thiserror::Error)]

@@ -59,6 +59,9 @@ fn key(cap: u64) -> Scope {
 
 fn request(exec_id: &str, amount: u64) -> ReserveRequest {
     ReserveRequest {
+        caps: Vec::new(),
+        tokens: 0,
+        customer: None,
         exec_id: exec_id.to_owned(),
         key: key(10_000),
         org: None,

@@ -13,7 +13,7 @@ use super::record::{invalid, status_from};
 use super::record::{kind_from, millis};
 #[cfg(test)]
 use crate::budget::LedgerEntry;
-use crate::budget::{Reconciliation, ScopeKind};
+use crate::budget::{reconciled, Reconciliation, ScopeKind};
 #[cfg(test)]
 use crate::hosted::ToolCalls;
 #[cfg(test)]
@@ -76,6 +76,19 @@ pub(super) fn fold_before(conn: &Connection, cutoff: DateTime<Utc>) -> Sql<usize
         .execute([end])
 }
 
+/// Forgets the rate limits' counters (`<minute>/<meter>`) of minutes before
+/// `cutoff` that hold nothing open: nothing reads them once their minute
+/// is over.
+pub(super) fn forget_windows(conn: &Connection, cutoff: &str) -> Sql<usize> {
+    conn.prepare_cached(
+        "DELETE FROM counters
+          WHERE (period_id LIKE '%/requests' OR period_id LIKE '%/tokens')
+            AND substr(period_id, 1, instr(period_id, '/') - 1) < ?1
+            AND reserved_usd_micros = 0",
+    )?
+    .execute([cutoff])
+}
+
 /// Every scope and period with its counter, folded sum, ledger sum and
 /// open sum, sorted by scope and period.
 pub(super) fn reconcile(conn: &Connection) -> Sql<Vec<Reconciliation>> {
@@ -120,9 +133,8 @@ pub(super) fn reconcile(conn: &Connection) -> Sql<Vec<Reconciliation>> {
             rows.get(kind, found.get(0)?, found.get(1)?).open = found.get(2)?;
         }
     }
-    // A run's counter is a cap inside its key, forgotten with the run;
-    // every call of it is in its key's (and org's) books.
-    rows.0.retain(|(kind, _, _), _| *kind != ScopeKind::Run);
+    rows.0
+        .retain(|(kind, _, period_id), _| reconciled(*kind, period_id));
     Ok(rows.0.into_values().collect())
 }
 
@@ -152,7 +164,7 @@ pub(super) fn ledger(conn: &Connection) -> Sql<Vec<LedgerEntry>> {
     let mut statement = conn.prepare(
         "SELECT exec_id, key, org, model, input_tokens, cached_input_tokens, cache_write_tokens,
                 output_tokens, tool_calls, reserved_usd_micros, actual_usd_micros, status, at, note,
-                run
+                run, customer
            FROM ledger ORDER BY seq",
     )?;
     let entries = statement.query_map([], |row| {
@@ -162,6 +174,7 @@ pub(super) fn ledger(conn: &Connection) -> Sql<Vec<LedgerEntry>> {
             key: row.get(1)?,
             org: row.get(2)?,
             run: row.get(14)?,
+            customer: row.get(15)?,
             model: row.get(3)?,
             usage: Usage {
                 input: row.get(4)?,

@@ -128,6 +128,15 @@ impl<'c> Db<'c> {
         Ok(())
     }
 
+    /// Deletes every counter of one scope, in any period.
+    pub(super) fn forget_scope(&mut self, kind: ScopeKind, id: &str) -> rusqlite::Result<()> {
+        self.counters.drop_scope(kind, id);
+        self.conn
+            .prepare_cached("DELETE FROM counters WHERE scope_kind = ?1 AND scope_id = ?2")?
+            .execute((kind.as_str(), id))?;
+        Ok(())
+    }
+
     /// The connection with every counter moved so far written and none
     /// kept in memory, for statements that read or change the `counters`
     /// table themselves.

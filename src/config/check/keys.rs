@@ -5,7 +5,10 @@
 use std::collections::{HashMap, HashSet};
 
 use super::super::raw::{RawKey, RawOrg};
-use super::super::{hash_key, ConfigError, KeyConfig, OnInsufficient, OrgConfig};
+use super::super::{
+    hash_key, ConfigError, CustomerSpec, CustomerTemplate, KeyConfig, Limits, OnInsufficient,
+    OrgConfig,
+};
 use super::Checker;
 use crate::money::Threshold;
 
@@ -27,6 +30,8 @@ impl Checker<'_> {
                 cap: self.usd(&field("cap_usd"), &raw.cap_usd)?,
                 period: self.period(&field("period"), &raw.period)?,
                 alert_at: self.alert_at(&field("alert_at"), raw.alert_at.as_deref())?,
+                limits: Limits::check(&raw.model_caps, raw.rpm, raw.tpm)
+                    .map_err(|error| self.invalid(field(&error.field), error.message))?,
             });
         }
         Ok(orgs)
@@ -91,6 +96,17 @@ impl Checker<'_> {
                     })?,
                 },
                 alert_at: self.alert_at(&field("alert_at"), raw.alert_at.as_deref())?,
+                limits: Limits::check(&raw.model_caps, raw.rpm, raw.tpm)
+                    .map_err(|error| self.invalid(field(&error.field), error.message))?,
+                customer: CustomerTemplate::check(CustomerSpec {
+                    cap_usd: raw.customer_cap_usd.as_deref(),
+                    period: raw.customer_period.as_deref(),
+                    rpm: raw.customer_rpm,
+                    tpm: raw.customer_tpm,
+                    from: raw.customer_from.as_deref(),
+                    required: raw.customer_required,
+                })
+                .map_err(|error| self.invalid(field(&error.field), error.message))?,
             });
         }
         Ok(keys)

@@ -27,6 +27,9 @@ const MAX_CLOSED_RECORD_SECS: u64 = 24 * 3600;
 const DEFAULT_RUN_TTL_HOURS: u64 = 24;
 /// A year.
 const MAX_RUN_TTL_HOURS: u64 = 366 * 24;
+const DEFAULT_CUSTOMER_TTL_DAYS: u64 = 400;
+/// Ten years: a customer remembered longer is remembered for ever.
+const MAX_CUSTOMER_TTL_DAYS: u64 = 3_660;
 /// How long Redis keeps ledger entries no sink took (issue: a day of calls
 /// is what an operator sizes Redis for).
 const DEFAULT_LEDGER_BUFFER_HOURS: u64 = 24;
@@ -125,6 +128,17 @@ impl Checker<'_> {
                 ),
             ));
         }
+        let customer_ttl_days = raw.customer_ttl_days.unwrap_or(DEFAULT_CUSTOMER_TTL_DAYS);
+        if !(1..=MAX_CUSTOMER_TTL_DAYS).contains(&customer_ttl_days)
+            || customer_ttl_days * 24 * 3600 < ttl_secs
+        {
+            return Err(self.invalid(
+                "store.customer_ttl_days",
+                format!(
+                    "{customer_ttl_days} must be between 1 and {MAX_CUSTOMER_TTL_DAYS}, and at                      least store.reservation_ttl_secs ({ttl_secs} s)"
+                ),
+            ));
+        }
         let on_expiry = match raw.on_expiry.as_deref() {
             None | Some("charge") => OnExpiry::Charge,
             Some("release") => OnExpiry::Release,
@@ -168,6 +182,7 @@ impl Checker<'_> {
             closed_record: Duration::from_secs(closed_record_secs),
             on_expiry,
             run_ttl: Duration::from_secs(run_ttl_hours * 3600),
+            customer_ttl: Duration::from_secs(customer_ttl_days * 24 * 3600),
             ledger_sink,
             ledger_buffer: Duration::from_secs(ledger_buffer_hours * 3600),
         })

@@ -19,7 +19,7 @@ fn period_errors_list_the_periods() {
     assert_eq!(
         message,
         "test.toml: orgs[0].period: unknown period \"year\": \
-         expected one of hour, day, week, month, total"
+         expected one of minute, hour, day, week, month, total"
     );
 }
 

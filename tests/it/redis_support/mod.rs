@@ -79,6 +79,9 @@ pub struct KeySpec {
     pub org: Option<String>,
     pub cap: &'static str,
     pub period: &'static str,
+    /// More TOML lines for its `[[keys]]` table (limits, a customer
+    /// template).
+    pub extra: String,
 }
 
 impl KeySpec {
@@ -90,6 +93,7 @@ impl KeySpec {
             org: org.map(|org| org.id.clone()),
             cap,
             period,
+            extra: String::new(),
         }
     }
 
@@ -202,6 +206,8 @@ models = ["claude-*"]
             if let Some(org) = &key.org {
                 text.push_str(&format!("org = \"{org}\"\n"));
             }
+            text.push_str(&key.extra);
+            text.push('\n');
         }
         text
     }

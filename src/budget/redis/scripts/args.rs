@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use crate::budget::{Adjustment, OnExpiry, Period, ReserveRequest, Scope, Settlement};
+use crate::budget::{
+    Adjustment, Cap, OnExpiry, Period, ReserveRequest, Scope, Settlement, StoreError,
+};
 use crate::money::{UsdMicros, UsdMicrosDelta};
 
 /// The deadline of a reservation must stay far below 2^53 ms (see
@@ -85,6 +87,9 @@ script_args! {
         run: String,
         run_cap: String,
         run_ttl_ms: u64,
+        caps: String,
+        tokens: u64,
+        customer: String,
     }
 }
 
@@ -131,6 +136,7 @@ script_args! {
     SweepArgs {
         limit: usize,
         ledger_buffer_ms: u64,
+        customer_ttl_ms: u64,
         on_expiry: &'static str,
         aggregate_days: u32,
     }
@@ -153,8 +159,37 @@ script_args! {
     }
 }
 
+/// The separator of the fields of `reserve.lua`'s `caps`, which no id
+/// holds.
+const CAP_SEPARATOR: char = '|';
+
+/// `reserve.lua`'s `caps`: `kind|id|meter|period|limit` of each cap, all
+/// joined by `|`; `Refused` for an id that holds a `|` (or is empty),
+/// which the script would misread.
+pub(crate) fn caps_arg(caps: &[Cap]) -> Result<String, StoreError> {
+    let mut fields = Vec::with_capacity(caps.len() * 5);
+    for cap in caps {
+        if cap.id.is_empty() || cap.id.contains(CAP_SEPARATOR) {
+            return Err(StoreError::Refused(format!(
+                "the {} cap id {:?} is empty or holds {CAP_SEPARATOR:?}",
+                cap.kind.as_str(),
+                cap.id
+            )));
+        }
+        fields.extend([
+            cap.kind.as_str().to_owned(),
+            cap.id.clone(),
+            cap.meter.as_str().to_owned(),
+            cap.period.as_str().to_owned(),
+            cap.limit.to_string(),
+        ]);
+    }
+    Ok(fields.join(&CAP_SEPARATOR.to_string()))
+}
+
 /// ARGV of `reserve.lua`; `claim` is the request's idempotency claim,
-/// `epoch` the store epoch the gateway serves under.
+/// `epoch` the store epoch the gateway serves under; `Refused` for caps
+/// the script cannot be told ([`caps_arg`]).
 pub(crate) fn reserve_args(
     req: &ReserveRequest,
     claim: Option<&str>,
@@ -163,7 +198,7 @@ pub(crate) fn reserve_args(
     epoch: &str,
     closed_record_ms: u64,
     run_ttl_ms: u64,
-) -> Vec<String> {
+) -> Result<Vec<String>, StoreError> {
     let (run, run_cap) = match &req.run {
         Some(run) => (run.id.clone(), run.cap.map(|cap| cap.to_string())),
         None => (String::new(), None),
@@ -172,7 +207,7 @@ pub(crate) fn reserve_args(
         Some(org) => (org.id.clone(), org.period.as_str(), org.cap),
         None => (String::new(), Period::Total.as_str(), 0),
     };
-    ReserveArgs {
+    Ok(ReserveArgs {
         exec_id: req.exec_id.clone(),
         amount: req.amount,
         ttl_ms: millis(req.ttl).min(MAX_TTL_MS),
@@ -193,8 +228,31 @@ pub(crate) fn reserve_args(
         run,
         run_cap: run_cap.unwrap_or_default(),
         run_ttl_ms: run_ttl_ms.min(MAX_TTL_MS),
+        caps: caps_arg(&req.caps)?,
+        // The other stores clamp it alike.
+        tokens: req.tokens.min(MAX_SCRIPT_INTEGER),
+        customer: customer_arg(req.customer.as_deref())?,
     }
-    .argv()
+    .argv())
+}
+
+/// `reserve.lua`'s `customer`: the id, or `""` for none; `Refused` for
+/// one the script would refuse (not 1 to 128 of `[A-Za-z0-9._:@-]`),
+/// which the gateway checks before.
+pub(crate) fn customer_arg(customer: Option<&str>) -> Result<String, StoreError> {
+    let Some(customer) = customer else {
+        return Ok(String::new());
+    };
+    let valid = (1..=128).contains(&customer.len())
+        && customer
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".:_@-".contains(&b));
+    if !valid {
+        return Err(StoreError::Refused(format!(
+            "the customer id {customer:?} is not 1 to 128 of [A-Za-z0-9._:@-]"
+        )));
+    }
+    Ok(customer.to_owned())
 }
 
 /// ARGV of `settle.lua`; `call_id` is the same for every attempt of one
@@ -213,10 +271,13 @@ pub(crate) fn settle_args(
         has_org: Flag(settlement.org.is_some()),
         org_id: settlement.org.clone().unwrap_or_default(),
         model: settlement.model.clone(),
-        input: usage.input,
-        cached_input: usage.cached_input,
-        cache_write: usage.cache_write,
-        output: usage.output,
+        // Token counts past 2^53 are no call's (the gateway charges such a
+        // usage its bound before it settles); clamped, the script answers
+        // as the other stores do rather than refusing its arguments.
+        input: usage.input.min(MAX_SCRIPT_INTEGER),
+        cached_input: usage.cached_input.min(MAX_SCRIPT_INTEGER),
+        cache_write: usage.cache_write.min(MAX_SCRIPT_INTEGER),
+        output: usage.output.min(MAX_SCRIPT_INTEGER),
         actual: settlement.actual,
         estimated: Flag(settlement.estimated),
         epsilon,
@@ -260,11 +321,13 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// ARGV of `sweep.lua`; `aggregate_days` is how many days back spend
+/// ARGV of `sweep.lua`; `customer_ttl` is how long a customer is kept
+/// after its last call, `aggregate_days` how many days back spend
 /// aggregate rows are kept.
 pub(crate) fn sweep_args(
     limit: usize,
     retention: Duration,
+    customer_ttl: Duration,
     on_expiry: OnExpiry,
     aggregate_days: u32,
 ) -> Vec<String> {
@@ -272,6 +335,8 @@ pub(crate) fn sweep_args(
         limit,
         // No retention needs that long.
         ledger_buffer_ms: millis(retention).min(MAX_SCRIPT_INTEGER),
+        // Keeps `last call + ttl` far below 2^53.
+        customer_ttl_ms: millis(customer_ttl).min(MAX_TTL_MS),
         on_expiry: on_expiry.as_str(),
         aggregate_days,
     }

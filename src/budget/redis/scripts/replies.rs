@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::budget::{
-    AdjustOutcome, Denial, LedgerStatus, Level, Period, ScopeKind, SettleOutcome, StoreError,
+    AdjustOutcome, Denial, LedgerStatus, Level, Meter, Period, ScopeKind, SettleOutcome, StoreError,
 };
 use crate::money::UsdMicros;
 
@@ -76,6 +76,11 @@ pub(crate) struct SweepReply {
     /// Ledger entries folded past the ledger buffer, sink or no sink.
     pub folded: usize,
     pub more: bool,
+    /// Customers forgotten (no call for the customer TTL).
+    pub customers: usize,
+    /// Spend fields the pass over the spend hash deleted: rate limits'
+    /// ended minutes, forgotten customers' entries and counters.
+    pub cleared: usize,
 }
 
 /// A reply that breaks the script's contract: the scripts and this file
@@ -120,15 +125,17 @@ pub(crate) fn reserve_reply(reply: &[String]) -> Result<ReserveReply, StoreError
     let expired = number(reply, 1, SCRIPT)?;
     match field(reply, 0, SCRIPT)? {
         "reserved" => {
-            let mut levels = Vec::with_capacity(3);
-            // Kind, period id and committed counter of each scope charged,
-            // after the amount (none in the answer to a retry).
-            for at in (3..reply.len()).step_by(3) {
+            let mut levels = Vec::with_capacity((reply.len() - 3) / 4);
+            // Kind, meter, period id and committed counter of each counter
+            // charged, after the amount (none in the answer to a retry).
+            for at in (3..reply.len()).step_by(4) {
                 levels.push(Level {
                     kind: ScopeKind::parse(field(reply, at, SCRIPT)?)
                         .ok_or_else(|| bad_reply(SCRIPT, reply))?,
-                    period_id: field(reply, at + 1, SCRIPT)?.to_owned(),
-                    committed: number(reply, at + 2, SCRIPT)?,
+                    meter: Meter::parse(field(reply, at + 1, SCRIPT)?)
+                        .ok_or_else(|| bad_reply(SCRIPT, reply))?,
+                    period_id: field(reply, at + 2, SCRIPT)?.to_owned(),
+                    committed: number(reply, at + 3, SCRIPT)?,
                 });
             }
             Ok(ReserveReply::Reserved {
@@ -145,16 +152,19 @@ pub(crate) fn reserve_reply(reply: &[String]) -> Result<ReserveReply, StoreError
         "denied" => {
             let kind = ScopeKind::parse(field(reply, 2, SCRIPT)?)
                 .ok_or_else(|| bad_reply(SCRIPT, reply))?;
-            let period: Period = field(reply, 4, SCRIPT)?
+            let meter =
+                Meter::parse(field(reply, 4, SCRIPT)?).ok_or_else(|| bad_reply(SCRIPT, reply))?;
+            let period: Period = field(reply, 5, SCRIPT)?
                 .parse()
                 .map_err(|_| bad_reply(SCRIPT, reply))?;
-            let at = store_time(number(reply, 7, SCRIPT)?)?;
+            let at = store_time(number(reply, 8, SCRIPT)?)?;
             let denial = Denial {
                 kind,
                 id: field(reply, 3, SCRIPT)?.to_owned(),
+                meter,
                 period,
-                cap: number(reply, 5, SCRIPT)?,
-                remaining: number(reply, 6, SCRIPT)?,
+                cap: number(reply, 6, SCRIPT)?,
+                remaining: number(reply, 7, SCRIPT)?,
                 resets_at: period.resets_at(at),
             };
             Ok(ReserveReply::Denied { expired, denial })
@@ -242,6 +252,8 @@ pub(crate) fn sweep_reply(reply: &[String]) -> Result<SweepReply, StoreError> {
         expired: number(reply, 0, SCRIPT)?,
         folded: number(reply, 2, SCRIPT)?,
         more: field(reply, 3, SCRIPT)? == "1",
+        customers: number(reply, 5, SCRIPT)?,
+        cleared: number(reply, 6, SCRIPT)?,
     })
 }
 

@@ -7,6 +7,7 @@ use std::hash::BuildHasher;
 use rusqlite::OptionalExtension;
 
 use super::*;
+use crate::budget::caps::customer_scope_id;
 use crate::budget::sqlite::counters::{self, key_of};
 
 /// The rules (`budget::books`) decide on the desk: what it does not hold
@@ -118,7 +119,7 @@ impl BookState for Desk {
         if self.known.insert(hash) {
             self.undo.push(Undo::Known(hash));
         }
-        self.draft.push(Change::Put(row));
+        self.draft.push(Change::Put(Box::new(row)));
     }
 
     /// Moves one counter by signed amounts, never below zero.
@@ -215,6 +216,90 @@ impl BookState for Desk {
         self.draft.push(Change::ForgetRun { id: id.to_owned() });
     }
 
+    /// A call of `key`'s customer `customer` at `at`.
+    fn touch_customer(&mut self, key: &str, customer: &str, at: i64) -> Sql<()> {
+        let id = customer_scope_id(key, customer);
+        let known = customer_entry(&mut self.customers, &self.file, &id)?.copied();
+        let last_call = known
+            .and_then(|seen| seen.last_call)
+            .map_or(at, |last| last.max(at));
+        self.customers.insert(
+            id.clone(),
+            Seen {
+                last_call: Some(last_call),
+                seq: self.next_seq,
+            },
+        );
+        self.undo.push(Undo::Customer(id, known));
+        self.draft.push(Change::Customer {
+            key: key.to_owned(),
+            customer: customer.to_owned(),
+            at,
+        });
+        Ok(())
+    }
+
+    /// The customers whose last call came at or before `cutoff` (in
+    /// memory or in the file).
+    fn customers_idle_since(&mut self, cutoff: i64) -> Sql<Vec<(String, String)>> {
+        let mut ids: BTreeSet<String> = self
+            .file
+            .prepare_cached("SELECT key, customer FROM customers WHERE last_call <= ?1")?
+            .query_map([cutoff], |row| {
+                Ok(customer_scope_id(
+                    &row.get::<_, String>(0)?,
+                    &row.get::<_, String>(1)?,
+                ))
+            })?
+            .collect::<Sql<_>>()?;
+        ids.extend(
+            self.customers
+                .iter()
+                .filter(|(_, seen)| seen.last_call.is_some_and(|last| last <= cutoff))
+                .map(|(id, _)| id.clone()),
+        );
+        let mut idle = Vec::new();
+        for id in ids {
+            // The desk's view, which may be newer than the file's.
+            let last_call = customer_entry(&mut self.customers, &self.file, &id)?
+                .and_then(|seen| seen.last_call);
+            if last_call.is_some_and(|last| last <= cutoff) {
+                if let Some((key, customer)) = id.split_once('/') {
+                    idle.push((key.to_owned(), customer.to_owned()));
+                }
+            }
+        }
+        Ok(idle)
+    }
+
+    /// Forgets `key`'s customer `customer` and every counter of its scope.
+    fn forget_customer(&mut self, key: &str, customer: &str) {
+        let id = customer_scope_id(key, customer);
+        let old = self.customers.insert(
+            id.clone(),
+            Seen {
+                last_call: None,
+                seq: self.next_seq,
+            },
+        );
+        self.undo.push(Undo::Customer(id.clone(), old));
+        let prefix = key_of(ScopeKind::Customer, &id, "");
+        let dropped: Vec<String> = self
+            .counters
+            .keys()
+            .filter(|counter| counter.starts_with(&prefix))
+            .cloned()
+            .collect();
+        for counter in dropped {
+            let kept = self.counters.remove(&counter);
+            self.undo.push(Undo::Counter(counter, kept));
+        }
+        self.draft.push(Change::ForgetCustomer {
+            key: key.to_owned(),
+            customer: customer.to_owned(),
+        });
+    }
+
     fn adjusted(&mut self, exec_id: &str, applied: AppliedAdjustment, forget_at: i64) {
         let row = Adjusted {
             exec_id: exec_id.to_owned(),
@@ -252,6 +337,35 @@ fn counter_entry<'a>(
             })
         }
     })
+}
+
+/// A customer as the desk or the file knows it (`last_call` `None`:
+/// forgotten, not yet posted); `None` for one never seen.
+fn customer_entry<'a>(
+    customers: &'a mut HashMap<String, Seen>,
+    file: &Connection,
+    id: &str,
+) -> Sql<Option<&'a Seen>> {
+    if !customers.contains_key(id) {
+        let Some((key, customer)) = id.split_once('/') else {
+            return Ok(None);
+        };
+        let stored: Option<i64> = file
+            .prepare_cached("SELECT last_call FROM customers WHERE key = ?1 AND customer = ?2")?
+            .query_row((key, customer), |row| row.get(0))
+            .optional()?;
+        let Some(last_call) = stored else {
+            return Ok(None);
+        };
+        customers.insert(
+            id.to_owned(),
+            Seen {
+                last_call: Some(last_call),
+                seq: 0,
+            },
+        );
+    }
+    Ok(customers.get(id))
 }
 
 /// A run as the desk or the file knows it.

@@ -5,7 +5,7 @@
 /// The statements that take a file from version `i + 1` to `i + 2`, in
 /// order. A new file runs them all after [`CREATE`], so a new file and an
 /// upgraded one have the same tables by construction.
-pub(super) const MIGRATIONS: &[&str] = &[TO_2, TO_3, TO_4, TO_5, TO_6, TO_7, TO_8, TO_9];
+pub(super) const MIGRATIONS: &[&str] = &[TO_2, TO_3, TO_4, TO_5, TO_6, TO_7, TO_8, TO_9, TO_10];
 
 /// Version 1: the budget books.
 pub(super) const CREATE: &str = "
@@ -233,4 +233,53 @@ DROP INDEX ledger_by_time;
 /// the file.
 pub(super) const TO_9: &str = "
 INSERT INTO meta (name, value) VALUES ('journal_seq', '0');
+";
+
+/// Version 10: caps beyond the key's, org's and run's money (model groups,
+/// customers, rate limits). Their counters are `counters` rows of kind
+/// `model` (id `key:<key>/<group>` or `org:<org>/<group>`) or `customer`
+/// (id `<key>/<customer>`), or of any kind under a period id naming the
+/// meter (`2026-12-07T1849/requests`); each reservation keeps the caps it
+/// holds, its token bound and its customer, and a denial the meter of the
+/// cap that refused it. Each key's customers are remembered with their
+/// last call; ledger entries and spend aggregates carry the customer (the
+/// aggregates table is rebuilt: the customer joins its primary key). The
+/// journal's records are format 2 from this version on.
+pub(super) const TO_10: &str = "
+ALTER TABLE reservations ADD COLUMN caps TEXT;          -- one `kind meter period_id cap id` a line
+ALTER TABLE reservations ADD COLUMN tokens INTEGER;     -- the token bound a `tokens` cap holds
+ALTER TABLE reservations ADD COLUMN denied_meter TEXT;  -- 'denied': NULL for money
+ALTER TABLE reservations ADD COLUMN customer TEXT;      -- the customer id the call named
+ALTER TABLE ledger ADD COLUMN customer TEXT;            -- the customer id the call named
+
+CREATE TABLE customers (
+    key       TEXT    NOT NULL,
+    customer  TEXT    NOT NULL,
+    last_call INTEGER NOT NULL,   -- ms: its last reserve
+    PRIMARY KEY (key, customer)
+) WITHOUT ROWID;
+CREATE INDEX customers_by_last_call ON customers (last_call);
+
+CREATE TABLE aggregates_by_customer (
+    day                 TEXT    NOT NULL,
+    key                 TEXT    NOT NULL,
+    org                 TEXT,
+    run                 TEXT    NOT NULL,   -- '' outside a run
+    customer            TEXT    NOT NULL,   -- '' for calls that named none
+    model               TEXT    NOT NULL,
+    calls               INTEGER NOT NULL,
+    input_tokens        INTEGER NOT NULL,
+    cached_input_tokens INTEGER NOT NULL,
+    cache_write_tokens  INTEGER NOT NULL,
+    output_tokens       INTEGER NOT NULL,
+    cost_usd_micros     INTEGER NOT NULL,
+    PRIMARY KEY (day, key, run, customer, model)
+) WITHOUT ROWID;
+INSERT INTO aggregates_by_customer (day, key, org, run, customer, model, calls, input_tokens,
+    cached_input_tokens, cache_write_tokens, output_tokens, cost_usd_micros)
+SELECT day, key, org, run, '', model, calls, input_tokens, cached_input_tokens,
+       cache_write_tokens, output_tokens, cost_usd_micros
+  FROM aggregates;
+DROP TABLE aggregates;
+ALTER TABLE aggregates_by_customer RENAME TO aggregates;
 ";

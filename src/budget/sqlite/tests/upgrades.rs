@@ -91,13 +91,18 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
             "ALTER TABLE ledger ADD COLUMN note TEXT;
              ALTER TABLE reservations ADD COLUMN model TEXT;
              ALTER TABLE ledger ADD COLUMN run TEXT;
-             ALTER TABLE reservations ADD COLUMN run_id TEXT;",
+             ALTER TABLE ledger ADD COLUMN customer TEXT;
+             ALTER TABLE reservations ADD COLUMN run_id TEXT;
+             ALTER TABLE reservations ADD COLUMN caps TEXT;
+             ALTER TABLE reservations ADD COLUMN tokens INTEGER;
+             ALTER TABLE reservations ADD COLUMN denied_meter TEXT;
+             ALTER TABLE reservations ADD COLUMN customer TEXT;",
         )
         .unwrap();
         conn.execute_batch(
             "CREATE TEMP TABLE aggregates (day, key, org, model, calls, input_tokens,
                  cached_input_tokens, cache_write_tokens, output_tokens, cost_usd_micros, run,
-                 PRIMARY KEY (day, key, run, model))",
+                 customer, PRIMARY KEY (day, key, run, customer, model))",
         )
         .unwrap();
         write_books(&path, &conn, |desk| {
@@ -111,7 +116,12 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
             "ALTER TABLE ledger DROP COLUMN note;
              ALTER TABLE reservations DROP COLUMN model;
              ALTER TABLE ledger DROP COLUMN run;
-             ALTER TABLE reservations DROP COLUMN run_id;",
+             ALTER TABLE ledger DROP COLUMN customer;
+             ALTER TABLE reservations DROP COLUMN run_id;
+             ALTER TABLE reservations DROP COLUMN caps;
+             ALTER TABLE reservations DROP COLUMN tokens;
+             ALTER TABLE reservations DROP COLUMN denied_meter;
+             ALTER TABLE reservations DROP COLUMN customer;",
         )
         .unwrap();
     }
@@ -148,6 +158,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_books() {
             key: "alice".to_owned(),
             org: None,
             run: String::new(),
+            customer: String::new(),
             model: "gpt-4o-mini".to_owned(),
             calls: 2,
             input_tokens: 20,
@@ -214,7 +225,11 @@ async fn a_version_4_file_is_upgraded_and_its_reservations_name_no_model() {
         schema::create_version(&conn, 4).unwrap();
         conn.execute_batch(
             "ALTER TABLE reservations ADD COLUMN model TEXT;
-             ALTER TABLE reservations ADD COLUMN run_id TEXT;",
+             ALTER TABLE reservations ADD COLUMN run_id TEXT;
+             ALTER TABLE reservations ADD COLUMN caps TEXT;
+             ALTER TABLE reservations ADD COLUMN tokens INTEGER;
+             ALTER TABLE reservations ADD COLUMN denied_meter TEXT;
+             ALTER TABLE reservations ADD COLUMN customer TEXT;",
         )
         .unwrap();
         write_books(&path, &conn, |desk| {
@@ -222,7 +237,11 @@ async fn a_version_4_file_is_upgraded_and_its_reservations_name_no_model() {
         });
         conn.execute_batch(
             "ALTER TABLE reservations DROP COLUMN model;
-             ALTER TABLE reservations DROP COLUMN run_id;",
+             ALTER TABLE reservations DROP COLUMN run_id;
+             ALTER TABLE reservations DROP COLUMN caps;
+             ALTER TABLE reservations DROP COLUMN tokens;
+             ALTER TABLE reservations DROP COLUMN denied_meter;
+             ALTER TABLE reservations DROP COLUMN customer;",
         )
         .unwrap();
     }

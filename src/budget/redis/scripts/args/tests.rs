@@ -105,3 +105,34 @@ fn the_binding_puts_each_name_at_its_position() {
     assert_eq!(Flag(true).to_string(), "1");
     assert_eq!(Flag(false).to_string(), "0");
 }
+
+#[test]
+fn caps_are_five_fields_each_joined_by_a_bar() {
+    use crate::budget::{Meter, ScopeKind};
+    let cap = |kind, id: &str, meter, period, limit| Cap {
+        kind,
+        id: id.to_owned(),
+        meter,
+        period,
+        limit,
+    };
+    assert_eq!(caps_arg(&[]).unwrap(), "");
+    let caps = [
+        cap(
+            ScopeKind::Model,
+            "key:alice/opus",
+            Meter::Usd,
+            Period::Day,
+            5_000_000,
+        ),
+        cap(ScopeKind::Key, "alice", Meter::Requests, Period::Minute, 60),
+    ];
+    assert_eq!(
+        caps_arg(&caps).unwrap(),
+        "model|key:alice/opus|usd|day|5000000|key|alice|requests|minute|60"
+    );
+    for id in ["a|b", ""] {
+        let bad = [cap(ScopeKind::Key, id, Meter::Tokens, Period::Minute, 1)];
+        assert!(matches!(caps_arg(&bad), Err(StoreError::Refused(_))));
+    }
+}
