@@ -39,12 +39,14 @@ fn time_limit(count: usize) -> Duration {
 }
 
 /// Makes `count` keys on the gateway `target` (admin key `admin_key`), in
-/// a new org; ids start with `prefix`. Returns their secrets.
+/// a new org; ids start with `prefix`; each key has the fields of `caps`
+/// too (an object) when given. Returns their secrets.
 pub async fn make(
     target: &Target,
     admin_key: &str,
     prefix: &str,
     count: usize,
+    caps: Option<&Value>,
 ) -> Result<Vec<String>, BenchError> {
     let admin = Arc::new(Target::new(target.label, target.addr, admin_key)?);
     let org = format!("{prefix}-org");
@@ -55,9 +57,16 @@ pub async fn make(
     let next = Arc::new(AtomicUsize::new(0));
     let mut workers = JoinSet::new();
     for _ in 0..IN_FLIGHT.min(count) {
-        let (admin, next, prefix, org) =
-            (admin.clone(), next.clone(), prefix.to_owned(), org.clone());
-        workers.spawn(async move { make_keys(&admin, &next, &prefix, &org, count).await });
+        let (admin, next, prefix, org, caps) = (
+            admin.clone(),
+            next.clone(),
+            prefix.to_owned(),
+            org.clone(),
+            caps.cloned(),
+        );
+        workers.spawn(async move {
+            make_keys(&admin, &next, &prefix, &org, count, caps.as_ref()).await
+        });
     }
     let mut secrets = vec![String::new(); count];
     let collect = async {
@@ -87,6 +96,7 @@ async fn make_keys(
     prefix: &str,
     org: &str,
     count: usize,
+    caps: Option<&Value>,
 ) -> Result<Vec<(usize, String)>, BenchError> {
     let mut conn = Conn::open(admin.addr).await?;
     let mut made = Vec::new();
@@ -95,12 +105,15 @@ async fn make_keys(
         if index >= count {
             return Ok(made);
         }
-        let body = json!({
+        let mut body = json!({
             "id": format!("{prefix}-{index}"),
             "org": org,
             "cap_usd": KEY_CAP_USD,
             "period": "total",
         });
+        if let (Value::Object(fields), Some(Value::Object(extra))) = (&mut body, caps) {
+            fields.extend(extra.clone());
+        }
         let reply = created(admin, &mut conn, "/admin/v1/keys", &body).await?;
         let secret = reply["secret"].as_str().ok_or_else(|| {
             BenchError::Invalid(format!("{}: a new key without secret", admin.label))

@@ -32,6 +32,10 @@ pub struct Target {
     auths: Arc<[HeaderValue]>,
     /// The request count shared by every clone, which picks the key.
     turn: Arc<AtomicUsize>,
+    /// `x-tollgate-customer` values the chat calls name in turn (GC's);
+    /// empty: the calls name none.
+    customers: Arc<[HeaderValue]>,
+    customer_turn: Arc<AtomicUsize>,
 }
 
 impl Target {
@@ -43,7 +47,26 @@ impl Target {
                 .map_err(|e| BenchError::Invalid(e.to_string()))?,
             auths: Arc::new([bearer(key)?]),
             turn: Arc::new(AtomicUsize::new(0)),
+            customers: Arc::new([]),
+            customer_turn: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    /// This target's POSTs each naming one of `count` customers in turn,
+    /// `bench-0` to `bench-{count - 1}` ([`customer_id`]).
+    pub fn with_customers(&self, count: usize) -> Result<Target, BenchError> {
+        Ok(Target {
+            customers: (0..count)
+                .map(|n| customer_header(&customer_id(n)))
+                .collect::<Result<_, _>>()?,
+            customer_turn: Arc::new(AtomicUsize::new(0)),
+            ..self.clone()
+        })
+    }
+
+    /// How many customers its calls name in turn; 0: none.
+    pub fn customers(&self) -> usize {
+        self.customers.len()
     }
 
     /// This target sending its requests with `keys` in turn instead.
@@ -86,13 +109,47 @@ impl Target {
         Ok(request)
     }
 
+    /// A POST, naming the next customer when the target has customers.
     pub fn post(&self, path: &str, body: Bytes) -> Result<Request<Full<Bytes>>, BenchError> {
-        self.request(Method::POST, path, body)
+        let mut request = self.request(Method::POST, path, body)?;
+        if !self.customers.is_empty() {
+            let turn = self.customer_turn.fetch_add(1, Ordering::Relaxed);
+            request.headers_mut().insert(
+                CUSTOMER,
+                self.customers[turn % self.customers.len()].clone(),
+            );
+        }
+        Ok(request)
     }
 
     pub fn get(&self, path: &str) -> Result<Request<Full<Bytes>>, BenchError> {
         self.request(Method::GET, path, Bytes::new())
     }
+
+    /// A GET naming the customer `id`, for its budget.
+    pub fn get_as_customer(
+        &self,
+        path: &str,
+        id: &str,
+    ) -> Result<Request<Full<Bytes>>, BenchError> {
+        let mut request = self.get(path)?;
+        request
+            .headers_mut()
+            .insert(CUSTOMER, customer_header(id)?);
+        Ok(request)
+    }
+}
+
+/// The header naming a call's customer.
+const CUSTOMER: &str = "x-tollgate-customer";
+
+/// The id of the `n`th customer a target's calls name.
+pub fn customer_id(n: usize) -> String {
+    format!("bench-{n}")
+}
+
+fn customer_header(id: &str) -> Result<HeaderValue, BenchError> {
+    HeaderValue::from_str(id).map_err(|e| BenchError::Invalid(e.to_string()))
 }
 
 fn bearer(key: &str) -> Result<HeaderValue, BenchError> {

@@ -3,9 +3,10 @@
 //! check that the gateways settled every call, and gather what the report
 //! prints.
 //!
-//! Within a round each mode runs D P N G0 G GS back to back, and the rounds
-//! repeat that, so a burst of other work on this shared machine lands on
-//! all configurations alike. The instant calls and the streams use
+//! Within a round each mode runs D P N G0 GC G GS back to back, and the
+//! rounds repeat that, so a burst of other work on this shared machine
+//! lands on all configurations alike (GC, G0 with the caps, only among the
+//! instant calls). The instant calls and the streams use
 //! separate processes: the streaming gateways start fresh, so their idle
 //! memory and their growth per stream are their own, not what the instant
 //! phase left behind. Each phase starts its own upstream: the instant
@@ -212,15 +213,25 @@ impl Bench<'_> {
         let (upstream, upstreams) = instant_upstream(self.settings.upstream)?;
         let api_keys = self.settings.api_keys;
         let mut subjects = self.start_subjects("instant", &upstreams, api_keys > 0)?;
+        subjects::start_capped(
+            &mut subjects,
+            &self.files,
+            "instant",
+            &upstreams,
+            api_keys > 0,
+        )?;
         if api_keys > 0 {
             eprintln!("making {api_keys} keys on each gateway");
             for subject in &mut subjects {
                 let Some(key) = &subject.key else { continue };
+                // GC's keys carry the caps its config's key does.
+                let caps = (subject.target.customers() > 0).then(setup::caps::json);
                 let secrets = self.runtime.block_on(api_keys::make(
                     &subject.target,
                     &self.files.admin_key(),
                     &format!("{}-api", key.key_id),
                     api_keys,
+                    caps.as_ref(),
                 ))?;
                 subject.target = subject.target.with_keys(&secrets)?;
                 subject.api_keys = api_keys;

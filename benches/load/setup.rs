@@ -41,6 +41,56 @@ max_output_tokens = 16384
 context_window = 128000
 "#;
 
+/// The caps GC's key carries beyond G0's: a model group, a customer
+/// template and both rate limits, each far above what a run spends, so
+/// none refuses a call and every call is held against all of them.
+pub mod caps {
+    /// Requests per minute: of the key, of each customer, of the group.
+    pub const RPM: u64 = 1_000_000_000;
+    /// Tokens per minute of the key.
+    pub const TPM: u64 = 1_000_000_000_000;
+    /// Money of each customer and of the group, per `PERIOD`.
+    pub const USD: &str = "1000000.00";
+    pub const PERIOD: &str = "day";
+    /// The model group, matching the instant calls' model.
+    pub const GROUP: &str = "bench";
+    /// Distinct customers the calls name in turn (`x-tollgate-customer`).
+    pub const CUSTOMERS: usize = 16;
+
+    /// The group's model glob.
+    pub fn models() -> String {
+        format!("{}*", super::INSTANT_MODEL)
+    }
+
+    /// The fields as a `[[keys]]` entry of the config takes them.
+    pub fn toml() -> String {
+        format!(
+            "rpm = {RPM}\ntpm = {TPM}\ncustomer_cap_usd = \"{USD}\"\ncustomer_period = \"{PERIOD}\"\n\
+             customer_rpm = {RPM}\nmodel_caps = [{{ name = \"{GROUP}\", models = [\"{models}\"], \
+             cap_usd = \"{USD}\", period = \"{PERIOD}\", rpm = {RPM} }}]\n",
+            models = models()
+        )
+    }
+
+    /// The same fields as the admin API takes them (`--api-keys`).
+    pub fn json() -> serde_json::Value {
+        serde_json::json!({
+            "rpm": RPM,
+            "tpm": TPM,
+            "customer_cap_usd": USD,
+            "customer_period": PERIOD,
+            "customer_rpm": RPM,
+            "model_caps": [{
+                "name": GROUP,
+                "models": [models()],
+                "cap_usd": USD,
+                "period": PERIOD,
+                "rpm": RPM,
+            }],
+        })
+    }
+}
+
 /// The provider credential the gateways hold (the upstreams accept any).
 const PROVIDER_KEY: &str = "sk-bench-provider";
 const PROVIDER_KEY_ENV: &str = "TOLLGATE_BENCH_PROVIDER_KEY";
@@ -124,7 +174,8 @@ impl RunFiles {
     }
 
     /// Writes the config of the gateway `name` and returns it with its key;
-    /// `admin`: with the admin API on, under [`RunFiles::admin_key`].
+    /// `admin`: with the admin API on, under [`RunFiles::admin_key`];
+    /// `caps`: the key carries [`caps`] too (GC).
     pub fn gateway_config(
         &self,
         name: &str,
@@ -132,6 +183,7 @@ impl RunFiles {
         instant: SocketAddr,
         streaming: SocketAddr,
         admin: bool,
+        caps: bool,
     ) -> Result<(PathBuf, GatewayKey), BenchError> {
         let key = GatewayKey {
             raw: format!("tg-bench-{}-{name}", self.run_id),
@@ -158,6 +210,7 @@ impl RunFiles {
         } else {
             String::new()
         };
+        let caps_lines = if caps { caps::toml() } else { String::new() };
         let mut text = String::new();
         // `write!` to a String cannot fail.
         let _ = write!(
@@ -199,7 +252,7 @@ org = "{org}"
 key_sha256 = "{sha}"
 cap_usd = "1000000.00"
 period = "total"
-"#,
+{caps_lines}"#,
             prices = self.prices.display(),
             org = key.org_id,
             key_id = key.key_id,

@@ -1,7 +1,10 @@
 //! The configurations under test, as running processes: D needs none, P is
-//! the bare hyper pass-through, N nginx, G0, G and GS are gateways. Each
-//! phase starts its own set, so the streaming gateways start fresh (GS on a
-//! new file).
+//! the bare hyper pass-through, N nginx, G0, GC, G and GS are gateways. GC
+//! is G0 whose key also carries a model group, a customer template and
+//! both rate limits (`setup::caps`), every call naming one of its
+//! customers: what those cost, beside G0 in every round. Each phase starts
+//! its own set, so the streaming gateways start fresh (GS on a new file);
+//! GC runs in the instant calls' phase only.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,7 +16,7 @@ use crate::procs::{self, Proc, ProcessTree};
 use crate::setup::{self, GatewayKey, RunFiles, Store};
 
 /// The configurations, in the order each round runs them.
-pub const LABELS: [&str; 6] = ["D", "P", "N", "G0", "G", "GS"];
+pub const LABELS: [&str; 7] = ["D", "P", "N", "G0", "GC", "G", "GS"];
 
 pub fn describe(label: &str) -> &'static str {
     match label {
@@ -21,10 +24,14 @@ pub fn describe(label: &str) -> &'static str {
         "P" => "bare pass-through",
         "N" => "nginx pass-through",
         "G0" => "gateway, memory store",
+        "GC" => "G0 + group, customer, rpm",
         "GS" => "gateway, SQLite store",
         _ => "gateway, Redis store",
     }
 }
+
+/// The gateway whose key carries the caps (`setup::caps`).
+pub const CAPPED: &str = "GC";
 
 /// One configuration while it runs.
 pub struct Subject {
@@ -95,10 +102,11 @@ pub struct Upstreams {
 pub type Skipped = Vec<(&'static str, String)>;
 
 /// Starts P, N, G0, G and GS for one phase, the gateways with the admin API
-/// on when `admin`. N and G are optional: N when `nginx` is `Err` (not
-/// installed) or nginx does not start; G when `redis_down` names a reason,
-/// or the gateway refuses to start on Redis (a build without the Redis
-/// store). Those left out are returned with the reason.
+/// on when `admin` (GC is started apart, by [`start_capped`]). N and G are
+/// optional: N when `nginx` is `Err` (not installed) or nginx does not
+/// start; G when `redis_down` names a reason, or the gateway refuses to
+/// start on Redis (a build without the Redis store). Those left out are
+/// returned with the reason.
 pub fn start(
     files: &RunFiles,
     phase: &str,
@@ -187,7 +195,26 @@ pub fn start(
     Ok((subjects, skipped))
 }
 
-/// Starts the gateway `label` on `store` with a config of its own.
+/// Starts GC, G0 with the caps, and puts it just after G0 in `subjects`,
+/// so each round runs the two back to back.
+pub fn start_capped(
+    subjects: &mut Vec<Subject>,
+    files: &RunFiles,
+    phase: &str,
+    upstreams: &Upstreams,
+    admin: bool,
+) -> Result<(), BenchError> {
+    let gc = gateway(files, CAPPED, phase, &Store::Memory, upstreams, admin)?;
+    let at = subjects
+        .iter()
+        .position(|subject| subject.label == "G0")
+        .map_or(subjects.len(), |g0| g0 + 1);
+    subjects.insert(at, gc);
+    Ok(())
+}
+
+/// Starts the gateway `label` on `store` with a config of its own; GC's
+/// key carries the caps and its calls name customers.
 pub fn gateway(
     files: &RunFiles,
     label: &'static str,
@@ -196,20 +223,21 @@ pub fn gateway(
     upstreams: &Upstreams,
     admin: bool,
 ) -> Result<Subject, BenchError> {
+    let caps = label == CAPPED;
     let (config, key) = files.gateway_config(
         &format!("{}-{phase}", label.to_lowercase()),
         store,
         upstreams.instant,
         upstreams.streaming,
         admin,
+        caps,
     )?;
     let process = Proc::start(&format!("gateway {label}"), setup::gateway_command(&config))?;
-    let mut subject = Subject::new(
-        label,
-        Target::new(label, process.addr, &key.raw)?,
-        Some(process),
-        Some(key),
-    );
+    let mut target = Target::new(label, process.addr, &key.raw)?;
+    if caps {
+        target = target.with_customers(setup::caps::CUSTOMERS)?;
+    }
+    let mut subject = Subject::new(label, target, Some(process), Some(key));
     subject.config = Some(config);
     Ok(subject)
 }

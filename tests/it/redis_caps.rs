@@ -2,12 +2,14 @@
 //! bursts split between them never pass a model group's cap, a
 //! customer's, an `rpm` or a `tpm` limit, and a denial names its cap.
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::{Timelike, Utc};
 use futures_util::future::join_all;
 use serde_json::Value;
 
+use crate::redis_support::servers::{evalsha_of, Monitor};
 use crate::redis_support::*;
 
 /// A call the mock streams over 3 s (30 tokens, 100 ms apart), so every
@@ -62,7 +64,18 @@ customer_period = "day""#
     let gateways = [a.url.clone(), b.url.clone()];
     let raw = config.keys[0].raw.clone();
     let key_id = config.keys[0].id.clone();
+    let tag = config.keys[0].tag();
     let client = client();
+    // A first call marks the tag's books with the store epoch, so the
+    // burst's reserves are counted without the marking's second tries.
+    let (status, _, headers) = call(&client, &gateways[0], &raw, Some("c1"), "warm-up").await;
+    assert_eq!(status, 200);
+    let first_cost: u64 = headers["x-tollgate-cost-usd-micros"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let monitor = Monitor::start(shared_redis_port(), &format!("{{{tag}}}"));
     let customers = ["c1", "c2", "c3", "c4"];
     let answers = join_all((0..80).map(|i| {
         let (client, gateway, raw) = (client.clone(), gateways[i % 2].clone(), raw.clone());
@@ -80,7 +93,7 @@ customer_period = "day""#
         }
     }))
     .await;
-    let mut spent_by: std::collections::HashMap<&str, u64> = Default::default();
+    let mut spent_by: HashMap<&str, u64> = HashMap::from([("c1", first_cost)]);
     let (mut group_named, mut customer_named) = (false, false);
     for (customer, (status, text, headers)) in &answers {
         match status {
@@ -109,8 +122,39 @@ customer_period = "day""#
     // The books agree: the key was charged exactly what its calls cost,
     // and both gateways list the same customers.
     let store = store(shared_redis_url()).await;
-    let tag = config.keys[0].tag();
     let ledger = store.ledger(&tag).await.unwrap();
+    // A call with a model group, a customer and its caps is still one
+    // reserve and one settle, each one script call on the tag (a store
+    // call retried on a timeout shows twice under one exec id).
+    let mut by_script: HashMap<String, Vec<String>> = HashMap::new();
+    for line in monitor.finish() {
+        if let Some((sha, exec_id)) = evalsha_of(&line) {
+            by_script
+                .entry(sha.to_owned())
+                .or_default()
+                .push(exec_id.to_owned());
+        }
+    }
+    let distinct = |calls: &[String]| calls.iter().collect::<HashSet<_>>().len();
+    let reserves = by_script.remove(&script_sha("reserve")).unwrap_or_default();
+    let settles = by_script.remove(&script_sha("settle")).unwrap_or_default();
+    assert_eq!(distinct(&reserves), answers.len(), "one reserve per call");
+    assert_eq!(
+        distinct(&settles),
+        ledger.len() - 1,
+        "one settle per forwarded call"
+    );
+    let marks = by_script
+        .remove(&script_sha("mark_epoch"))
+        .unwrap_or_default();
+    let retried = (reserves.len() + settles.len() - distinct(&reserves) - distinct(&settles))
+        .saturating_sub(marks.len());
+    assert!(
+        retried <= answers.len() / 10,
+        "{retried} retried store calls"
+    );
+    by_script.remove(&script_sha("sweep"));
+    assert!(by_script.is_empty(), "other scripts ran: {by_script:?}");
     let charged: i64 = ledger.iter().map(|entry| entry.actual).sum();
     assert_eq!(charged, total as i64);
     for entry in &ledger {
