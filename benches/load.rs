@@ -18,7 +18,10 @@
 //! pass-through (N, `load/nginx.rs`), then drives them and a direct
 //! connection to their upstream (D) with a closed loop, a concurrency-1
 //! loop, an open loop and many concurrent streams, and prints one table
-//! per mode with the targets. The first three modes call the instant
+//! per mode with the targets. Beside G0 in the first three modes runs GC,
+//! G0 whose key also has a model group, a customer template and both rate
+//! limits (`setup::caps`), its calls naming customers in turn: what those
+//! add to a call, CPU and throughput, against G0 in the same rounds. The first three modes call the instant
 //! upstream (`load/instant.rs`, fixed replies, no token counting) unless
 //! `--upstream mock` names the release binary's tokenizing mock provider,
 //! which the streams always use (paced streaming). See `load/run.rs` for
@@ -184,7 +187,7 @@ struct Cli {
     /// the soak always use the mock.
     #[arg(long, value_enum, default_value = "instant")]
     upstream: Upstream,
-    /// Rounds of D P N G0 G GS in every mode.
+    /// Rounds of D P N G0 GC G GS in every mode (GC: the instant calls only).
     #[arg(long, default_value_t = 3)]
     rounds: u32,
     /// Seconds each configuration runs per mode and round.

@@ -2,14 +2,16 @@
 //! against what its calls were charged: nothing may stay reserved, and the
 //! key and its org must have spent exactly the sum of the charges the
 //! client saw (`x-tollgate-cost-usd-micros`, or the provider-reported usage
-//! of each stream at the gateway's prices).
+//! of each stream at the gateway's prices). A key with the caps (GC's)
+//! must show the same in its model group, and its customers together.
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::client::{call_once, Target};
+use crate::client::{call_once, customer_id, Target};
 use crate::error::BenchError;
+use crate::setup::caps;
 
 /// How long a gateway may take to release its last reservations after the
 /// last response (a stream settles before its end, so normally no time).
@@ -23,6 +25,9 @@ pub struct SettleCheck {
     pub expected_spent: u64,
     pub spent: u64,
     pub reserved: u64,
+    /// The customers whose books were read too, with the model group's;
+    /// 0 for a key without the caps.
+    pub customers: usize,
 }
 
 impl SettleCheck {
@@ -34,13 +39,17 @@ impl SettleCheck {
     /// configuration `label`.
     pub fn line(&self, label: &str) -> String {
         format!(
-            "  {label:<3} {:<14} {:>8} calls  spent {:>12} µUSD (expected {:>12})  reserved {:>6}  {}",
+            "  {label:<3} {:<14} {:>8} calls  spent {:>12} µUSD (expected {:>12})  reserved {:>6}  {}{}",
             self.phase,
             self.calls,
             self.spent,
             self.expected_spent,
             self.reserved,
-            if self.holds() { "ok" } else { "MISMATCH" }
+            if self.holds() { "ok" } else { "MISMATCH" },
+            match self.customers {
+                0 => String::new(),
+                n => format!(" (key, org, model group and its {n} customers together)"),
+            }
         )
     }
 }
@@ -56,13 +65,24 @@ pub async fn check(
 ) -> Result<SettleCheck, BenchError> {
     let deadline = Instant::now() + SETTLE_GRACE;
     loop {
-        let (spent, reserved) = budget(target, org_only).await?;
+        let (mut spent, mut reserved) = budget(target, org_only).await?;
+        // With many keys the customers are each key's: the org's books
+        // alone are read.
+        let customers = if org_only { 0 } else { target.customers() };
+        if customers > 0 {
+            let (caps_spent, caps_reserved) = caps_budget(target, customers).await?;
+            if caps_spent != spent {
+                spent = u64::MAX;
+            }
+            reserved = reserved.max(caps_reserved);
+        }
         let check = SettleCheck {
             phase,
             calls,
             expected_spent: charged,
             spent,
             reserved,
+            customers,
         };
         if check.holds() || Instant::now() >= deadline {
             return Ok(check);
@@ -75,16 +95,7 @@ pub async fn check(
 /// when the two disagree (every call is charged to both). `org_only`: of
 /// the org alone.
 async fn budget(target: &Target, org_only: bool) -> Result<(u64, u64), BenchError> {
-    let reply = call_once(target.addr, target.get("/v1/budget")?).await?;
-    if reply.status != 200 {
-        return Err(BenchError::Status {
-            what: format!("{} GET /v1/budget", target.label),
-            status: reply.status,
-            body: String::from_utf8_lossy(&reply.body).into_owned(),
-        });
-    }
-    let budget: Value = serde_json::from_slice(&reply.body)
-        .map_err(|e| BenchError::Invalid(format!("{} budget: {e}", target.label)))?;
+    let budget = budget_json(target, target.get("/v1/budget")?).await?;
     let field = |scope: &str, name: &str| budget[scope][name].as_u64().unwrap_or(u64::MAX);
     let (key_spent, org_spent) = (
         field("key", "spent_usd_micros"),
@@ -101,4 +112,52 @@ async fn budget(target: &Target, org_only: bool) -> Result<(u64, u64), BenchErro
     };
     let reserved = field("key", "reserved_usd_micros").max(org_reserved);
     Ok((spent, reserved))
+}
+
+/// Spent and reserved of the key's model group, which every call matches,
+/// and of its `customers` customers together, whose calls are all the
+/// key's; spent is `u64::MAX` when the two disagree. Both count per UTC
+/// day: a run across midnight sees them start again.
+async fn caps_budget(target: &Target, customers: usize) -> Result<(u64, u64), BenchError> {
+    let (mut group_spent, mut customers_spent, mut reserved) = (None, 0u64, 0u64);
+    for n in 0..customers {
+        let request = target.get_as_customer("/v1/budget", &customer_id(n))?;
+        let budget = budget_json(target, request).await?;
+        let field = |value: &Value, name: &str| value[name].as_u64().unwrap_or(u64::MAX);
+        let customer = &budget["customer"];
+        customers_spent = customers_spent.saturating_add(field(customer, "spent_usd_micros"));
+        reserved = reserved.max(field(customer, "reserved_usd_micros"));
+        if group_spent.is_none() {
+            let group = budget["key"]["model_caps"]
+                .as_array()
+                .and_then(|groups| groups.iter().find(|g| g["name"] == caps::GROUP))
+                .unwrap_or(&Value::Null);
+            group_spent = Some(field(group, "spent_usd_micros"));
+            reserved = reserved.max(field(group, "reserved_usd_micros"));
+        }
+    }
+    let group_spent = group_spent.unwrap_or(u64::MAX);
+    let spent = if group_spent == customers_spent {
+        group_spent
+    } else {
+        u64::MAX
+    };
+    Ok((spent, reserved))
+}
+
+/// The body of a `GET /v1/budget`.
+async fn budget_json(
+    target: &Target,
+    request: http::Request<http_body_util::Full<bytes::Bytes>>,
+) -> Result<Value, BenchError> {
+    let reply = call_once(target.addr, request).await?;
+    if reply.status != 200 {
+        return Err(BenchError::Status {
+            what: format!("{} GET /v1/budget", target.label),
+            status: reply.status,
+            body: String::from_utf8_lossy(&reply.body).into_owned(),
+        });
+    }
+    serde_json::from_slice(&reply.body)
+        .map_err(|e| BenchError::Invalid(format!("{} budget: {e}", target.label)))
 }

@@ -133,9 +133,7 @@ impl Target {
         id: &str,
     ) -> Result<Request<Full<Bytes>>, BenchError> {
         let mut request = self.get(path)?;
-        request
-            .headers_mut()
-            .insert(CUSTOMER, customer_header(id)?);
+        request.headers_mut().insert(CUSTOMER, customer_header(id)?);
         Ok(request)
     }
 }

@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 
 use crate::drive::{histogram, Sample};
 use crate::procs::TICKS_PER_SEC;
-use crate::run::Measured;
+use crate::run::{CpuUse, Measured};
 use crate::streams::StreamRun;
 use crate::subjects::describe;
 
@@ -115,6 +115,11 @@ pub fn rss_per_stream(measured: &Measured) -> Option<f64> {
             Some(growth as f64 / run.peak_open.max(1) as f64)
         })
         .reduce(f64::max)
+}
+
+/// µs of CPU per call of the proxy over `cpu`'s calls; `None` without calls.
+pub fn proxy_cpu_per_call(cpu: &CpuUse) -> Option<f64> {
+    (cpu.calls > 0).then(|| cpu.ticks.proxy as f64 * 1e6 / TICKS_PER_SEC as f64 / cpu.calls as f64)
 }
 
 pub fn per_call_cpu(ticks: u64, calls: u64) -> String {

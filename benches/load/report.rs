@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use crate::drive::Sample;
 use crate::figures::*;
 use crate::run::{CpuUse, Measured, Outcome};
-use crate::subjects::{describe, LABELS};
+use crate::subjects::{describe, CAPPED, LABELS};
 use crate::{targets, Mode, Settings};
 
 /// The report and whether the run's own checks held (no failed call, every
@@ -62,6 +62,16 @@ pub fn render(settings: &Settings, outcome: &Outcome) -> Report {
             out,
             "keys: the gateways' instant calls go out with {} keys made through the admin API, in turn",
             settings.api_keys
+        );
+    }
+    if find(m, CAPPED)
+        .is_some_and(|gc| gc.closed_cpu.calls + gc.single_cpu.calls + gc.open_cpu.calls > 0)
+    {
+        let _ = writeln!(
+            out,
+            "GC: G0 whose key also has a model group ({}*), a customer template and rpm/tpm, all far above\n the run's calls; each call names one of {} customers (x-tollgate-customer); instant calls only",
+            crate::setup::INSTANT_MODEL,
+            crate::setup::caps::CUSTOMERS
         );
     }
     for measured in m {

@@ -24,7 +24,7 @@ pub fn describe(label: &str) -> &'static str {
         "P" => "bare pass-through",
         "N" => "nginx pass-through",
         "G0" => "gateway, memory store",
-        "GC" => "G0 + group, customer, rpm",
+        "GC" => "G0 + caps, customers",
         "GS" => "gateway, SQLite store",
         _ => "gateway, Redis store",
     }

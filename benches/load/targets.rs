@@ -1,13 +1,14 @@
 //! The targets at the end of the report: each with its measured value,
 //! PASS or MISS, and what the two pass-throughs measured on the same
 //! scale, so a miss can be read against what any proxy costs here.
-//! Throughput is set against P, and G0's against N as well.
+//! Throughput is set against P, and G0's against N as well; GC's CPU per
+//! call and throughput against G0's, run beside it.
 
 use std::fmt::Write as _;
 
 use crate::figures::*;
-use crate::run::Outcome;
-use crate::Settings;
+use crate::run::{CpuUse, Measured, Outcome};
+use crate::{Mode, Settings};
 
 /// The targets (benchmark figures, not test assertions).
 const G_THROUGHPUT: f64 = 0.60;
@@ -27,6 +28,9 @@ const RSS_PER_STREAM_OVER_P_KIB: f64 = 4.0;
 /// 20 MB, in KiB.
 const IDLE_RSS_KIB: u64 = 20_000_000 / 1024;
 const EVALSHA_PER_CALL: f64 = 2.0;
+/// GC's proxy CPU per call over G0's: a model group, a customer and both
+/// rate limits on the key, in the same run.
+const GC_ADDED_CPU_US: f64 = 10.0;
 
 /// What P and N measured of the same figure, for scale.
 struct Scale {
@@ -119,6 +123,29 @@ pub fn write(out: &mut String, settings: &Settings, outcome: &Outcome) {
         gs_ratio.map(|r| r >= GS_THROUGHPUT_VS_G0),
         Scale::none(),
     );
+    let cpu_of = |label: &str, mode: Mode| find(m, label).and_then(|x| mode_cpu(x, mode));
+    for (mode, loop_name) in [
+        (Mode::Closed, "closed"),
+        (Mode::Single, "c=1"),
+        (Mode::Open, "open"),
+    ] {
+        let (Some(gc), Some(g0)) = (cpu_of("GC", mode), cpu_of("G0", mode)) else {
+            continue;
+        };
+        let add = gc - g0;
+        line(
+            format!("GC vs G0: added CPU per call <= {GC_ADDED_CPU_US:.0} µs ({loop_name})"),
+            format!("{add:+.1} µs"),
+            Some(add <= GC_ADDED_CPU_US),
+            Scale::none(),
+        );
+    }
+    line(
+        "GC throughput, ratio to G0 (no target)".to_owned(),
+        ratio_text(throughput_ratio(m, "GC", "G0")),
+        None,
+        Scale::none(),
+    );
     let added_at_c1 = |label: &str| added_text(added(m, label, 0.99, single_latency));
     for (label, limit) in [("G0", G0_ADDED_P99_NS), ("G", G_ADDED_P99_NS)] {
         let add = added(m, label, 0.99, single_latency);
@@ -201,4 +228,14 @@ pub fn write(out: &mut String, settings: &Settings, outcome: &Outcome) {
         evalsha.map(|v| (v - EVALSHA_PER_CALL).abs() < 0.005),
         Scale::none(),
     );
+}
+
+/// `measured`'s proxy CPU per call in `mode`, µs.
+fn mode_cpu(measured: &Measured, mode: Mode) -> Option<f64> {
+    let cpu: &CpuUse = match mode {
+        Mode::Closed => &measured.closed_cpu,
+        Mode::Single => &measured.single_cpu,
+        Mode::Open | Mode::Streams => &measured.open_cpu,
+    };
+    proxy_cpu_per_call(cpu)
 }
