@@ -4,9 +4,25 @@
 //! left in this minute after the call's reserve, and when it resets.
 
 use chrono::{DateTime, Utc};
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::budget::{Cap, Denial, Level, Meter};
+
+/// The names of one meter's headers: its limit, what remains, when it
+/// resets.
+type Names = [HeaderName; 3];
+
+const REQUESTS: Names = [
+    HeaderName::from_static("x-ratelimit-limit-requests"),
+    HeaderName::from_static("x-ratelimit-remaining-requests"),
+    HeaderName::from_static("x-ratelimit-reset-requests"),
+];
+
+const TOKENS: Names = [
+    HeaderName::from_static("x-ratelimit-limit-tokens"),
+    HeaderName::from_static("x-ratelimit-remaining-tokens"),
+    HeaderName::from_static("x-ratelimit-reset-tokens"),
+];
 
 /// One meter's tightest limit as the headers state it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,21 +86,14 @@ impl RateHeaders {
     /// Sets the headers, over any the provider sent: the key's limits at
     /// the gateway are the ones its client meets.
     pub fn insert(&self, headers: &mut HeaderMap) {
-        for (name, window) in [("requests", self.requests), ("tokens", self.tokens)] {
+        for (names, window) in [(REQUESTS, self.requests), (TOKENS, self.tokens)] {
             let Some(window) = window else { continue };
             let reset = format!("{}s", window.reset_secs);
-            for (what, value) in [
-                ("limit", HeaderValue::from(window.limit)),
-                ("remaining", HeaderValue::from(window.remaining)),
-                (
-                    "reset",
-                    HeaderValue::from_str(&reset).unwrap_or(HeaderValue::from_static("60s")),
-                ),
-            ] {
-                if let Ok(header) = http::HeaderName::try_from(format!("x-ratelimit-{what}-{name}"))
-                {
-                    headers.insert(header, value);
-                }
+            let [limit, remaining, reset_name] = names;
+            headers.insert(limit, HeaderValue::from(window.limit));
+            headers.insert(remaining, HeaderValue::from(window.remaining));
+            if let Ok(reset) = HeaderValue::from_str(&reset) {
+                headers.insert(reset_name, reset);
             }
         }
     }

@@ -90,16 +90,21 @@ fn reserve_taking<B: BookState>(
         },
         None => None,
     };
-    let key = charge(&req.key, now);
-    let org = req.org.as_ref().map(|org| charge(org, now));
+    let mut ids = PeriodIds::at(now);
+    let key = charge(&req.key, &mut ids);
+    let org = req.org.as_ref().map(|org| charge(org, &mut ids));
     // The run is checked against its cap; its record keeps none (a run's
     // cap is read where it is checked, at reserve).
-    let run_check = run.as_ref().map(|run| charge(run, now));
+    let run_check = run.as_ref().map(|run| charge(run, &mut ids));
     let run_charge = run_check.clone().map(|run| Charge {
         cap: MAX_USD_MICROS,
         ..run
     });
-    let caps: Vec<Charge> = req.caps.iter().map(|cap| cap_charge(cap, now)).collect();
+    let caps: Vec<Charge> = req
+        .caps
+        .iter()
+        .map(|cap| cap_charge(cap, &mut ids))
+        .collect();
     // Every counter the call holds, in the request's order: key, org,
     // run, then its other caps.
     let tokens = req.tokens.min(MAX_USD_MICROS);
@@ -108,9 +113,14 @@ fn reserve_taking<B: BookState>(
         .chain(run_check.iter().map(|run| (run, Period::Total)))
         .chain(caps.iter().zip(req.caps.iter().map(|cap| cap.period)))
         .collect();
+    let counters: Vec<_> = checked
+        .iter()
+        .map(|(charge, _)| charge.counter_period())
+        .collect();
     let before = checked
         .iter()
-        .map(|(charge, _)| committed(books, charge.kind, &charge.id, &charge.counter_period()))
+        .zip(&counters)
+        .map(|((charge, _), counter)| committed(books, charge.kind, &charge.id, counter))
         .collect::<Result<Vec<_>, _>>()?;
     // Not even the least amount fits, or a rate limit has no room for the
     // call. Money is checked first, so a call no wait would let through is
@@ -136,15 +146,9 @@ fn reserve_taking<B: BookState>(
         });
     let mut levels = Vec::with_capacity(checked.len());
     if denial.is_none() {
-        for ((charge, _), committed) in checked.iter().zip(before) {
+        for (((charge, _), committed), counter) in checked.iter().zip(before).zip(&counters) {
             let held = charge.meter.held(amount, tokens);
-            books.move_counter(
-                charge.kind,
-                &charge.id,
-                &charge.counter_period(),
-                0,
-                delta(held),
-            )?;
+            books.move_counter(charge.kind, &charge.id, counter, 0, delta(held))?;
             levels.push(Level {
                 kind: charge.kind,
                 meter: charge.meter,
@@ -194,23 +198,49 @@ fn reserve_taking<B: BookState>(
     Ok(ReserveOutcome::Reserved { amount, levels })
 }
 
-/// The scope in its period current at `now`, with its cap.
-fn charge(scope: &Scope, now: DateTime<Utc>) -> Charge {
+/// The ids of the periods current at one instant, each formatted once
+/// however many of a call's caps share it (a call's rate limits share
+/// their minute).
+struct PeriodIds {
+    now: DateTime<Utc>,
+    known: Vec<(Period, String)>,
+}
+
+impl PeriodIds {
+    fn at(now: DateTime<Utc>) -> Self {
+        PeriodIds {
+            now,
+            known: Vec::new(),
+        }
+    }
+
+    fn of(&mut self, period: Period) -> String {
+        if let Some((_, id)) = self.known.iter().find(|(known, _)| *known == period) {
+            return id.clone();
+        }
+        let id = period.id_at(self.now);
+        self.known.push((period, id.clone()));
+        id
+    }
+}
+
+/// The scope in its current period, with its cap.
+fn charge(scope: &Scope, ids: &mut PeriodIds) -> Charge {
     Charge::usd(
         scope.kind,
         scope.id.clone(),
-        scope.period.id_at(now),
+        ids.of(scope.period),
         scope.cap,
     )
 }
 
-/// The cap in its period current at `now`.
-fn cap_charge(cap: &Cap, now: DateTime<Utc>) -> Charge {
+/// The cap in its current period.
+fn cap_charge(cap: &Cap, ids: &mut PeriodIds) -> Charge {
     Charge {
         kind: cap.kind,
         id: cap.id.clone(),
         meter: cap.meter,
-        period_id: cap.period.id_at(now),
+        period_id: ids.of(cap.period),
         cap: cap.limit,
     }
 }

@@ -3,6 +3,8 @@
 //! settle that comes after the expiry replaces that charge (`late`). Each
 //! books one ledger entry.
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, Utc};
 
 use super::record::{millis, Record, RecordState};
@@ -69,8 +71,17 @@ pub(crate) fn settle<B: BookState>(
     let mut give_back =
         already_expired.map_or(0, |charged| charged.saturating_sub(settlement.actual));
     let tokens = tokens_of(&settlement.usage).min(MAX_USD_MICROS);
-    for charge in record.all_charges() {
-        let counter = books.counter(charge.kind, &charge.id, &charge.counter_period())?;
+    // A rate limit's counter period, built once (money's is its period's).
+    let counters: Vec<Option<String>> = record
+        .all_charges()
+        .map(|charge| match charge.counter_period() {
+            Cow::Owned(built) => Some(built),
+            Cow::Borrowed(_) => None,
+        })
+        .collect();
+    for (charge, built) in record.all_charges().zip(&counters) {
+        let counter_period = built.as_deref().unwrap_or(&charge.period_id);
+        let counter = books.counter(charge.kind, &charge.id, counter_period)?;
         let (held, actual) = match charge.meter {
             Meter::Usd => (held, settlement.actual),
             meter => (record.held(charge), meter.held(settlement.actual, tokens)),
@@ -113,7 +124,8 @@ pub(crate) fn settle<B: BookState>(
         (None, Some(charged)) => (actual - delta(charged), 0),
         (Some(charged), _) => ((actual - delta(charged)).max(-delta(give_back)), 0),
     };
-    for charge in record.all_charges() {
+    for (charge, built) in record.all_charges().zip(&counters) {
+        let counter = built.as_deref().unwrap_or(&charge.period_id);
         let (spent, reserved) = match charge.meter {
             Meter::Usd => (spent, reserved),
             // A rate limit holds its call's requests and tokens until the
@@ -127,13 +139,7 @@ pub(crate) fn settle<B: BookState>(
                 }
             }
         };
-        books.move_counter(
-            charge.kind,
-            &charge.id,
-            &charge.counter_period(),
-            spent,
-            reserved,
-        )?;
+        books.move_counter(charge.kind, &charge.id, counter, spent, reserved)?;
     }
     book(
         books,

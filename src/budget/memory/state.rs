@@ -14,7 +14,9 @@ use crate::money::{UsdMicros, UsdMicrosDelta};
 
 #[derive(Default)]
 pub(super) struct State {
-    pub(super) counters: HashMap<CounterKey, Counter>,
+    /// Looked up by [`CounterRef`], so a call's counters are found without
+    /// building a key of owned strings for each.
+    pub(super) counters: hashbrown::HashMap<CounterKey, Counter>,
     /// Every reservation's record, by exec id: open ones, and closed ones
     /// for as long as a retry can come. It holds a retry horizon of calls
     /// (hundreds of thousands under load), so it grows without ever moving
@@ -72,6 +74,21 @@ impl CounterKey {
             id: id.to_owned(),
             period_id: period_id.to_owned(),
         }
+    }
+}
+
+/// A [`CounterKey`] borrowed: it hashes as the key does (a `String`
+/// hashes as its `str`), so a lookup needs no allocation.
+#[derive(Hash)]
+pub(super) struct CounterRef<'a> {
+    pub(super) kind: ScopeKind,
+    pub(super) id: &'a str,
+    pub(super) period_id: &'a str,
+}
+
+impl hashbrown::Equivalent<CounterKey> for CounterRef<'_> {
+    fn equivalent(&self, key: &CounterKey) -> bool {
+        self.kind == key.kind && self.id == key.id && self.period_id == key.period_id
     }
 }
 
@@ -282,7 +299,11 @@ impl BookState for State {
     ) -> Result<Counter, Infallible> {
         Ok(self
             .counters
-            .get(&CounterKey::new(kind, id, period_id))
+            .get(&CounterRef {
+                kind,
+                id,
+                period_id,
+            })
             .copied()
             .unwrap_or_default())
     }
@@ -335,10 +356,18 @@ impl BookState for State {
         spent: UsdMicrosDelta,
         reserved: UsdMicrosDelta,
     ) -> Result<(), Infallible> {
-        let counter = self
-            .counters
-            .entry(CounterKey::new(kind, id, period_id))
-            .or_default();
+        let found = CounterRef {
+            kind,
+            id,
+            period_id,
+        };
+        let counter = match self.counters.get_mut(&found) {
+            Some(counter) => counter,
+            None => self
+                .counters
+                .entry(CounterKey::new(kind, id, period_id))
+                .or_default(),
+        };
         counter.spent = moved(counter.spent, spent);
         counter.reserved = moved(counter.reserved, reserved);
         Ok(())
@@ -390,13 +419,19 @@ impl BookState for State {
     }
 
     fn touch_customer(&mut self, key: &str, customer: &str, at: i64) -> Result<(), Infallible> {
-        let last = self
+        // A customer seen before costs no allocation.
+        if let Some(last) = self
             .customers
+            .get_mut(key)
+            .and_then(|customers| customers.get_mut(customer))
+        {
+            *last = (*last).max(at);
+            return Ok(());
+        }
+        self.customers
             .entry(key.to_owned())
             .or_default()
-            .entry(customer.to_owned())
-            .or_insert(at);
-        *last = (*last).max(at);
+            .insert(customer.to_owned(), at);
         Ok(())
     }
 
