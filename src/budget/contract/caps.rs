@@ -7,7 +7,7 @@
 //! too large for it is denied with the limit's remaining room.
 
 use super::*;
-use crate::budget::caps::model_scope_id;
+use crate::budget::caps::{customer_scope_id, model_scope_id};
 use crate::budget::{Cap, Level, Meter};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -312,9 +312,16 @@ pub(super) async fn an_expiry_charges_every_cap_it_held(f: &impl Fixture) {
     let opus = group(&key, "opus", 50_000, Period::Day);
     let rpm = rate(ScopeKind::Model, &opus.id, Meter::Requests, 5);
     let tpm = rate(ScopeKind::Key, &key.id, Meter::Tokens, 10_000);
-    let caps = [opus.clone(), rpm.clone(), tpm.clone()];
+    // A customer's money cap too, as the gateway instantiates it.
+    let customer = Cap {
+        kind: ScopeKind::Customer,
+        id: customer_scope_id(&key.id, "c1"),
+        ..group(&key, "unused", 20_000, Period::Day)
+    };
+    let caps = [opus.clone(), rpm.clone(), tpm.clone(), customer.clone()];
     let req = ReserveRequest {
         ttl: Duration::from_secs(1),
+        customer: Some("c1".to_owned()),
         ..with_caps(&key, 4_000, 3_000, &caps)
     };
     assert!(reserve(&store, &req).await.is_reserved());
@@ -323,8 +330,14 @@ pub(super) async fn an_expiry_charges_every_cap_it_held(f: &impl Fixture) {
     // Money as `on_expiry` says; the rate limits keep what the call held.
     let charged = expiry_charge(f, 4_000);
     assert_eq!(counters(&store, &group_scope(&opus)).await, (charged, 0));
+    assert_eq!(
+        counters(&store, &group_scope(&customer)).await,
+        (charged, 0)
+    );
     assert_eq!(counters(&store, &key).await, (charged, 0));
     assert_eq!(tokens_left(&store, &key, &tpm).await, 7_000);
+    let expired = f.ledger().await;
+    assert_eq!(expired[0].customer.as_deref(), Some("c1"), "{expired:?}");
     // The late settle replaces the charge with the cost and the usage.
     let late = store
         .settle(&settlement_of(&req, 2_500, 1_000))
@@ -332,6 +345,7 @@ pub(super) async fn an_expiry_charges_every_cap_it_held(f: &impl Fixture) {
         .unwrap();
     assert_eq!(late.status, LedgerStatus::Late);
     assert_eq!(counters(&store, &group_scope(&opus)).await, (2_500, 0));
+    assert_eq!(counters(&store, &group_scope(&customer)).await, (2_500, 0));
     assert_eq!(counters(&store, &key).await, (2_500, 0));
     assert_eq!(tokens_left(&store, &key, &tpm).await, 9_000);
     assert_eq!(requests_left(&store, &key, &rpm).await, 4);
