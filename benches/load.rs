@@ -21,7 +21,11 @@
 //! per mode with the targets. Beside G0 in the first three modes runs GC,
 //! G0 whose key also has a model group, a customer template and both rate
 //! limits (`setup::caps`), its calls naming customers in turn: what those
-//! add to a call, CPU and throughput, against G0 in the same rounds. The first three modes call the instant
+//! add to a call, CPU and throughput, against G0 in the same rounds.
+//! `--drain` adds GD beside G there: G whose ledger the gateway drains
+//! into a sink file in the run's temp dir (`store.ledger_sink_path`), with
+//! its throughput and closed-loop p99 against G's in the same rounds and
+//! the sink's rows counted against its calls. The first three modes call the instant
 //! upstream (`load/instant.rs`, fixed replies, no token counting) unless
 //! `--upstream mock` names the release binary's tokenizing mock provider,
 //! which the streams always use (paced streaming). See `load/run.rs` for
@@ -187,7 +191,8 @@ struct Cli {
     /// the soak always use the mock.
     #[arg(long, value_enum, default_value = "instant")]
     upstream: Upstream,
-    /// Rounds of D P N G0 GC G GS in every mode (GC: the instant calls only).
+    /// Rounds of D P N G0 GC G (GD) GS in every mode (GC, GD: the instant
+    /// calls only).
     #[arg(long, default_value_t = 3)]
     rounds: u32,
     /// Seconds each configuration runs per mode and round.
@@ -251,6 +256,11 @@ struct Cli {
     /// for `--modes single`: the other loops then measure one core.
     #[arg(long)]
     store_core: bool,
+    /// Runs GD beside G in the closed, concurrency-1 and open loops: G
+    /// whose ledger is drained into a sink file in the run's temp dir,
+    /// what the drain costs against G in the same rounds.
+    #[arg(long, conflicts_with_all = ["soak", "conversation"])]
+    drain: bool,
     /// Passed by `cargo bench`; without it (under `cargo test`) the
     /// benchmark only says how to run it.
     #[arg(long, hide = true)]
@@ -281,6 +291,8 @@ pub struct Settings {
     /// The cores this process could use when it started, before any
     /// pinning.
     pub cores: usize,
+    /// `--drain`: GD runs beside G.
+    pub drain: bool,
 }
 
 impl Settings {
@@ -328,6 +340,7 @@ impl Settings {
                 upstream: cli.upstream,
                 store_core: None,
                 cores: usable_cores(),
+                drain: cli.drain,
             });
         }
         Ok(Settings {
@@ -348,6 +361,7 @@ impl Settings {
             upstream: cli.upstream,
             store_core: None,
             cores: usable_cores(),
+            drain: cli.drain,
         })
     }
 }

@@ -4,6 +4,8 @@
 //! client saw (`x-tollgate-cost-usd-micros`, or the provider-reported usage
 //! of each stream at the gateway's prices). A key with the caps (GC's)
 //! must show the same in its model group, and its customers together.
+//! A gateway draining its ledger into a sink (GD's) must have one row
+//! there per call: every call settles with one ledger entry.
 
 use std::time::{Duration, Instant};
 
@@ -160,4 +162,79 @@ async fn budget_json(
     }
     serde_json::from_slice(&reply.body)
         .map_err(|e| BenchError::Invalid(format!("{} budget: {e}", target.label)))
+}
+
+/// How long a drained gateway may take to move its last ledger entries
+/// into the sink after the last response (it drains once a second).
+const SINK_GRACE: Duration = Duration::from_secs(5);
+
+/// A drained gateway's sink (GD's) against its calls: every call settles
+/// with one ledger entry, and the drain writes each once into the sink.
+#[derive(Clone, Debug)]
+pub struct SinkCheck {
+    pub phase: &'static str,
+    pub calls: u64,
+    /// Rows in the sink's `ledger` table; `None` if it could not be read.
+    pub rows: Option<u64>,
+    /// Why the sink could not be read.
+    pub error: Option<String>,
+}
+
+impl SinkCheck {
+    pub fn holds(&self) -> bool {
+        self.rows == Some(self.calls)
+    }
+
+    pub fn line(&self, label: &str) -> String {
+        format!(
+            "  {label:<3} {:<14} {:>8} calls  ledger sink rows {:>8}  {}",
+            self.phase,
+            self.calls,
+            self.rows.map_or("—".to_owned(), |rows| rows.to_string()),
+            match (&self.error, self.holds()) {
+                (_, true) => "ok".to_owned(),
+                (Some(error), false) => format!("MISMATCH ({error})"),
+                (None, false) => "MISMATCH".to_owned(),
+            }
+        )
+    }
+}
+
+/// Counts the sink's rows until they reach `calls` or the grace runs out.
+pub fn check_sink(path: &std::path::Path, phase: &'static str, calls: u64) -> SinkCheck {
+    let deadline = Instant::now() + SINK_GRACE;
+    loop {
+        let (rows, error) = match sink_rows(path) {
+            Ok(rows) => (Some(rows), None),
+            Err(error) => (None, Some(error)),
+        };
+        let check = SinkCheck {
+            phase,
+            calls,
+            rows,
+            error,
+        };
+        // More rows than calls will not become fewer: no point waiting.
+        if check.rows.is_some_and(|rows| rows >= calls) || Instant::now() >= deadline {
+            return check;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Rows of the sink's `ledger` table, read-only while the gateway writes.
+fn sink_rows(path: &std::path::Path) -> Result<u64, String> {
+    use rusqlite::{Connection, OpenFlags};
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|error| format!("{}: {error}", path.display()))?;
+    conn.busy_timeout(Duration::from_secs(1))
+        .map_err(|error| error.to_string())?;
+    conn.query_row("SELECT COUNT(*) FROM ledger", [], |row| {
+        row.get::<_, i64>(0)
+    })
+    .map(|rows| u64::try_from(rows).unwrap_or(0))
+    .map_err(|error| format!("{}: {error}", path.display()))
 }

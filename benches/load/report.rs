@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use crate::drive::Sample;
 use crate::figures::*;
 use crate::run::{CpuUse, Measured, Outcome};
-use crate::subjects::{describe, CAPPED, LABELS};
+use crate::subjects::{self, describe, CAPPED, DRAINED};
 use crate::{targets, Mode, Settings};
 
 /// The report and whether the run's own checks held (no failed call, every
@@ -30,7 +30,7 @@ pub fn render(settings: &Settings, outcome: &Outcome) -> Report {
         out,
         "\ntollgate load benchmark: {} round(s), configurations alternating {}; {:.0} s in all",
         settings.rounds,
-        LABELS.join(" "),
+        subjects::labels(settings.drain).join(" "),
         outcome.elapsed.as_secs_f64()
     );
     let _ = writeln!(
@@ -72,6 +72,12 @@ pub fn render(settings: &Settings, outcome: &Outcome) -> Report {
             "GC: G0 whose key also has a model group ({}*), a customer template and rpm/tpm, all far above\n the run's calls; each call names one of {} customers (x-tollgate-customer); instant calls only",
             crate::setup::INSTANT_MODEL,
             crate::setup::caps::CUSTOMERS
+        );
+    }
+    if find(m, DRAINED).is_some_and(|gd| !gd.closed.is_empty() || gd.single.is_some()) {
+        let _ = writeln!(
+            out,
+            "GD: G whose ledger the gateway drains into a sink file in the run's temp dir (--drain); instant calls only"
         );
     }
     for measured in m {
@@ -407,6 +413,10 @@ fn settlement_section(out: &mut String, m: &[Measured]) -> bool {
     );
     for measured in ran(m) {
         for check in &measured.settlement {
+            holds &= check.holds();
+            let _ = writeln!(out, "{}", check.line(measured.label));
+        }
+        for check in &measured.sink {
             holds &= check.holds();
             let _ = writeln!(out, "{}", check.line(measured.label));
         }

@@ -3,10 +3,11 @@
 //! check that the gateways settled every call, and gather what the report
 //! prints.
 //!
-//! Within a round each mode runs D P N G0 GC G GS back to back, and the
+//! Within a round each mode runs D P N G0 GC G GD GS back to back, and the
 //! rounds repeat that, so a burst of other work on this shared machine
-//! lands on all configurations alike (GC, G0 with the caps, only among the
-//! instant calls). The instant calls and the streams use
+//! lands on all configurations alike (GC, G0 with the caps, and GD, G with
+//! its ledger drained into a sink when `--drain` asks for it, only among
+//! the instant calls). The instant calls and the streams use
 //! separate processes: the streaming gateways start fresh, so their idle
 //! memory and their growth per stream are their own, not what the instant
 //! phase left behind. Each phase starts its own upstream: the instant
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
 use crate::api_keys;
-use crate::books::{self, SettleCheck};
+use crate::books::{self, SettleCheck, SinkCheck};
 use crate::calls::Calls;
 use crate::drive::{self, Sample};
 use crate::error::BenchError;
@@ -28,7 +29,7 @@ use crate::procs::Proc;
 use crate::redis_stats::{Counters, RedisProbe};
 use crate::setup::{self, RunFiles, STREAM_MODEL};
 use crate::streams::{self, StreamRun};
-use crate::subjects::{self, Subject, Ticks, Upstreams, LABELS};
+use crate::subjects::{self, Subject, Ticks, Upstreams, DRAINED};
 use crate::{Mode, Settings, Upstream};
 
 /// Reply length of the instant calls' upstream, in tokens.
@@ -64,6 +65,8 @@ pub struct Measured {
     pub rss_before_kib: Vec<Option<u64>>,
     /// The gateways' books after the instant calls and after the streams.
     pub settlement: Vec<SettleCheck>,
+    /// The drained gateway's ledger sink against its calls (GD).
+    pub sink: Vec<SinkCheck>,
     /// Warnings the proxy logged.
     pub warnings: Vec<String>,
     /// How the store's file grew over the measured phases (GS).
@@ -167,7 +170,10 @@ pub fn run(settings: &Settings, runtime: &Runtime) -> Result<Outcome, BenchError
         probe: probe.ok(),
         redis_down,
         nginx: Nginx::find(settings.connections.max(settings.streams)),
-        measured: LABELS.iter().map(|label| Measured::new(label)).collect(),
+        measured: subjects::labels(settings.drain)
+            .into_iter()
+            .map(Measured::new)
+            .collect(),
         redis_use: RedisUse::default(),
         redis_clean: false,
     };
@@ -220,6 +226,21 @@ impl Bench<'_> {
             &upstreams,
             api_keys > 0,
         )?;
+        if self.settings.drain {
+            let started = subjects::start_drained(
+                &mut subjects,
+                &self.files,
+                "instant",
+                &upstreams,
+                &self.settings.redis_url,
+                api_keys > 0,
+            )?;
+            if !started {
+                let why = find_skipped(&self.measured, "G");
+                result_of(&mut self.measured, DRAINED).skipped =
+                    Some(format!("G did not run ({why})"));
+            }
+        }
         if api_keys > 0 {
             eprintln!("making {api_keys} keys on each gateway");
             for subject in &mut subjects {
@@ -446,6 +467,12 @@ impl Bench<'_> {
                     .settlement
                     .push(check);
             }
+            if let Some(sink) = &subject.sink_file {
+                let check = books::check_sink(&self.files.dir().join(sink), phase, subject.calls);
+                result_of(&mut self.measured, subject.label)
+                    .sink
+                    .push(check);
+            }
             result_of(&mut self.measured, subject.label)
                 .warnings
                 .extend(subject.warnings());
@@ -506,6 +533,7 @@ impl Measured {
             idle_rss_kib: None,
             rss_before_kib: Vec::new(),
             settlement: Vec::new(),
+            sink: Vec::new(),
             warnings: Vec::new(),
             file_growth: None,
         }
@@ -521,6 +549,15 @@ fn result_of<'a>(measured: &'a mut [Measured], label: &str) -> &'a mut Measured 
         Some(m) => m,
         None => unreachable!("every label has its results"),
     }
+}
+
+/// Why `label` did not run, as its results say.
+fn find_skipped(measured: &[Measured], label: &str) -> String {
+    measured
+        .iter()
+        .find(|m| m.label == label)
+        .and_then(|m| m.skipped.clone())
+        .unwrap_or_else(|| "not started".to_owned())
 }
 
 fn merge_into(slot: &mut Option<Sample>, sample: Sample) {

@@ -16,7 +16,16 @@ use crate::procs::{self, Proc, ProcessTree};
 use crate::setup::{self, GatewayKey, RunFiles, Store};
 
 /// The configurations, in the order each round runs them.
-pub const LABELS: [&str; 7] = ["D", "P", "N", "G0", "GC", "G", "GS"];
+/// GD is left out unless `--drain` asks for it ([`labels`]).
+pub const LABELS: [&str; 8] = ["D", "P", "N", "G0", "GC", "G", "GD", "GS"];
+
+/// The configurations of a run: GD only with `--drain`.
+pub fn labels(drain: bool) -> Vec<&'static str> {
+    LABELS
+        .into_iter()
+        .filter(|label| drain || *label != DRAINED)
+        .collect()
+}
 
 pub fn describe(label: &str) -> &'static str {
     match label {
@@ -25,6 +34,7 @@ pub fn describe(label: &str) -> &'static str {
         "N" => "nginx pass-through",
         "G0" => "gateway, memory store",
         "GC" => "G0 + caps, customers",
+        "GD" => "G, drained to a sink",
         "GS" => "gateway, SQLite store",
         _ => "gateway, Redis store",
     }
@@ -32,6 +42,9 @@ pub fn describe(label: &str) -> &'static str {
 
 /// The gateway whose key carries the caps (`setup::caps`).
 pub const CAPPED: &str = "GC";
+
+/// The Redis gateway whose ledger is drained into a sink (`--drain`).
+pub const DRAINED: &str = "GD";
 
 /// One configuration while it runs.
 pub struct Subject {
@@ -47,6 +60,8 @@ pub struct Subject {
     pub calls: u64,
     /// The store's file in the run's temp dir (GS).
     pub store_file: Option<String>,
+    /// The ledger sink's file in the run's temp dir (GD).
+    pub sink_file: Option<String>,
     /// The gateway's config file (gateways).
     pub config: Option<PathBuf>,
     /// Keys made through the admin API that its calls go out with
@@ -69,6 +84,7 @@ impl Subject {
             charged: 0,
             calls: 0,
             store_file: None,
+            sink_file: None,
             config: None,
             api_keys: 0,
         }
@@ -211,6 +227,32 @@ pub fn start_capped(
         .map_or(subjects.len(), |g0| g0 + 1);
     subjects.insert(at, gc);
     Ok(())
+}
+
+/// Starts GD, G with its ledger drained into `gd-{phase}-ledger.db` in
+/// the run's temp dir, and puts it just after G in `subjects`, so each
+/// round runs the two back to back. `Ok(false)` when G is not among
+/// `subjects` (Redis is down or refused): GD is not started either.
+pub fn start_drained(
+    subjects: &mut Vec<Subject>,
+    files: &RunFiles,
+    phase: &str,
+    upstreams: &Upstreams,
+    redis_url: &str,
+    admin: bool,
+) -> Result<bool, BenchError> {
+    let Some(g) = subjects.iter().position(|subject| subject.label == "G") else {
+        return Ok(false);
+    };
+    let sink = format!("gd-{phase}-ledger.db");
+    let store = Store::Redis {
+        url: redis_url.to_owned(),
+        sink: Some(sink.clone()),
+    };
+    let mut gd = gateway(files, DRAINED, phase, &store, upstreams, admin)?;
+    gd.sink_file = Some(sink);
+    subjects.insert(g + 1, gd);
+    Ok(true)
 }
 
 /// Starts the gateway `label` on `store` with a config of its own; GC's

@@ -2,7 +2,8 @@
 //! PASS or MISS, and what the two pass-throughs measured on the same
 //! scale, so a miss can be read against what any proxy costs here.
 //! Throughput is set against P, and G0's against N as well; GC's CPU per
-//! call and throughput against G0's, run beside it.
+//! call and throughput against G0's, run beside it; GD's throughput and
+//! closed-loop p99 against G's (`--drain`).
 
 use std::fmt::Write as _;
 
@@ -28,6 +29,10 @@ const RSS_PER_STREAM_OVER_P_KIB: f64 = 4.0;
 /// 20 MB, in KiB.
 const IDLE_RSS_KIB: u64 = 20_000_000 / 1024;
 const EVALSHA_PER_CALL: f64 = 2.0;
+/// GD, G with its ledger drained into a sink, against G in the same
+/// rounds: throughput kept, and the closed loop's p99.
+const GD_THROUGHPUT_VS_G: f64 = 0.90;
+const GD_CLOSED_P99_VS_G: f64 = 1.5;
 /// GC's proxy CPU per call over G0's: a model group, a customer and both
 /// rate limits on the key, in the same run.
 const GC_ADDED_CPU_US: f64 = 10.0;
@@ -123,6 +128,28 @@ pub fn write(out: &mut String, settings: &Settings, outcome: &Outcome) {
         gs_ratio.map(|r| r >= GS_THROUGHPUT_VS_G0),
         Scale::none(),
     );
+    // Only when `--drain` ran GD: the default report is unchanged.
+    if find(m, "GD").is_some_and(|gd| !gd.closed.is_empty()) {
+        let gd_ratio = throughput_ratio(m, "GD", "G");
+        line(
+            format!("GD throughput >= {GD_THROUGHPUT_VS_G:.2} x G (closed)"),
+            ratio_text(gd_ratio),
+            gd_ratio.map(|r| r >= GD_THROUGHPUT_VS_G),
+            Scale::none(),
+        );
+        let gd_tail = closed_p99("GD")
+            .zip(closed_p99("G"))
+            .map(|(gd, g)| gd as f64 / g.max(1) as f64);
+        line(
+            format!(
+                "GD closed-loop p99 <= {GD_CLOSED_P99_VS_G:.1} x G's ({} conns)",
+                settings.connections
+            ),
+            gd_tail.map_or("—".to_owned(), |r| format!("{r:.2} x")),
+            gd_tail.map(|r| r <= GD_CLOSED_P99_VS_G),
+            Scale::none(),
+        );
+    }
     let cpu_of = |label: &str, mode: Mode| find(m, label).and_then(|x| mode_cpu(x, mode));
     for (mode, loop_name) in [
         (Mode::Closed, "closed"),
