@@ -38,8 +38,14 @@ use crate::metrics::{Metrics, StoreOp};
 use sink::{LedgerSink, SinkError};
 
 /// Entries per page: one sink transaction and one `drain.lua` call, small
-/// enough that the fold never blocks Redis for long.
-const PAGE: usize = 1_000;
+/// enough that the fold never blocks Redis for long, and the calls
+/// waiting behind it are few.
+const PAGE: usize = 250;
+
+/// How often a pass starts (at once again while one left pages behind):
+/// often, so each pass moves a few pages rather than a second's worth at
+/// once, which stalls the calls behind it (their p99, not their median).
+pub const DRAIN_EVERY: Duration = Duration::from_millis(200);
 /// Pages one tag drains per pass before the next tag's turn.
 const PAGES_PER_TAG: usize = 20;
 /// Tags one pass visits, as in the sweep: the rest wait for the next.

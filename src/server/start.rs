@@ -150,7 +150,7 @@ fn start_drain(gateway: &Gateway) -> Option<SweeperGuard> {
         redis.clone(),
         sink.clone(),
         gateway.metrics.clone(),
-        BACKGROUND_EVERY,
+        crate::drain::DRAIN_EVERY,
     ))
 }
 
