@@ -352,3 +352,52 @@ async fn a_reader_never_creates_a_file() {
     assert!(error.to_string().contains("no such file"), "{error}");
     assert!(!path.exists());
 }
+
+#[tokio::test]
+async fn the_sweep_forgets_a_rate_limits_past_minutes_and_keeps_the_money() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let start = Utc.with_ymd_and_hms(2026, 12, 7, 18, 0, 10).unwrap();
+    let clock = Arc::new(ManualClock::new(start));
+    let store = SqliteStore::with_clock(&path, rules(), clock.clone());
+    let rpm = crate::budget::Cap {
+        kind: ScopeKind::Key,
+        id: "alice".to_owned(),
+        meter: crate::budget::Meter::Requests,
+        period: Period::Minute,
+        limit: 10,
+    };
+    // Calls at 18:00, 18:01 and 18:03; the sweep then runs at 18:03.
+    for (exec_id, minutes_later) in [("a", 0), ("b", 1), ("c", 2)] {
+        clock.advance(Duration::from_secs(60) * minutes_later);
+        let req = ReserveRequest {
+            caps: vec![rpm.clone()],
+            ..request(exec_id, 100)
+        };
+        store.reserve(&req).await.unwrap();
+        store.settle(&settlement(exec_id, 100)).await.unwrap();
+    }
+    store.sweep().await.unwrap();
+    store.flush().await.unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let windows: Vec<String> = conn
+        .prepare("SELECT period_id FROM counters WHERE period_id LIKE '%/requests' ORDER BY 1")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    // At 18:03, the minutes before 18:01 are gone; 18:01 and 18:03 stay.
+    assert_eq!(
+        windows,
+        ["2026-12-07T1801/requests", "2026-12-07T1803/requests"]
+    );
+    let spent: u64 = conn
+        .query_row(
+            "SELECT spent_usd_micros FROM counters WHERE period_id = '2026-12-07'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(spent, 300);
+}

@@ -77,13 +77,15 @@ pub(super) fn fold_before(conn: &Connection, cutoff: DateTime<Utc>) -> Sql<usize
 }
 
 /// Forgets the rate limits' counters (`<minute>/<meter>`) of minutes before
-/// `cutoff` that hold nothing open: nothing reads them once their minute
-/// is over.
+/// `cutoff` (a minute id) that hold nothing open: nothing reads them once
+/// their minute is over. The partial index on these counters' period ids
+/// holds them in minute order (`<minute>/…` sorts after `<minute>` and
+/// before the next minute), so the sweep reads only the past ones.
 pub(super) fn forget_windows(conn: &Connection, cutoff: &str) -> Sql<usize> {
     conn.prepare_cached(
-        "DELETE FROM counters
+        "DELETE FROM counters INDEXED BY counters_rate_windows
           WHERE (period_id LIKE '%/requests' OR period_id LIKE '%/tokens')
-            AND substr(period_id, 1, instr(period_id, '/') - 1) < ?1
+            AND period_id < ?1
             AND reserved_usd_micros = 0",
     )?
     .execute([cutoff])

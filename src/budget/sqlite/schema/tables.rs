@@ -252,6 +252,11 @@ ALTER TABLE reservations ADD COLUMN denied_meter TEXT;  -- 'denied': NULL for mo
 ALTER TABLE reservations ADD COLUMN customer TEXT;      -- the customer id the call named
 ALTER TABLE ledger ADD COLUMN customer TEXT;            -- the customer id the call named
 
+-- The rate limits' counters, by minute, so the sweep forgets past minutes
+-- without reading every other counter.
+CREATE INDEX counters_rate_windows ON counters (period_id)
+ WHERE period_id LIKE '%/requests' OR period_id LIKE '%/tokens';
+
 CREATE TABLE customers (
     key       TEXT    NOT NULL,
     customer  TEXT    NOT NULL,
