@@ -304,11 +304,11 @@ async fn the_first_402_of_a_period_sends_exhausted_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receiver_that_was_down_gets_the_events_when_it_comes_back() {
-    // A port that answers nothing until the receiver binds it.
-    let addr = {
-        let reserved = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        reserved.local_addr().unwrap()
-    };
+    // A port bound but not listening: connections to it are refused until
+    // the receiver listens on it, and no other socket can take it meanwhile.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
     let h = start(Setup {
         bob_cap: "0.00001",
         tables_extra: alerts_table(addr),
@@ -324,7 +324,7 @@ async fn a_receiver_that_was_down_gets_the_events_when_it_comes_back() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let receiver = Receiver::serve(TcpListener::bind(addr).await.unwrap());
+    let receiver = Receiver::serve(socket.listen(64).unwrap());
     // The next attempt comes after a backoff of at most a few seconds.
     receiver
         .wait_for(1, Duration::from_secs(15), |e| e["type"] == "exhausted")
