@@ -41,6 +41,7 @@ use crate::body::{close_connection, drain, Body};
 use crate::error::GatewayError;
 use crate::family::Route;
 use crate::gateway::Gateway;
+use crate::rate_headers::RateHeaders;
 use admit::admit;
 pub use admit::run_scope;
 use forward::forward;
@@ -64,11 +65,21 @@ pub async fn handle(
     };
     let (parts, mut body) = request.into_parts();
     let access = parts.extensions.get::<AccessRecord>();
-    match proxy(gateway, &route, &parts, &mut body, &exec_id, access).await {
+    let mut rates = None;
+    match proxy(
+        gateway, &route, &parts, &mut body, &exec_id, access, &mut rates,
+    )
+    .await
+    {
         Ok(response) => response,
         Err(error) => {
             tracing::info!(%exec_id, status = error.status().as_u16(), %error, "refused");
             let mut response = error.into_response(route.shape(), &exec_id);
+            // Failed after its reserve (the provider unreachable or slow,
+            // a fit that failed): the key's limits still apply, and say so.
+            if let Some(rates) = rates {
+                rates.insert(response.headers_mut());
+            }
             // Refused before or while reading the body: read the rest, or
             // the next request on the connection would be read from it.
             if !drain(&mut body).await {
@@ -86,6 +97,7 @@ async fn proxy(
     body: &mut Incoming,
     exec_id: &str,
     access: Option<&AccessRecord>,
+    rates: &mut Option<RateHeaders>,
 ) -> Result<Response<Body>, GatewayError> {
     let headers = &parts.headers;
     let mut admitted = admit(gateway, route, headers, &parts.uri, body).await?;
@@ -101,6 +113,7 @@ async fn proxy(
         ticket.report_to(access.clone());
     }
     let reserved = reserve(gateway, &admitted, exec_id, &mut ticket).await?;
+    *rates = reserved.as_ref().and_then(|held| held.rates);
     // Fitted to what remains: sent with the output limit the reserved
     // amount pays for, and settled against the bound that limit gives.
     let fitted = match &reserved {
@@ -113,7 +126,7 @@ async fn proxy(
     let said = admitted.fit.is_some_and(|fit| fit.client_limit);
     ticket.sent(admitted.call.stream, admitted.price.reasoning);
     let mut response = forward(gateway, admitted, ticket, exec_id).await?;
-    if let Some(rates) = reserved.and_then(|held| held.rates) {
+    if let Some(rates) = rates {
         rates.insert(response.headers_mut());
     }
     if let Some(limit) = fitted.filter(|_| said) {

@@ -3,13 +3,14 @@
 //! client sends (the admin key, the JSON body, the pages it follows) and
 //! what it prints and exits with.
 
-use std::net::SocketAddr;
 use std::process::Output;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::common::refusing_port;
 
 const ADMIN_KEY: &str = "tg-admin-test-key";
 
@@ -415,10 +416,7 @@ async fn without_the_admin_key_nothing_is_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_api_is_named() {
-    let closed: SocketAddr = {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        listener.local_addr().unwrap()
-    };
+    let (_socket, closed) = refusing_port();
     let url = format!("http://{closed}");
     let output = admin(&url, Some(ADMIN_KEY), &["reservations"]).await;
     assert_eq!(output.status.code(), Some(1));

@@ -304,11 +304,8 @@ async fn the_first_402_of_a_period_sends_exhausted_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receiver_that_was_down_gets_the_events_when_it_comes_back() {
-    // A port bound but not listening: connections to it are refused until
-    // the receiver listens on it, and no other socket can take it meanwhile.
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = socket.local_addr().unwrap();
+    // Refused until the receiver listens on it.
+    let (socket, addr) = refusing_port();
     let h = start(Setup {
         bob_cap: "0.00001",
         tables_extra: alerts_table(addr),

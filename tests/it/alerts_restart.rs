@@ -13,6 +13,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
+use crate::common::refusing_port;
 use crate::redis_support::*;
 
 /// Serves 200 to every POST on `listener`, keeping the bodies.
@@ -61,10 +62,8 @@ async fn metric_value(gateway: &str, series: &str) -> u64 {
 async fn a_queued_alert_survives_a_crash_on_sqlite() {
     let provider = mock().await;
     let dir = tempfile::tempdir().unwrap();
-    let addr = {
-        let reserved = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        reserved.local_addr().unwrap()
-    };
+    // Refused until the receiver listens on it.
+    let (socket, addr) = refusing_port();
     let key = KeySpec::new("broke", None, "0.00001", "day");
     let mut config = GatewayConfig::new(shared_redis_url(), provider.addr);
     config.sqlite_path = Some(dir.path().join("books.db"));
@@ -91,7 +90,7 @@ async fn a_queued_alert_survives_a_crash_on_sqlite() {
     assert!(queued, "the alert was never queued:\n{}", gateway.log());
     gateway.kill();
 
-    let got = receive(TcpListener::bind(addr).await.unwrap());
+    let got = receive(socket.listen(64).unwrap());
     let gateway = GatewayProcess::start(&config).await;
     let delivered = eventually(Duration::from_secs(10), || async {
         !got.lock().unwrap().is_empty()

@@ -144,6 +144,32 @@ async fn an_rpm_limit_answers_429_with_retry_after_and_the_headers() {
 }
 
 #[tokio::test]
+async fn a_call_that_fails_after_its_reserve_still_states_the_limits() {
+    // The provider refuses every connection.
+    let (_socket, closed) = refusing_port();
+    let h = start(Setup {
+        alice_extra: "rpm = 3",
+        openai_base_url: Some(format!("http://{closed}")),
+        ..Setup::default()
+    })
+    .await;
+    early_in_a_minute().await;
+    let response = h
+        .post("/v1/chat/completions", ALICE, &limited("gpt-4o-mini", 20))
+        .await;
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    assert_eq!(
+        header(&response, "x-ratelimit-limit-requests").as_deref(),
+        Some("3")
+    );
+    assert_eq!(
+        header(&response, "x-ratelimit-remaining-requests").as_deref(),
+        Some("2")
+    );
+    assert!(header(&response, "x-ratelimit-reset-requests").is_some());
+}
+
+#[tokio::test]
 async fn a_tpm_limit_refuses_a_call_whose_bound_does_not_fit() {
     let h = start(Setup {
         alice_extra: "tpm = 300",

@@ -466,6 +466,16 @@ impl Harness {
     }
 }
 
+/// A loopback port bound but not listening: every connection to it is
+/// refused, and no other socket can take it while the socket lives. Call
+/// `listen` on the socket to serve on it later.
+pub fn refusing_port() -> (tokio::net::TcpSocket, SocketAddr) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    (socket, addr)
+}
+
 /// Reads a streamed answer to its end; whether the stream failed (was cut)
 /// rather than ending cleanly.
 pub async fn read_to_failure(response: reqwest::Response) -> bool {

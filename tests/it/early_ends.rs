@@ -240,10 +240,7 @@ async fn shutdown_cuts_streams_past_the_grace_and_settles_them_before_returning(
 #[tokio::test]
 async fn unreachable_provider_is_502_and_costs_nothing() {
     // A port nothing listens on: bind one, then let it go.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (_socket, closed) = refusing_port();
     let h = start(Setup {
         openai_base_url: Some(format!("http://{closed}")),
         ..Setup::default()

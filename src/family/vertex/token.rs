@@ -822,9 +822,11 @@ iwIDAQAB\n\
 
     #[tokio::test]
     async fn an_endpoint_that_is_not_there_is_unreachable() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let uri = format!("http://{}/token", listener.local_addr().unwrap());
-        drop(listener);
+        // Bound, never listening: the connection is refused, and no other
+        // socket takes the port while the test runs.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let uri = format!("http://{}/token", socket.local_addr().unwrap());
         let account = ServiceAccount::from_json(&key_file(&uri).to_string()).unwrap();
         let tokens = TokenSource::new(account, crate::upstream::client().unwrap());
         let error = tokens.token().await.unwrap_err();
