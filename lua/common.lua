@@ -34,11 +34,6 @@ of a Redis Cluster):
                                                                 not seen again (see sweep.lua)
                                  `pass`                         the sweep's pass over this hash
                                                                 (see sweep.lua)
-                                 `<day>|<key>[/<run>][#<customer>]|<model>|<metric>` spend
-                                 aggregates: what the ledger entries of that UTC day, key, run,
-                                 customer and model added up to (metrics `n` calls, `in` `cin`
-                                 `cw` `out` tokens, `usd` µUSD, signed); the only fields that
-                                 start with a digit
   KEYS[2] tg:{T}:res      hash   exec_id -> reservation record (cjson, amounts as strings)
                                  `claim:<claim>` -> the exec_id holding that idempotency claim
                                  `adj:<exec_id>` -> an applied adjustment's record
@@ -47,9 +42,10 @@ of a Redis Cluster):
                                  and a late-settled one; `run:<key>/<run>` by when that
                                  run is forgotten (its last call + the run TTL)
   KEYS[5] tg:{T}:ledger   stream one entry per settle, expiry or adjustment
-  KEYS[6] tg:{T}:agg      hash   the spend aggregate rows of layout 2 and before, in the
-                                 fields KEYS[1] now holds them in: read with those, never
-                                 written, trimmed at their retention; `kept_from`, `scan`
+  KEYS[6] tg:{T}:agg      hash   `<day>|<key>[/<run>][#<customer>]|<model>|<metric>` spend
+                                 aggregates: what the ledger entries of that UTC day, key, run,
+                                 customer and model added up to (metrics `n` calls, `in` `cin`
+                                 `cw` `out` tokens, `usd` µUSD, signed); `kept_from`, `scan`
                                  the sweep's progress (see sweep.lua)
   KEYS[7] tg:{T}:done     list   `<ms>|<exec_id>` (or `|adj:<exec_id>`): records kept the
                                  closed-record time (settled, denied, adjustments) in the
@@ -130,8 +126,7 @@ what a retry reads: s, k, o, a, st, act, rem, by, written
 `encode_settled`) rather than as JSON.
 
 Aggregates: every ledger entry adds to its row in the same script (see
-`aggregate_moves`; a settle on time reads and writes its row with its
-counters, any other entry moves it by HINCRBY): `n` +1, except an adjustment and a late settle (whose call was counted when it
+`aggregate`): `n` +1, except an adjustment and a late settle (whose call was counted when it
 expired), which still writes `n` (+0) so every entry has a row; token counts
 from the call (an expiry has none; its model is the record's `m`, '' when the
 record has none); `usd` += the entry's `act`. A call that named a customer
@@ -150,7 +145,7 @@ Invariants, per key or org and money period id:
 and for every counter (runs, model groups and rate limits too):
   counter:r == sum(what the open reservations hold of it)
 and per tag, while no row has passed the aggregate retention:
-  sum(row usd) == sum(act) of every ledger entry ever booked, folded or not
+  sum(agg usd) == sum(act) of every ledger entry ever booked, folded or not
 Every number stays below 2^53 (Lua numbers are doubles): arguments are
 checked before a script writes anything, since Redis does not roll back a
 script that fails half way.
@@ -456,18 +451,16 @@ end
 local function write_counters(fields, values, committed, reserved, extra)
   -- The common case, every field moving, spells its HSET out: a list
   -- built field by field costs more than the command.
-  if committed ~= 0 and reserved ~= 0 and #fields <= 4 then
+  if committed ~= 0 and reserved ~= 0 and #fields <= 4 and not (extra and extra[1]) then
     local r1 = values[2] + reserved
     if fields[3] then
       local r2 = values[4] + reserved
       redis.call('HSET', KEYS[1],
         fields[1], committed_after(values[1], committed, r1), fields[2], fmt(r1),
-        fields[3], committed_after(values[3], committed, r2), fields[4], fmt(r2),
-        unpack(extra or {}))
+        fields[3], committed_after(values[3], committed, r2), fields[4], fmt(r2))
     else
       redis.call('HSET', KEYS[1],
-        fields[1], committed_after(values[1], committed, r1), fields[2], fmt(r1),
-        unpack(extra or {}))
+        fields[1], committed_after(values[1], committed, r1), fields[2], fmt(r1))
     end
     return
   end
@@ -622,11 +615,10 @@ end
 
 -- === Spend aggregates ===
 
--- What one ledger entry adds to its day's row (see the layout above and
--- src/budget/redis/aggregates.rs), as field-delta pairs: `n` always (0
--- for a late settle or an adjustment, so every entry has a row), then
--- each token count and the cost that moves.
-local function aggregate_moves(rec, status, call, moved, now)
+-- Adds one ledger entry to its day's row (see the layout above and
+-- src/budget/redis/aggregates.rs): a HINCRBY per metric that moves, so a
+-- settle costs three to six small increments, and no read.
+local function aggregate(rec, status, call, moved, now)
   local model = rec.m or ''
   if call then
     model = call.model
@@ -638,43 +630,27 @@ local function aggregate_moves(rec, status, call, moved, now)
     scope = scope .. '#' .. rec.cu
   end
   local row = period_id('day', now) .. '|' .. scope .. '|' .. model .. '|'
-  local calls = 1
+  local calls = '1'
   if status == 'late' or status == 'adjustment' then
-    calls = 0
+    calls = '0'
   end
-  local moves = { row .. 'n', calls }
+  redis.call('HINCRBY', KEYS[6], row .. 'n', calls)
   if call then
     if call.input ~= '0' then
-      moves[#moves + 1] = row .. 'in'
-      moves[#moves + 1] = call.input + 0
+      redis.call('HINCRBY', KEYS[6], row .. 'in', call.input)
     end
     if call.cached ~= '0' then
-      moves[#moves + 1] = row .. 'cin'
-      moves[#moves + 1] = call.cached + 0
+      redis.call('HINCRBY', KEYS[6], row .. 'cin', call.cached)
     end
     if call.written ~= '0' then
-      moves[#moves + 1] = row .. 'cw'
-      moves[#moves + 1] = call.written + 0
+      redis.call('HINCRBY', KEYS[6], row .. 'cw', call.written)
     end
     if call.output ~= '0' then
-      moves[#moves + 1] = row .. 'out'
-      moves[#moves + 1] = call.output + 0
+      redis.call('HINCRBY', KEYS[6], row .. 'out', call.output)
     end
   end
   if moved ~= 0 then
-    moves[#moves + 1] = row .. 'usd'
-    moves[#moves + 1] = moved
-  end
-  return moves
-end
-
--- Adds one ledger entry to its day's row: a HINCRBY per metric that
--- moves. A settle on time instead reads and writes its row with its
--- counters (settle.lua), which spares those commands.
-local function aggregate(rec, status, call, moved, now)
-  local moves = aggregate_moves(rec, status, call, moved, now)
-  for i = 1, #moves, 2 do
-    redis.call('HINCRBY', KEYS[1], moves[i], fmt(moves[i + 1]))
+    redis.call('HINCRBY', KEYS[6], row .. 'usd', fmt(moved))
   end
 end
 
@@ -683,10 +659,10 @@ end
 -- `call` holds model and usage counts (strings); nil for an expiry, which
 -- books against the model its record kept (`m`), if any.
 -- `moved` is the entry's `act`: what it moved the counters by (signed).
--- The entry alone: `book` adds it to its day's aggregate row too.
+-- Every entry also goes to its day's aggregate row (`aggregate`).
 -- The fields are spelled out once per shape (with and without an org):
 -- building the entry as a list first cost more than the XADD itself.
-local function append_entry(exec_id, rec, status, call, moved, now)
+local function book(exec_id, rec, status, call, moved, now)
   local model, input, cached, written, output = rec.m or '', '0', '0', '0', '0'
   local actual = fmt(moved)
   if call then
@@ -729,11 +705,6 @@ local function append_entry(exec_id, rec, status, call, moved, now)
       'model', model, 'in', input, 'cin', cached, 'cw', written, 'out', output,
       'res', rec.a, 'act', actual, 'st', status, 'kp', rec.kp, 'at', fmt(now))
   end
-end
-
--- Books one ledger entry and adds it to its day's aggregate row.
-local function book(exec_id, rec, status, call, moved, now)
-  append_entry(exec_id, rec, status, call, moved, now)
   aggregate(rec, status, call, moved, now)
 end
 

@@ -55,8 +55,8 @@ reserved part by -held unless expiry already let go of it; a counter that
 would reach 2^53 refuses the settle (`out_of_range`) before anything is
 written, the expiry too. The counters are read in one HMGET and written
 in one HSET, however many caps the record has.
-Every entry booked also adds to its day's spend aggregate row (see
-common.lua; on time, read and written with the counters), in this same script, and names the record's customer (`cust`)
+Every entry booked also adds to its day's spend aggregate row (agg, see
+common.lua), in this same script, and names the record's customer (`cust`)
 when it has one. A settle never touches a customer's registry entry: a
 late settle after the sweep forgot the customer moves its counters (spent
 never below zero) without remembering it again.
@@ -129,23 +129,6 @@ if not pending then
   committed, reserved = call.actual - charged, 0
 end
 
-local status = 'ok'
-if charged then
-  status = 'late'
-elseif estimated then
-  status = 'estimated'
-elseif call.actual > amount + epsilon then
-  status = 'overrun'
-end
-
--- On time (the common case), the entry's aggregate row is read and
--- written with the counters, sparing a HINCRBY per metric; an entry
--- booked any other way goes through `book`, after an expiry's own.
-local row = nil
-if pending and expired_now == '0' then
-  row = aggregate_moves(rec, status, call, call.actual, now)
-end
-
 -- Each scope's committed counter and its reserved part, in one read,
 -- checked before anything is written: the key's, the org's (when the
 -- record has one), the run's, then the other caps' (`x`).
@@ -170,32 +153,10 @@ if rec.x then
     end
   end
 end
-local values
-if row then
-  local wanted = { unpack(fields) }
-  for i = 1, #row, 2 do
-    wanted[#wanted + 1] = row[i]
-  end
-  values = read_counters(wanted)
-else
-  values = read_counters(fields)
-end
+local values = read_counters(fields)
 for i = 1, #fields, 2 do
   if values[i] + (rate_moves and rate_moves[i] or committed) > MAX_SAFE then
     return { 'out_of_range', fields[i] }
-  end
-end
--- The row's fields after the entry, written with the counters.
-local extra = nil
-if row then
-  extra = {}
-  for i = 1, #row, 2 do
-    local total = values[#fields + (i + 1) / 2] + row[i + 1]
-    if math.abs(total) > MAX_SAFE then
-      return { 'out_of_range', row[i] }
-    end
-    extra[i] = row[i]
-    extra[i + 1] = fmt(total)
   end
 end
 -- A late settle below expiry's charge gives back no more than the key and
@@ -215,6 +176,15 @@ if expired_now == '1' then
   book(exec_id, rec, 'expired', nil, charged, now)
 end
 
+local status = 'ok'
+if charged then
+  status = 'late'
+elseif estimated then
+  status = 'estimated'
+elseif call.actual > amount + epsilon then
+  status = 'overrun'
+end
+
 if rate_moves then
   local moves = {}
   for i = 1, #fields, 2 do
@@ -227,16 +197,14 @@ if rate_moves then
       moves[i + 1] = reserved
     end
   end
-  write_moves(fields, values, moves, extra)
+  write_moves(fields, values, moves)
 else
-  write_counters(fields, values, committed, reserved, extra)
+  write_counters(fields, values, committed, reserved)
 end
 if pending then
   redis.call('ZREM', KEYS[3], exec_id)
 end
-if row then
-  append_entry(exec_id, rec, status, call, call.actual, now)
-elseif pending then
+if pending then
   book(exec_id, rec, status, call, call.actual - (charged or 0), now)
 else
   book(exec_id, rec, status, call, committed, now)

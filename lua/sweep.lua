@@ -22,7 +22,7 @@ this body (a test holds this list to it).
     charged (see common.lua)
   aggregate_days: rows of days before today minus this many are deleted
 Returns: {expired, forgotten, folded, more, dropped, customers, cleared}
-  `dropped` counts the aggregate fields deleted (of both hashes), `customers` the customers
+  `dropped` counts the aggregate fields deleted, `customers` the customers
   forgotten, `cleared` the spend fields the pass deleted (rate limit
   windows, forgotten customers' entries and counters, old marks).
 Ledger buffer: entries are trimmed by age in whole hours (an entry goes
@@ -31,18 +31,16 @@ and a reader paging through the ledger can notice one (`folds` changes) and
 start again. Before an entry is trimmed, its actual is added to the `:f`
 field of each scope and period it charged, in this same script, so
 `counter == folded + sum(ledger act) + sum(open amounts)` stays exact.
-Aggregate retention: the pass over the spend hash (below) deletes the
-rows of days before the first one kept. The rows of layout 2, in the agg
-hash, go by a pass of their own (HSCAN, `limit` fields a call, its cursor
-kept in the `scan` field beside the first day the pass keeps); once a pass
-ends, `kept_from` holds that day, and until the day changes a sweep costs
-one HGET. A field present when a pass starts is seen by it (HSCAN's
-guarantee); fields written meanwhile are of today, never old.
+Aggregate retention: a pass over the agg hash (HSCAN, `limit` fields a
+call, its cursor kept in the `scan` field beside the first day the pass
+keeps) deletes the fields of older days; once a pass ends, `kept_from`
+holds that day, and until the day changes a sweep costs one HGET. A field
+present when a pass starts is seen by it (HSCAN's guarantee); fields
+written meanwhile are of today, never old.
 The pass over the spend hash (HSCAN, `limit` fields a call, its state in
 the `pass` field: `<pass number> <cursor> <due> <again>`, the cursor `-`
 between passes, when the next one starts at `due`, at most a minute after
 the last ended) deletes, on each page:
-  - an aggregate row's field of a day before the first one kept;
   - a rate limit's counter (`<kind>:<id>:<minute>/requests` or `/tokens`)
     and its reserved part, for a minute before the one two minutes ago
     (`caps::forget_windows_before`; minute ids sort as text), unless a
@@ -222,34 +220,28 @@ local function pass_step(forget_ok)
     end
   elseif redis.call('EXISTS', KEYS[1]) == 0 then
     -- No books: nothing to clear, and no hash made only to say so.
-    return 0, 0, 0, false
+    return 0, 0, false
   end
   if cursor == '-' then
     -- A due further ahead than a pass's wait was written by a clock
     -- since set back.
     if due > now and due <= now + PASS_EVERY_MS then
-      return 0, 0, 0, false
+      return 0, 0, false
     end
     number, cursor, again = number + 1, '0', false
   end
   local page = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', fmt(limit))
   local items = page[2]
   local cutoff = period_id('minute', now - WINDOWS_KEPT_MS)
-  local first_day_kept = period_id('day', now - aggregate_days * 86400000)
 
-  local drop, old_rows = {}, {}
+  local drop = {}
   local bases, base_list = {}, {}
   local members, member_list = {}, {}
   local idle = {}
   for i = 1, #items, 2 do
     local field, value = items[i], items[i + 1]
     local prefix, member = string.match(field, '^(%l+):(.+)$')
-    if string.find(field, '^%d') then
-      -- An aggregate row's field: it starts with its day.
-      if string.sub(field, 1, 10) < first_day_kept then
-        old_rows[#old_rows + 1] = field
-      end
-    elseif prefix == 'seen' then
+    if prefix == 'seen' then
       local last, hold, periods = parse_seen(value)
       if forget_ok and last and last + customer_ttl <= now and hold <= now then
         idle[#idle + 1] = { member = member, periods = periods }
@@ -341,12 +333,9 @@ local function pass_step(forget_ok)
     end
   end
 
-  local cleared, rows = 0, 0
+  local cleared = 0
   if #drop > 0 then
     cleared = delete_many(drop)
-  end
-  if #old_rows > 0 then
-    rows = delete_many(old_rows)
   end
   if #forgot > 0 then
     for i = 1, #forgot, 500 do
@@ -368,15 +357,14 @@ local function pass_step(forget_ok)
   for i = 1, #marks, 1000 do
     redis.call('HSET', KEYS[1], unpack(marks, i, math.min(i + 999, #marks)))
   end
-  return #forgot, cleared, rows, more
+  return #forgot, cleared, more
 end
 
-local customers, cleared, rows, passing = 0, 0, 0, false
+local customers, cleared, passing = 0, 0, false
 if limit > 0 then
   -- With reservations still due, one of an idle customer may be open.
-  customers, cleared, rows, passing = pass_step(expired < limit)
+  customers, cleared, passing = pass_step(expired < limit)
 end
-dropped = dropped + rows
 
 local more = '0'
 if expired == limit or forgotten == limit or folded == limit or dropping or passing then

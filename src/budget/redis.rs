@@ -7,12 +7,12 @@
 //!
 //! | key              | type   | holds |
 //! |------------------|--------|-------|
-//! | `tg:{T}:spend`   | hash   | `<kind>:<id>:<counter period>` committed (spent + reserved) of a key, org, run, model group or customer (the counter period is the period id for money, `<period id>/requests` or `…/tokens` for a rate limit: `Meter::counter_period`), `…:r` its reserved part, `…:f` its folded ledger sum, `folds` the trim count, `epoch` the store epoch the books were written under; `seen:<key>/<customer>` a customer's last call (`customers`), `gone:<key>/<customer>` one forgotten, `pass` the sweep's pass over this hash; `<day>\|<key>[/<run>][#<customer>]\|<model>\|<metric>` the spend aggregate rows, moved with every ledger entry (`aggregates`) |
+//! | `tg:{T}:spend`   | hash   | `<kind>:<id>:<counter period>` committed (spent + reserved) of a key, org, run, model group or customer (the counter period is the period id for money, `<period id>/requests` or `…/tokens` for a rate limit: `Meter::counter_period`), `…:r` its reserved part, `…:f` its folded ledger sum, `folds` the trim count, `epoch` the store epoch the books were written under; `seen:<key>/<customer>` a customer's last call (`customers`), `gone:<key>/<customer>` one forgotten, `pass` the sweep's pass over this hash |
 //! | `tg:{T}:res`     | hash   | exec id → reservation record (JSON); `claim:<claim>` → the exec id holding that idempotency claim; `adj:<exec id>` → an applied adjustment's record |
 //! | `tg:{T}:pending` | zset   | open exec ids by deadline |
 //! | `tg:{T}:closed`  | zset   | expired exec ids by when their record may be forgotten; runs by when they are |
 //! | `tg:{T}:ledger`  | stream | one entry per settle, expiry or adjustment |
-//! | `tg:{T}:agg`     | hash   | the spend aggregate rows written before layout 3, read and trimmed until none is left; `kept_from`, `scan` the sweep's retention pass over them |
+//! | `tg:{T}:agg`     | hash   | `<day>\|<key>[/<run>][#<customer>]\|<model>\|<metric>` spend aggregates moved with every ledger entry (`aggregates`); `kept_from`, `scan` the sweep's retention pass |
 //! | `tg:{T}:done`    | list   | `<ms>\|<exec id>`: settled and denied records (and `adj:<exec id>`s), in the order they closed, with when each may be forgotten |
 //! | `tg:{T}:cust`    | zset   | `<key>/<customer>`, score 0: the customers remembered, in id order (`customers`) |
 //!
@@ -45,12 +45,12 @@
 //! layout change, like `agg`: a gateway of an older build passes seven
 //! keys and never names a customer.
 //!
-//! Spend aggregate rows live in the spend hash (layout 3), so a settle on
-//! time reads and writes its row in the HMGET and HSET that move its
-//! counters, where a HINCRBY per metric cost three to six more commands.
-//! Rows older than the aggregate retention (whole UTC days) are deleted
-//! by the pass over the spend hash; those of `agg`, where layout 2 kept
-//! them, by a pass of their own, bounded HSCAN pages once a day per tag.
+//! Spend aggregate rows older than the aggregate retention (whole UTC
+//! days) are deleted by the sweep, a bounded HSCAN page per call, and only
+//! once a day per tag. The `agg` key came after layout 1 without a layout
+//! change: a tag without it simply has no rows yet, and a gateway of an
+//! older build, which passes five keys, books no rows (its calls are
+//! missing from spend reports, never from the counters).
 //!
 //! Time is Redis's `TIME`. Only a test build can shift it (`test_clock`,
 //! `lua/test/clock.lua`); production scripts take no offset.

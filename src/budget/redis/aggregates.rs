@@ -1,16 +1,12 @@
-//! Reading a tag's spend aggregates (see `budget::aggregates`): rows in the
-//! tag's spend hash `tg:{T}:spend`, beside the counters, which every
-//! script that books a ledger entry also moves (`aggregate` in
-//! `lua/common.lua`; a settle on time reads and writes its row with its
-//! counters, in the same two commands), and the sweep trims by day; plus
-//! the rows of `tg:{T}:agg`, where stores of layout 2 and before kept
-//! them, until the sweep has trimmed them too.
+//! Reading a tag's spend aggregates (see `budget::aggregates`): the hash
+//! `tg:{T}:agg`, which every script that books a ledger entry also moves
+//! (`aggregate` in `lua/common.lua`), and the sweep trims by day.
 //!
 //! One field per row and metric, `<day>|<key>[/<run>][#<customer>]|<model>|<metric>`
 //! (`/<run>` for a call in a run, `#<customer>` for a call that named a
-//! customer; a row without either reads as it always did), a decimal
-//! integer each: a metric that does not move is not written, and no
-//! packed value is read or decoded.
+//! customer; a row without either reads as it always did), each moved
+//! by HINCRBY: a settle adds three to six small increments (a metric that
+//! does not move is not written), and no read or decode of a packed value.
 //! The metrics: `n` calls, `in`, `cin`, `cw`, `out` token counts, `usd` the
 //! cost in µUSD (signed). Day and metric have no `|`, and key, run and
 //! customer ids neither (nor key ids a `/`, nor any of them a `#`), so a
@@ -42,16 +38,11 @@ pub(super) async fn spend(
         {
             continue;
         }
-        let keys = TagKeys::new(tag);
-        let mut fields: Vec<(String, String)> = Vec::new();
-        for hash in [keys.spend(), keys.agg()] {
-            let mut hgetall = ::redis::cmd("HGETALL");
-            hgetall.arg(hash);
-            let read: Vec<(String, String)> = connection
-                .call(policy, "read spend aggregates", Request::Command(&hgetall))
-                .await?;
-            fields.extend(read);
-        }
+        let mut hgetall = ::redis::cmd("HGETALL");
+        hgetall.arg(TagKeys::new(tag).agg());
+        let fields: Vec<(String, String)> = connection
+            .call(policy, "read spend aggregates", Request::Command(&hgetall))
+            .await?;
         for (field, value) in fields {
             let Some((day, scope, model, metric)) = parse_field(&field) else {
                 continue;
@@ -92,8 +83,8 @@ fn org_of(tag: &str) -> Option<&str> {
     (!tag.starts_with("key:")).then_some(tag)
 }
 
-/// `(day, key, model, metric)` of a row field; `None` for any other field
-/// of the hash (counters, the sweep's own).
+/// `(day, key, model, metric)` of a row field; `None` for the sweep's own
+/// fields.
 fn parse_field(field: &str) -> Option<(&str, &str, &str, &str)> {
     let (day, rest) = field.split_at_checked(10)?;
     if !day.starts_with(|c: char| c.is_ascii_digit()) {
@@ -113,25 +104,19 @@ fn parse_scope(scope: &str) -> (&str, &str, &str) {
     (key, run, customer)
 }
 
-/// Adds one metric's value to the row (a row may be read from both
-/// hashes); `None` if it does not read. A metric this binary does not know
-/// (written by a newer one) is skipped.
+/// Adds one metric's value to the row; `None` if it does not read. A
+/// metric this binary does not know (written by a newer one) is skipped.
 fn add_metric(row: &mut SpendRow, metric: &str, value: &str) -> Option<()> {
     let count = || value.parse::<u64>().ok();
-    let total = match metric {
-        "n" => &mut row.calls,
-        "in" => &mut row.input_tokens,
-        "cin" => &mut row.cached_input_tokens,
-        "cw" => &mut row.cache_write_tokens,
-        "out" => &mut row.output_tokens,
-        "usd" => {
-            let cost: i64 = value.parse().ok()?;
-            row.cost_usd_micros = row.cost_usd_micros.checked_add(cost)?;
-            return Some(());
-        }
-        _ => return Some(()),
-    };
-    *total = total.checked_add(count()?)?;
+    match metric {
+        "n" => row.calls = count()?,
+        "in" => row.input_tokens = count()?,
+        "cin" => row.cached_input_tokens = count()?,
+        "cw" => row.cache_write_tokens = count()?,
+        "out" => row.output_tokens = count()?,
+        "usd" => row.cost_usd_micros = value.parse().ok()?,
+        _ => {}
+    }
     Some(())
 }
 

@@ -54,9 +54,8 @@ use super::RedisStore;
 use crate::budget::StoreError;
 
 /// The layout this binary reads and writes: 1 added `tg:meta` and the
-/// tags' epoch marks; 2 the `done` list and compact settled records; 3
-/// the aggregate rows in the spend hash.
-pub const LAYOUT: u64 = 3;
+/// tags' epoch marks; 2 the `done` list and compact settled records.
+pub const LAYOUT: u64 = 2;
 
 /// The store's own record, outside every hash tag.
 pub const META_KEY: &str = "tg:meta";
@@ -452,22 +451,13 @@ impl RedisStore {
                     )
                     .await?;
                 }
-                // Layout 2 lists settled and denied records in each tag's
-                // `done` list and writes a settled record packed
-                // (`settled|k|o|a|st|act|rem|by`); layout 1's JSON records
-                // and their members of `closed` are still read in place.
-                // Layout 3 keeps the spend aggregate rows in the tag's
-                // spend hash, beside the counters, so a settle reads and
-                // writes its row with them; the rows layout 2 left in
-                // `agg` are still read, and trimmed at their retention.
-                1 | 2 => {
-                    let (from, to) = (layout.to_string(), (layout + 1).to_string());
+                1 => {
                     self.run_bare(
                         policy,
-                        &self.inner.scripts.bump_layout,
-                        "migrate tg:meta to the next layout",
+                        &self.inner.scripts.migrate_layout_2,
+                        "migrate tg:meta to layout 2",
                         META_KEY,
-                        &[&from, &to],
+                        &[],
                     )
                     .await?;
                 }

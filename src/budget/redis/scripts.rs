@@ -91,7 +91,7 @@ pub(super) struct Scripts {
     pub accept_epoch: Script,
     pub mark_epoch: Script,
     pub migrate_layout_1: Script,
-    pub bump_layout: Script,
+    pub migrate_layout_2: Script,
     pub record_write: Script,
     pub records: Script,
 }
@@ -134,7 +134,7 @@ impl Scripts {
             accept_epoch: Script::new(include_str!("../../../lua/accept_epoch.lua")),
             mark_epoch: Script::new(include_str!("../../../lua/mark_epoch.lua")),
             migrate_layout_1: Script::new(include_str!("../../../lua/migrate_layout_1.lua")),
-            bump_layout: Script::new(include_str!("../../../lua/bump_layout.lua")),
+            migrate_layout_2: Script::new(include_str!("../../../lua/migrate_layout_2.lua")),
             record_write: Script::new(include_str!("../../../lua/record_write.lua")),
             records: Script::new(include_str!("../../../lua/records.lua")),
         }
@@ -158,7 +158,7 @@ impl Scripts {
             "accept_epoch" => &self.accept_epoch,
             "mark_epoch" => &self.mark_epoch,
             "migrate_layout_1" => &self.migrate_layout_1,
-            "bump_layout" => &self.bump_layout,
+            "migrate_layout_2" => &self.migrate_layout_2,
             "record_write" => &self.record_write,
             "records" => &self.records,
             _ => return None,
