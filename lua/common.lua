@@ -598,19 +598,13 @@ local function close(exec_id, rec, now, keep_ms, stored)
   redis.call('ZADD', KEYS[4], fmt(now + keep_ms), exec_id)
 end
 
--- Lists a closed record in `done` (see the layout) rather than in
--- `closed`, to be forgotten after the closed-record time `keep_ms`.
-local function list_done(exec_id, now, keep_ms)
-  redis.call('RPUSH', KEYS[7], fmt(now + keep_ms) .. '|' .. exec_id)
-end
-
--- Stores a closed record kept the closed-record time, listed in `done`.
--- The record must not be in `closed` already: one expired before it
--- settles stays there (`close`).
+-- Stores a closed record kept the closed-record time `keep_ms`, listed in
+-- `done` (see the layout) rather than in `closed`. The record must not be
+-- in `closed` already: one expired before it settles stays there (`close`).
 local function close_for_retries(exec_id, rec, now, keep_ms, stored)
   release_claim(exec_id, rec, now)
   redis.call('HSET', KEYS[2], exec_id, stored or cjson.encode(rec))
-  list_done(exec_id, now, keep_ms)
+  redis.call('RPUSH', KEYS[7], fmt(now + keep_ms) .. '|' .. exec_id)
 end
 
 -- === Spend aggregates ===

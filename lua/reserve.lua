@@ -87,11 +87,8 @@ tg:meta, marks the tag (mark_epoch.lua) only if the store still holds the
 epoch it saw, and asks again; so no reserve is charged against books that
 vanished. Idempotent on exec_id (a retry returns the first answer, also
 after that reservation was settled or expired, until its record is
-forgotten; a call without a claim writes its record with HSETNX once
-decided, before anything else, so a retry is found there without a read
-first and writes nothing), and an exec id with a record is never a
-duplicate, so the gateway's own retry of a claimed reserve gets its
-first answer; a
+forgotten), and an exec id with a record is never a duplicate, so the
+gateway's own retry of a claimed reserve gets its first answer; a
 reservation the lazy sweep expires is charged what on_expiry says, with an
 `expired` ledger entry of that charge (added to its day's spend aggregate
 row, see common.lua); a denial or a duplicate charges
@@ -259,36 +256,21 @@ if lazy_at <= now or lazy_at > now + LAZY_EVERY_MS then
   end
 end
 
--- A retry gets the first answer, from the record it left.
-local function answer(first)
+-- The record and the claim's holder in one read.
+local first, holder
+if claim ~= '' then
+  local raw = redis.call('HMGET', KEYS[2], exec_id, claim_field(claim))
+  first, holder = decode_record(raw[1]), raw[2]
+else
+  first = load_record(exec_id)
+end
+if first then
   mark_swept(swept, now)
   if first.s == 'denied' then
     return { 'denied', fmt(expired), first.dk, first.di, first.dm or 'usd', first.dp, first.dc,
       first.dr, first.at }
   end
   return { 'reserved', fmt(expired), first.a }
-end
-
--- Stores the record of the call now decided, unless one is there (the
--- call is a retry): without a claim, the record is not read first but
--- written with HSETNX, which answers whether one was there. Returns the
--- first answer for a retry, nil once stored.
-local function store_first(encoded)
-  if redis.call('HSETNX', KEYS[2], exec_id, encoded) == 0 then
-    return answer(load_record(exec_id))
-  end
-  return nil
-end
-
--- With a claim, the record and the claim's holder in one read.
-local holder
-if claim ~= '' then
-  local raw = redis.call('HMGET', KEYS[2], exec_id, claim_field(claim))
-  local first = decode_record(raw[1])
-  if first then
-    return answer(first)
-  end
-  holder = raw[2]
 end
 
 local held = holder and load_record(holder)
@@ -360,15 +342,7 @@ local function deny(scope, committed)
     dc = fmt(scope.cap), dr = fmt(remaining), at = fmt(now),
     dm = scope.meter ~= 'usd' and scope.meter or nil,
   }
-  if claim == '' then
-    local first = store_first(cjson.encode(denial))
-    if first then
-      return first
-    end
-    list_done(exec_id, now, keep_ms)
-  else
-    close_for_retries(exec_id, denial, now, keep_ms)
-  end
+  close_for_retries(exec_id, denial, now, keep_ms)
   mark_swept(swept, now)
   return { 'denied', fmt(expired), denial.dk, denial.di, scope.meter, denial.dp, denial.dc,
     denial.dr, denial.at }
@@ -416,13 +390,6 @@ if #caps > 0 then
   end
   rec.x = x
 end
--- Stored first: a retry writes nothing more.
-if claim == '' then
-  local first = store_first(cjson.encode(rec))
-  if first then
-    return first
-  end
-end
 -- The run's cap, fixed now, and when the lazy sweep is next due go in
 -- the same write as the counters.
 local extra = {}
@@ -468,16 +435,18 @@ else
   write_moves(fields, values, moves, extra)
 end
 touch_run(rec, now)
+local records = { exec_id, cjson.encode(rec) }
 if claim ~= '' then
-  local records = { exec_id, cjson.encode(rec), claim_field(claim), exec_id }
+  records[3] = claim_field(claim)
+  records[4] = exec_id
   -- A holder past its deadline loses the claim to this reservation.
   if held and held.c then
     held.c = nil
     records[5] = holder
     records[6] = cjson.encode(held)
   end
-  redis.call('HSET', KEYS[2], unpack(records))
 end
+redis.call('HSET', KEYS[2], unpack(records))
 redis.call('ZADD', KEYS[3], rec.d, exec_id)
 local reply = { 'reserved', fmt(expired), rec.a }
 for i = 1, #scopes do
