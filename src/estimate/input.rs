@@ -12,7 +12,7 @@ use super::images::{self, ImageRule, IMAGE_TYPES};
 use crate::api::Api;
 use crate::prices::MAX_INPUT_BYTES_PER_TOKEN;
 use crate::provider::ProviderKind;
-use crate::tokenizer::cache::CountCache;
+use crate::tokenizer::cache::{CountCache, MIN_CACHED_BYTES};
 use crate::tokenizer::Tokenizer;
 
 /// Tokens framing each message or input item (role markers, separators):
@@ -126,6 +126,7 @@ fn input_tokens_in(
         context_window,
         images: images::rule_for(model),
         tokens: TOKENS_PER_REPLY,
+        long_texts: Vec::new(),
     };
     for (key, value) in body {
         match key.as_str() {
@@ -164,18 +165,21 @@ fn input_tokens_in(
             }
         }
     }
-    tally.tokens
+    tally.finish()
 }
 
-struct Tally<'a> {
+struct Tally<'a, 'b> {
     cache: &'a CountCache,
     counter: TokenCounter,
     context_window: u64,
     images: ImageRule,
     tokens: u64,
+    /// The texts the cache keeps counts of, in the body's order, counted
+    /// together at the end as one sequence (`CountCache::count_all`).
+    long_texts: Vec<&'b str>,
 }
 
-impl Tally<'_> {
+impl<'b> Tally<'_, 'b> {
     fn add(&mut self, tokens: u64) {
         self.tokens = self.tokens.saturating_add(tokens);
     }
@@ -184,11 +188,27 @@ impl Tally<'_> {
         self.counter.count_in(self.cache, text)
     }
 
-    fn walk(&mut self, value: &Value) {
+    /// A string's tokens: now if short or counted by bytes, at the end
+    /// with the body's other long texts if the cache keeps its count.
+    fn text(&mut self, text: &'b str) {
+        match self.counter {
+            TokenCounter::Exact(_) if text.len() >= MIN_CACHED_BYTES => self.long_texts.push(text),
+            _ => self.add(self.count(text)),
+        }
+    }
+
+    fn finish(mut self) -> u64 {
+        if let TokenCounter::Exact(tokenizer) = self.counter {
+            self.add(tokenizer.count_all_in(self.cache, &self.long_texts));
+        }
+        self.tokens
+    }
+
+    fn walk(&mut self, value: &'b Value) {
         match value {
             Value::Null => {}
             Value::Bool(_) | Value::Number(_) => self.add(1),
-            Value::String(text) => self.add(self.count(text)),
+            Value::String(text) => self.text(text),
             Value::Array(items) => items.iter().for_each(|item| self.walk(item)),
             Value::Object(map) => {
                 let kind = map.get("type").and_then(Value::as_str).unwrap_or("");

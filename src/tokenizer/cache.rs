@@ -9,6 +9,14 @@
 //! Texts shorter than [`MIN_CACHED_BYTES`] count faster than they hash
 //! and are counted each time.
 //!
+//! A conversation's long texts are also remembered as a sequence
+//! ([`CountCache::count_all`]): the count of its first texts, in order,
+//! under the hash of all of them. A turn that resends the last turn's
+//! texts and adds a few finds that sum under one hash of the whole
+//! conversation, taken in BLAKE3's wide lanes, and hashes alone only the
+//! texts it adds; hashed one by one, a message of a few KB runs in one
+//! lane, several times slower per byte.
+//!
 //! The memory is bounded (`server.token_count_cache_mb`): the cache is
 //! split into shards, each a current and a previous generation of at
 //! most a fixed number of entries. A hit in the previous generation moves
@@ -35,6 +43,23 @@ pub const DEFAULT_CACHE_MB: u64 = 64;
 const BUCKET_BYTES: u64 = std::mem::size_of::<(Key, u64)>() as u64 + 1;
 
 const SHARDS: usize = 16;
+
+/// A sequence's hash starts with its tokenizer's id with this bit set,
+/// where a lone text's starts with the id alone (ids are below 128), so
+/// no sequence is ever read as a text or the other way round.
+const SEQUENCE: u8 = 0x80;
+
+/// How many of a sequence's last texts are looked for as the end of a
+/// sequence remembered before: the texts a turn adds (a reply, tool
+/// calls and their results, the next message) are looked past.
+const TAIL: usize = 8;
+
+/// Sequences of fewer texts are counted text by text.
+const MIN_SEQUENCE: usize = 4;
+
+/// The texts before the tail are copied into a buffer of this size and
+/// hashed a buffer at a time, so BLAKE3 hashes its chunks side by side.
+const STAGE_BYTES: usize = 64 << 10;
 
 /// The count of a text: its hash (128 bits) and its length in bytes.
 type Key = (u128, u32);
@@ -145,6 +170,59 @@ impl CountCache {
         tokens
     }
 
+    /// The summed count of `texts` by the tokenizer `tokenizer`, each
+    /// counted as [`CountCache::count`] counts it: the sum of the longest
+    /// run of their first texts remembered as a sequence (looked for among
+    /// the last [`TAIL`] boundaries), plus the texts after it one by one.
+    /// The sequence's sum is then kept at each boundary past it.
+    pub fn count_all(&self, tokenizer: u8, texts: &[&str], count: impl Fn(&str) -> u64) -> u64 {
+        self.count_sequence(tokenizer, texts, count).0
+    }
+
+    /// [`CountCache::count_all`], and how many texts the sequence found
+    /// covered.
+    fn count_sequence(
+        &self,
+        tokenizer: u8,
+        texts: &[&str],
+        count: impl Fn(&str) -> u64,
+    ) -> (u64, usize) {
+        let one_by_one = |texts: &[&str]| -> u64 {
+            texts
+                .iter()
+                .map(|text| self.count(tokenizer, text, &count))
+                .fold(0, u64::saturating_add)
+        };
+        if texts.len() < MIN_SEQUENCE || self.per_generation == 0 {
+            return (one_by_one(texts), 0);
+        }
+        let boundaries = sequence_keys(tokenizer, texts);
+        // `boundaries[i]` ends after text `first + i`.
+        let first = texts.len() - boundaries.len();
+        let found = boundaries.iter().enumerate().rev().find_map(|(i, &key)| {
+            let shard = &self.shards[(key.0 >> 64) as usize % SHARDS];
+            self.lookup(shard, key).map(|sum| (first + i, sum))
+        });
+        // A hit for each text whose count the sequence served, as if
+        // each had been found by itself.
+        let (counted, mut sum) = match found {
+            Some((last, sum)) => {
+                self.hits.inc_by(last as u64 + 1);
+                (last + 1, sum)
+            }
+            None => (0, 0),
+        };
+        // The texts after the sequence found, each by itself; each boundary
+        // past it keeps its sum for the turns to come.
+        for (at, text) in texts.iter().enumerate().skip(counted) {
+            sum = sum.saturating_add(self.count(tokenizer, text, &count));
+            if let Some(&key) = at.checked_sub(first).and_then(|i| boundaries.get(i)) {
+                self.keep(&self.shards[(key.0 >> 64) as usize % SHARDS], key, sum);
+            }
+        }
+        (sum, counted)
+    }
+
     fn lookup(&self, shard: &Mutex<Shard>, key: Key) -> Option<u64> {
         let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(&tokens) = shard.current.get(&key) {
@@ -182,6 +260,48 @@ impl CountCache {
 }
 
 static GLOBAL: OnceLock<CountCache> = OnceLock::new();
+
+/// The keys of the sequences `texts` begins with, one per boundary among
+/// the last [`TAIL`] (the last: all of them): BLAKE3 over the tokenizer's
+/// id with [`SEQUENCE`] set, then each text as its length (8 bytes,
+/// little-endian) and its bytes. The texts before the tail are staged in
+/// a buffer and hashed a buffer at a time; a tail text is hashed alone,
+/// as each boundary needs the hash so far.
+fn sequence_keys(tokenizer: u8, texts: &[&str]) -> Vec<Key> {
+    let head = texts.len().saturating_sub(TAIL);
+    let mut hasher = blake3::Hasher::new();
+    let mut staged = Vec::with_capacity(STAGE_BYTES);
+    staged.push(tokenizer | SEQUENCE);
+    let mut length = 1u64;
+    for text in &texts[..head] {
+        for part in [&(text.len() as u64).to_le_bytes()[..], text.as_bytes()] {
+            length += part.len() as u64;
+            let mut part = part;
+            while !part.is_empty() {
+                let take = part.len().min(STAGE_BYTES - staged.len());
+                staged.extend_from_slice(&part[..take]);
+                part = &part[take..];
+                if staged.len() == STAGE_BYTES {
+                    hasher.update(&staged);
+                    staged.clear();
+                }
+            }
+        }
+    }
+    hasher.update(&staged);
+    texts[head..]
+        .iter()
+        .map(|text| {
+            hasher.update(&(text.len() as u64).to_le_bytes());
+            hasher.update(text.as_bytes());
+            length += 8 + text.len() as u64;
+            let digest = hasher.finalize();
+            let hash = u128::from_le_bytes(digest.as_bytes()[..16].try_into().unwrap_or_default());
+            // The length beside the hash, as a text's: the low 32 bits.
+            (hash, length as u32)
+        })
+        .collect()
+}
 
 #[cfg(test)]
 mod tests {
@@ -235,6 +355,104 @@ mod tests {
         // Full, it holds no more memory than it was given.
         assert!(cache.held().1 <= 1 << 20, "{} bytes", cache.held().1);
         assert!(cache.held().1 > 1 << 18, "{} bytes", cache.held().1);
+    }
+
+    /// Counts each text as its length, and how many texts were counted.
+    fn counting() -> (
+        std::cell::Cell<usize>,
+        impl Fn(&std::cell::Cell<usize>, &str) -> u64,
+    ) {
+        (
+            std::cell::Cell::new(0),
+            |counted: &std::cell::Cell<usize>, text: &str| {
+                counted.set(counted.get() + 1);
+                text.len() as u64
+            },
+        )
+    }
+
+    #[test]
+    fn a_resent_sequence_is_found_and_only_the_texts_added_are_counted() {
+        let cache = CountCache::new(4);
+        let (counted, count) = counting();
+        let mut texts: Vec<String> = (0..40).map(text).collect();
+        let sum = |texts: &[String]| texts.iter().map(|t| t.len() as u64).sum::<u64>();
+        // The sum, and how many texts the sequence found covered.
+        let found = std::cell::Cell::new(0);
+        let all = |texts: &[String]| {
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let (tokens, covered) = cache.count_sequence(1, &texts, |t| count(&counted, t));
+            found.set(covered);
+            tokens
+        };
+        assert_eq!(all(&texts), sum(&texts));
+        assert_eq!((counted.get(), found.get()), (40, 0));
+        // The same turn again: found whole, nothing counted, a hit for
+        // each text.
+        let hits = cache.hits.get();
+        assert_eq!(all(&texts), sum(&texts));
+        assert_eq!((counted.get(), found.get()), (40, 40));
+        assert_eq!(cache.hits.get(), hits + 40);
+        // Each turn adds a reply and a message, or a few tool results:
+        // only those are counted.
+        for (turn, added) in [2, 1, 3, 7].into_iter().enumerate() {
+            let (before, earlier) = (counted.get(), texts.len());
+            texts.extend((0..added).map(|i| text(1000 + 10 * turn + i)));
+            assert_eq!(all(&texts), sum(&texts), "turn {turn}");
+            assert_eq!(counted.get() - before, added, "turn {turn}");
+            // The earlier texts came as one sequence, not one by one.
+            assert_eq!(found.get(), earlier, "turn {turn}");
+        }
+        // More texts added than the tail looks past: the sequence is not
+        // found, the texts come one by one, each remembered by itself.
+        let before = counted.get();
+        texts.extend((0..TAIL + 1).map(|i| text(2000 + i)));
+        assert_eq!(all(&texts), sum(&texts));
+        assert_eq!((counted.get() - before, found.get()), (TAIL + 1, 0));
+        // A text changed early in the conversation: the sequence is another
+        // one, and only the changed text is counted afresh.
+        let before = counted.get();
+        texts[3] = text(3000);
+        assert_eq!(all(&texts), sum(&texts));
+        assert_eq!((counted.get() - before, found.get()), (1, 0));
+        // Texts dropped from the end: a sequence kept at an earlier
+        // boundary is found.
+        texts.truncate(texts.len() - 2);
+        let before = counted.get();
+        assert_eq!(all(&texts), sum(&texts));
+        assert_eq!((counted.get(), found.get()), (before, texts.len()));
+    }
+
+    #[test]
+    fn a_sequence_is_never_read_as_a_text_nor_as_another_tokenizers() {
+        let cache = CountCache::new(4);
+        let (counted, count) = counting();
+        // Texts of 300 bytes: their lengths' bytes are all ASCII, so the
+        // bytes a sequence hashes (after its first) are a valid text too.
+        let texts: Vec<String> = (0..5).map(|i| format!("{i:0>300}")).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        cache.count_all(1, &refs, |t| count(&counted, t));
+        let framed: String = texts
+            .iter()
+            .map(|t| {
+                let length = (t.len() as u64).to_le_bytes();
+                format!("{}{t}", std::str::from_utf8(&length).unwrap())
+            })
+            .collect();
+        let before = counted.get();
+        assert_eq!(
+            cache.count(1, &framed, |t| count(&counted, t)),
+            framed.len() as u64
+        );
+        assert_eq!(
+            counted.get(),
+            before + 1,
+            "counted afresh, not read as the sequence"
+        );
+        // Another tokenizer's sequence of the same texts is its own.
+        let before = counted.get();
+        cache.count_all(2, &refs, |t| count(&counted, t));
+        assert_eq!(counted.get(), before + 5);
     }
 
     #[test]

@@ -112,6 +112,12 @@ impl Tokenizer {
         cache.count(self.id, text, |text| self.count_afresh(text))
     }
 
+    /// The summed count of `texts`, remembered in `cache` one by one and
+    /// as a sequence (see [`CountCache::count_all`]).
+    pub fn count_all_in(&self, cache: &CountCache, texts: &[&str]) -> u64 {
+        cache.count_all(self.id, texts, |text| self.count_afresh(text))
+    }
+
     /// The number of tokens `text` encodes to, counted now.
     pub fn count_afresh(&self, text: &str) -> u64 {
         let mut scratch = merge::Scratch::default();
