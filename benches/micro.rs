@@ -466,7 +466,7 @@ fn conversation_turns(c: &mut Criterion) {
     let turn = |body: &Bytes| {
         let call = parse(body);
         let bound = estimate(&call, &price, counter);
-        (bound, call.forward_body())
+        (bound, call.forward_body().to_bytes())
     };
     let mut group = c.benchmark_group("conversation_turn");
     group.sample_size(20);

@@ -4,18 +4,20 @@
 //! without anything that could change the response's encoding, so usage
 //! can still be read.
 
+mod payload;
+
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Uri};
-use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub use payload::Payload;
+
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, Payload>;
 
 /// Builds the shared client: TCP_NODELAY so streamed tokens are not held
 /// back by Nagle's algorithm, HTTP/2 where the provider offers it.
@@ -73,9 +75,9 @@ pub fn request_to(
     base_url: &Uri,
     path_and_query: &str,
     client_headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Request<Full<Bytes>>, http::Error> {
-    let mut request = Request::new(Full::new(body));
+    body: Payload,
+) -> Result<Request<Payload>, http::Error> {
+    let mut request = Request::new(body);
     *request.method_mut() = Method::POST;
     *request.uri_mut() = provider_uri(base_url, path_and_query)?;
     let headers = request.headers_mut();
@@ -171,7 +173,7 @@ mod tests {
         client.insert("x-goog-api-key", HeaderValue::from_static("tg-key"));
         client.insert("x-request-tag", HeaderValue::from_static("kept"));
         let base = "http://127.0.0.1:9".parse().unwrap();
-        let sent = request_to(&base, "/v1/chat/completions", &client, Bytes::new()).unwrap();
+        let sent = request_to(&base, "/v1/chat/completions", &client, Payload::default()).unwrap();
         assert!(!sent
             .headers()
             .keys()

@@ -108,7 +108,7 @@ async fn try_forward(
     let body = body.collect().await?.to_bytes();
     let path = parts.uri.path_and_query().map_or("/", |path| path.as_str());
     let uri: Uri = format!("http://{}{path}", proxy.upstream).parse()?;
-    let mut upstream_request = Request::new(Full::new(body));
+    let mut upstream_request = Request::new(tollgate::upstream::Payload::from(body));
     *upstream_request.method_mut() = parts.method;
     *upstream_request.uri_mut() = uri;
     let headers = upstream_request.headers_mut();

@@ -5,7 +5,6 @@
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Uri};
-use http_body_util::Full;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{Map, Value};
 
@@ -13,6 +12,7 @@ use super::{
     Adjustment, CustomerList, KeyList, KeyUpdate, NewKey, NewOrg, OrgUpdate, Page, SpendQuery,
 };
 use crate::config::Secret;
+use crate::upstream::Payload;
 
 /// Where every admin route lives.
 const PREFIX: &str = "/admin/v1";
@@ -72,11 +72,7 @@ impl ApiRequest {
 
     /// The HTTP request to the API at `base` (which may carry a path
     /// prefix, e.g. behind a reverse proxy), carrying the admin key.
-    pub fn to_http(
-        &self,
-        base: &Uri,
-        admin_key: &Secret,
-    ) -> Result<Request<Full<Bytes>>, http::Error> {
+    pub fn to_http(&self, base: &Uri, admin_key: &Secret) -> Result<Request<Payload>, http::Error> {
         let prefix = base.path().trim_end_matches('/');
         let mut parts = base.clone().into_parts();
         parts.path_and_query = Some(format!("{prefix}{}", self.path_and_query()).parse()?);
@@ -97,7 +93,7 @@ impl ApiRequest {
         if self.body.is_some() {
             request = request.header(header::CONTENT_TYPE, "application/json");
         }
-        request.body(Full::new(body))
+        request.body(Payload::from(body))
     }
 }
 

@@ -17,7 +17,6 @@ use bytes::Bytes;
 use chrono::Utc;
 use hmac::{Hmac, Mac};
 use http::{header, Method, Request};
-use http_body_util::Full;
 use sha2::Sha256;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::MissedTickBehavior;
@@ -27,7 +26,7 @@ use crate::budget::AlertQueue;
 use crate::budget::BudgetStore;
 use crate::config::{AlertsConfig, Webhook};
 use crate::metrics::Metrics;
-use crate::upstream::{self, UpstreamClient};
+use crate::upstream::{self, Payload, UpstreamClient};
 
 /// How often the store is asked for due alerts.
 pub const TICK: Duration = Duration::from_millis(500);
@@ -177,7 +176,7 @@ impl Sender {
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::USER_AGENT, "tollgate")
             .header(SIGNATURE_HEADER, signature)
-            .body(Full::new(Bytes::from(alert.body.clone())))
+            .body(Payload::from(Bytes::from(alert.body.clone())))
             .map_err(|error| error.to_string())?;
         match tokio::time::timeout(SEND_TIMEOUT, self.client.request(request)).await {
             Ok(Ok(response)) if response.status().is_success() => Ok(()),

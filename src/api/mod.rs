@@ -23,6 +23,7 @@ use serde_json::{Map, Value};
 use crate::error::{GatewayError, Shape};
 use crate::prices::PricedOptions;
 use crate::provider::OUTPUT_LIMIT_FIELDS;
+use crate::upstream::Payload;
 
 pub(crate) use json::parse_unambiguous;
 pub(crate) use rules::service_tier;
@@ -186,15 +187,16 @@ impl Call {
         self.thinking_budget > 0 && !self.thinking_beside_limit
     }
 
-    /// The body to forward.
-    pub fn forward_body(&self) -> Bytes {
+    /// The body to forward: the client's bytes, with the members the
+    /// gateway touched spliced in.
+    pub fn forward_body(&self) -> Payload {
         if self.touched.is_empty() {
-            return self.original.clone();
+            return Payload::from(self.original.clone());
         }
         match splice::splice(&self.original, &self.body, &self.touched) {
-            Some(spliced) => Bytes::from(spliced),
+            Some(parts) => Payload::from_parts(parts),
             // Serialising a parsed JSON map cannot fail.
-            None => Bytes::from(serde_json::to_vec(&self.body).unwrap_or_default()),
+            None => Payload::from(serde_json::to_vec(&self.body).unwrap_or_default()),
         }
     }
 

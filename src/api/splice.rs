@@ -12,8 +12,13 @@
 //! gateway checked and priced, whitespace and escapes aside.
 //!
 //! Finding the members is one pass over the bytes that jumps from quote to
-//! quote inside strings (`memchr`), where a conversation's bytes are.
+//! quote inside strings (`memchr`), where a conversation's bytes are. The
+//! result is parts, not a copy: the client's bytes as slices of the buffer
+//! they came in, the members written anew between them.
 
+use std::ops::Range;
+
+use bytes::Bytes;
 use memchr::memchr2;
 use serde_json::{Map, Value};
 
@@ -31,19 +36,19 @@ struct Member {
 }
 
 /// `original` (one JSON object, as parsed into `body`) with each member
-/// named in `touched` written as `body` has it now; `None` if the bytes are
-/// not the object they were parsed as, when the caller serialises the
-/// whole body instead.
+/// named in `touched` written as `body` has it now, as the parts to send
+/// in order; `None` if the bytes are not the object they were parsed as,
+/// when the caller serialises the whole body instead.
 pub(super) fn splice(
-    original: &[u8],
+    original: &Bytes,
     body: &Map<String, Value>,
     touched: &[String],
-) -> Option<Vec<u8>> {
+) -> Option<Vec<Bytes>> {
     let (members, close) = members(original)?;
     let is_touched = |key: &String| touched.contains(key);
-    let mut out = Vec::with_capacity(original.len() + 64);
+    let mut out = Parts::new(original);
     // The opening brace and the space after it.
-    out.extend_from_slice(&original[..members.first().map_or(close, |first| first.start)]);
+    out.keep(0..members.first().map_or(close, |first| first.start));
     let mut kept = 0usize;
     // The end of the last member written as the client wrote it, whose
     // separator to the next one is the client's too.
@@ -58,18 +63,16 @@ pub(super) fn splice(
             None
         };
         match previous_end {
-            Some(end) if i > 0 && members[i - 1].end == end => {
-                out.extend_from_slice(&original[end..member.start])
-            }
-            _ if kept > 0 => out.push(b','),
+            Some(end) if i > 0 && members[i - 1].end == end => out.keep(end..member.start),
+            _ if kept > 0 => out.write(b","),
             _ => {}
         }
         match value {
             Some(value) => {
-                out.extend_from_slice(&original[member.start..member.value_start]);
-                out.extend_from_slice(&value);
+                out.keep(member.start..member.value_start);
+                out.write(&value);
             }
-            None => out.extend_from_slice(&original[member.start..member.end]),
+            None => out.keep(member.start..member.end),
         }
         previous_end = Some(member.end);
         kept += 1;
@@ -80,17 +83,79 @@ pub(super) fn splice(
         }
         if let Some(value) = body.get(key) {
             if kept > 0 {
-                out.push(b',');
+                out.write(b",");
             }
-            out.extend(serde_json::to_vec(key).ok()?);
-            out.push(b':');
-            out.extend(serde_json::to_vec(value).ok()?);
+            out.write(&serde_json::to_vec(key).ok()?);
+            out.write(b":");
+            out.write(&serde_json::to_vec(value).ok()?);
             kept += 1;
         }
     }
     // The closing brace and what follows.
-    out.extend_from_slice(&original[close..]);
-    Some(out)
+    out.keep(close..original.len());
+    Some(out.finish())
+}
+
+/// The parts of a spliced body as they are built: runs of the client's
+/// bytes kept as one slice each, what is written between them gathered
+/// in one small buffer.
+struct Parts<'a> {
+    original: &'a Bytes,
+    parts: Vec<Bytes>,
+    /// The client's bytes kept since the last part, not yet a part.
+    kept: Option<Range<usize>>,
+    written: Vec<u8>,
+}
+
+impl<'a> Parts<'a> {
+    fn new(original: &'a Bytes) -> Parts<'a> {
+        Parts {
+            original,
+            parts: Vec::new(),
+            kept: None,
+            written: Vec::new(),
+        }
+    }
+
+    /// Keeps `range` of the client's bytes, joined to the range kept just
+    /// before when they touch.
+    fn keep(&mut self, range: Range<usize>) {
+        if range.is_empty() {
+            return;
+        }
+        self.flush_written();
+        match &mut self.kept {
+            Some(kept) if kept.end == range.start => kept.end = range.end,
+            _ => {
+                self.flush_kept();
+                self.kept = Some(range);
+            }
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.flush_kept();
+        self.written.extend_from_slice(bytes);
+    }
+
+    fn flush_kept(&mut self) {
+        if let Some(range) = self.kept.take() {
+            self.parts.push(self.original.slice(range));
+        }
+    }
+
+    fn flush_written(&mut self) {
+        if !self.written.is_empty() {
+            self.parts
+                .push(Bytes::from(std::mem::take(&mut self.written)));
+        }
+    }
+
+    fn finish(mut self) -> Vec<Bytes> {
+        self.flush_kept();
+        self.flush_written();
+        self.parts
+    }
 }
 
 /// The top-level members of the object in `bytes`, and where its closing
@@ -201,6 +266,10 @@ mod tests {
 
     use super::*;
 
+    fn joined(parts: Vec<Bytes>) -> Vec<u8> {
+        parts.concat()
+    }
+
     /// Parses `text`, applies `change` to the parsed body, and splices
     /// the members it names: the result must parse to the changed body.
     fn spliced(
@@ -211,7 +280,9 @@ mod tests {
         let mut body: Map<String, Value> = serde_json::from_str(text).unwrap();
         change(&mut body);
         let touched: Vec<String> = touched.iter().map(|key| (*key).to_owned()).collect();
-        let out = splice(text.as_bytes(), &body, &touched).expect("spliced");
+        let out = joined(
+            splice(&Bytes::copy_from_slice(text.as_bytes()), &body, &touched).expect("spliced"),
+        );
         let reparsed: Map<String, Value> = serde_json::from_slice(&out).unwrap();
         assert_eq!(reparsed, body, "{}", String::from_utf8_lossy(&out));
         String::from_utf8(out).unwrap()
@@ -353,7 +424,7 @@ mod tests {
                     _ => {}
                 }
             }
-            let out = splice(text.as_bytes(), &body, &touched).expect(&text);
+            let out = joined(splice(&Bytes::from(text.clone()), &body, &touched).expect(&text));
             let reread: Map<String, Value> = serde_json::from_slice(&out)
                 .unwrap_or_else(|e| panic!("{e}: {text} -> {}", String::from_utf8_lossy(&out)));
             assert_eq!(reread, body, "{text}");
@@ -365,7 +436,7 @@ mod tests {
         let body = Map::new();
         let touched = vec!["a".to_owned()];
         for text in ["[]", "{\"a\":1", "{\"a\" 1}", "{\"a\":\"x}", ""] {
-            assert_eq!(splice(text.as_bytes(), &body, &touched), None, "{text}");
+            assert_eq!(splice(&Bytes::from(text), &body, &touched), None, "{text}");
         }
     }
 }

@@ -31,7 +31,6 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use http::header::{HeaderMap, CONTENT_TYPE};
 use http::{Request, Uri};
-use http_body_util::Full;
 
 pub use credentials::{Credential, Credentials};
 pub use stream::{Frames, StreamKind, StreamMeter};
@@ -41,6 +40,7 @@ use crate::config::Provider;
 use crate::error::{GatewayError, Shape};
 use crate::prices::ModelPrice;
 use crate::provider::ProviderKind;
+use crate::upstream::Payload;
 use crate::usage::Reported;
 
 /// What a proxied route asks of the gateway.
@@ -240,8 +240,8 @@ pub fn upstream_request(
     route: &Route,
     model: &str,
     headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Request<Full<Bytes>>, http::Error> {
+    body: Payload,
+) -> Result<Request<Payload>, http::Error> {
     match provider.kind {
         ProviderKind::OpenAi => {
             openai::upstream_request(provider, credential, route, headers, body)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{HeaderMap, CONTENT_LENGTH};
 use http::Request;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
@@ -19,6 +19,7 @@ use crate::family::{self, Credential, Route};
 use crate::gateway::Gateway;
 use crate::money::{parse_usd, UsdMicros, MAX_USD_MICROS};
 use crate::prices::{ModelPrice, TierRequest};
+use crate::upstream::Payload;
 
 use super::customer::customer_of;
 
@@ -68,7 +69,7 @@ pub struct Admitted<'g> {
     pub estimate: Estimate,
     /// The provider's request, built before reserving: a request that
     /// cannot be sent costs nothing.
-    pub upstream: Request<Full<Bytes>>,
+    pub upstream: Request<Payload>,
 }
 
 pub async fn admit<'g>(
@@ -165,7 +166,7 @@ fn upstream_request(
     route: &Route,
     headers: &HeaderMap,
     call: &Call,
-) -> Result<Request<Full<Bytes>>, GatewayError> {
+) -> Result<Request<Payload>, GatewayError> {
     let body = call.forward_body();
     family::upstream_request(provider, credential, route, call.served_as(), headers, body).map_err(|error| {
         tracing::error!(provider = %provider.name, %error, "could not build the provider request");

@@ -74,11 +74,18 @@ async fn count(
         provider: provider.name.clone(),
         charged: None,
     };
-    let upstream = family::upstream_request(provider, &credential, route, &model, headers, body)
-        .map_err(|error| {
-            tracing::error!(provider = %provider.name, %error, "could not build the provider request");
-            unreachable()
-        })?;
+    let upstream = family::upstream_request(
+        provider,
+        &credential,
+        route,
+        &model,
+        headers,
+        body.into(),
+    )
+    .map_err(|error| {
+        tracing::error!(provider = %provider.name, %error, "could not build the provider request");
+        unreachable()
+    })?;
     let limit = gateway.config.server.upstream_timeout;
     let timed_out = || GatewayError::UpstreamTimeout {
         provider: provider.name.clone(),

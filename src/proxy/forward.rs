@@ -8,10 +8,9 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::HeaderValue;
 use http::{Request, Response};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use tokio::time::{timeout_at, Instant};
 
 use crate::api::Call;
@@ -22,6 +21,7 @@ use crate::family::{self, body_usage, Route};
 use crate::gateway::Gateway;
 use crate::metered::MeteredBody;
 use crate::settle::SettleTicket;
+use crate::upstream::Payload;
 use crate::upstream::UpstreamClient;
 
 use super::admit::Admitted;
@@ -30,7 +30,7 @@ use super::admit::Admitted;
 /// can outlive the client's request.
 struct Exchange {
     client: UpstreamClient,
-    request: Request<Full<Bytes>>,
+    request: Request<Payload>,
     call: Call,
     route: Route,
     estimate: Estimate,

@@ -12,15 +12,14 @@ mod usage;
 pub use request::DEFAULT_MAX_USES;
 pub(crate) use usage::body_usage;
 
-use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::Request;
-use http_body_util::Full;
 
 use super::{Action, Credential, Route};
 use crate::api::Api;
 use crate::config::Provider;
 use crate::provider::ProviderKind;
+use crate::upstream::Payload;
 
 /// Anthropic's API version when the client sends none.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -57,8 +56,8 @@ pub(super) fn upstream_request(
     credential: &Credential,
     route: &Route,
     headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Request<Full<Bytes>>, http::Error> {
+    body: Payload,
+) -> Result<Request<Payload>, http::Error> {
     let path = match route.action {
         Action::Call => route.api.path(),
         Action::CountTokens => COUNT_TOKENS_PATH,

@@ -22,7 +22,6 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::Request;
-use http_body_util::Full;
 
 use super::openai;
 use super::{Action, Credential, Route};
@@ -30,6 +29,7 @@ use crate::api::{Api, Call};
 use crate::config::Provider;
 use crate::error::GatewayError;
 use crate::provider::ProviderKind;
+use crate::upstream::Payload;
 
 /// The routes of the family, for messages.
 pub(super) const ROUTES: &str = "/openai/deployments/{deployment}/chat/completions (or \
@@ -184,8 +184,8 @@ pub(super) fn upstream_request(
     route: &Route,
     served_as: &str,
     headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Request<Full<Bytes>>, http::Error> {
+    body: Payload,
+) -> Result<Request<Payload>, http::Error> {
     let mut path = route.label.replace(
         "{deployment}",
         &percent_encoding::utf8_percent_encode(served_as, SEGMENT).to_string(),

@@ -27,7 +27,6 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::Request;
-use http_body_util::Full;
 
 pub(crate) use usage::body_usage;
 
@@ -38,6 +37,7 @@ use crate::config::Provider;
 use crate::error::GatewayError;
 use crate::prices::bedrock_model;
 use crate::provider::ProviderKind;
+use crate::upstream::Payload;
 
 /// The routes of the family, for messages.
 pub(super) const ROUTES: &str = "/model/{modelId}/converse, /converse-stream, /invoke or \
@@ -105,16 +105,18 @@ pub(super) fn upstream_request(
     route: &Route,
     served_as: &str,
     headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Request<Full<Bytes>>, http::Error> {
+    body: Payload,
+) -> Result<Request<Payload>, http::Error> {
     // The operation, the last segment of the client's path.
     let operation = route.label.rsplit('/').next().unwrap_or_default();
     let path = format!(
         "/model/{}/{operation}",
         percent_encoding::utf8_percent_encode(served_as, sign::PATH_SEGMENT)
     );
+    // Signed whole: the signature covers the body's hash.
+    let body = body.to_bytes();
     let mut request =
-        crate::upstream::request_to(&provider.base_url, &path, headers, body.clone())?;
+        crate::upstream::request_to(&provider.base_url, &path, headers, body.clone().into())?;
     let accept = match route.stream {
         Some(true) => "application/vnd.amazon.eventstream",
         _ => "application/json",

@@ -10,12 +10,11 @@ use aws_sigv4::http_request::{
     sign as sign_request, SignableBody, SignableRequest, SigningSettings,
 };
 use aws_sigv4::sign::v4;
-use bytes::Bytes;
 use http::Request;
-use http_body_util::Full;
 use percent_encoding::AsciiSet;
 
 use crate::config::AwsKeys;
+use crate::upstream::Payload;
 
 /// Bedrock's signing name (the service is `bedrock-runtime`, its name in
 /// signatures `bedrock`).
@@ -34,14 +33,14 @@ pub(super) const PATH_SEGMENT: &AsciiSet = &percent_encoding::NON_ALPHANUMERIC
 /// credentials, `x-amz-security-token`. A request the signer refuses (it
 /// cannot, with a checked region and a URI the gateway built) is sent
 /// unsigned: Bedrock refuses it, and it costs nothing.
-pub(super) fn sign(request: &mut Request<Full<Bytes>>, keys: &AwsKeys, region: &str, body: &[u8]) {
+pub(super) fn sign(request: &mut Request<Payload>, keys: &AwsKeys, region: &str, body: &[u8]) {
     if let Err(error) = try_sign(request, keys, region, body) {
         tracing::error!(%error, "could not sign the Bedrock request; it is sent unsigned");
     }
 }
 
 fn try_sign(
-    request: &mut Request<Full<Bytes>>,
+    request: &mut Request<Payload>,
     keys: &AwsKeys,
     region: &str,
     body: &[u8],

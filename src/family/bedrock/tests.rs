@@ -104,7 +104,7 @@ fn sigv4_signs_the_encoded_path_for_the_region_with_the_session_token() {
         &route,
         "us.anthropic.claude-3-haiku-20240307-v1:0",
         &client,
-        body,
+        body.into(),
     )
     .unwrap();
     assert_eq!(
@@ -126,7 +126,7 @@ fn sigv4_signs_the_encoded_path_for_the_region_with_the_session_token() {
     // A Bedrock API key goes as a bearer token instead.
     let key = Credential::Key(Secret::new("bedrock-api-key".to_owned()));
     let body = Bytes::from_static(b"{}");
-    let request = upstream_request(&provider, &key, &route, "m", &client, body).unwrap();
+    let request = upstream_request(&provider, &key, &route, "m", &client, body.into()).unwrap();
     assert_eq!(request.headers()["authorization"], "Bearer bedrock-api-key");
     assert!(!request.headers().contains_key("x-amz-date"));
 }

@@ -20,7 +20,6 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Uri};
-use http_body_util::Full;
 
 use super::{Action, Credential, Route};
 use crate::api::{Api, Call};
@@ -28,6 +27,7 @@ use crate::config::Provider;
 use crate::error::GatewayError;
 use crate::hosted::HostedTool;
 use crate::provider::ProviderKind;
+use crate::upstream::Payload;
 use crate::usage::Reported;
 
 /// The routes of the family, for messages.
@@ -148,8 +148,8 @@ pub(super) fn upstream_request(
     route: &Route,
     model: &str,
     headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Request<Full<Bytes>>, http::Error> {
+    body: Payload,
+) -> Result<Request<Payload>, http::Error> {
     let path = format!(
         "/{}/models/{model}:{}{}",
         route.version,

@@ -13,15 +13,14 @@ mod usage;
 pub use request::DEFAULT_MAX_TOOL_CALLS;
 pub(crate) use usage::body_usage;
 
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::Request;
-use http_body_util::Full;
 
 use super::{Action, Credential, Route};
 use crate::api::Api;
 use crate::config::Provider;
 use crate::provider::ProviderKind;
+use crate::upstream::Payload;
 
 /// The routes of the family, for messages.
 pub(super) const ROUTES: &str =
@@ -54,8 +53,8 @@ pub(super) fn upstream_request(
     credential: &Credential,
     route: &Route,
     headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Request<Full<Bytes>>, http::Error> {
+    body: Payload,
+) -> Result<Request<Payload>, http::Error> {
     let mut request =
         crate::upstream::request_to(&provider.base_url, route.api.path(), headers, body)?;
     let secret = credential.secret();

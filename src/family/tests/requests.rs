@@ -14,7 +14,7 @@ fn parse(api: Api, body: &str) -> Result<Call, GatewayError> {
 }
 
 fn forwarded(call: &Call) -> Value {
-    serde_json::from_slice(&call.forward_body()).unwrap()
+    serde_json::from_slice(&call.forward_body().to_bytes()).unwrap()
 }
 
 fn param_of(err: GatewayError) -> Option<&'static str> {
@@ -32,11 +32,11 @@ fn sets_the_output_limit_when_missing() {
     )
     .unwrap();
     assert_eq!(call.output_limit, 1000);
-    let forwarded: Value = serde_json::from_slice(&call.forward_body()).unwrap();
+    let forwarded: Value = serde_json::from_slice(&call.forward_body().to_bytes()).unwrap();
     assert_eq!(forwarded["max_completion_tokens"], 1000);
 
     let call = parse(Api::Responses, r#"{"model":"gpt-4o-mini","input":"hi"}"#).unwrap();
-    let forwarded: Value = serde_json::from_slice(&call.forward_body()).unwrap();
+    let forwarded: Value = serde_json::from_slice(&call.forward_body().to_bytes()).unwrap();
     assert_eq!(forwarded["max_output_tokens"], 1000);
 
     let call = parse(
@@ -53,7 +53,7 @@ fn keeps_the_client_limit_and_bytes() {
     let raw = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":7,"n":3}"#;
     let call = parse(Api::ChatCompletions, raw).unwrap();
     assert_eq!((call.output_limit, call.choices), (7, 3));
-    assert_eq!(call.forward_body(), raw.as_bytes());
+    assert_eq!(call.forward_body().to_bytes(), raw.as_bytes());
 }
 
 /// What the gateway adds or changes is spliced into the client's bytes:
@@ -91,7 +91,17 @@ fn changes_are_spliced_into_the_client_bytes() {
         let route = crate::family::route(path, None).unwrap();
         let mut call = crate::family::parse(&route, Bytes::from(raw.clone())).unwrap();
         call.bound_output(1000, &["max_completion_tokens".to_owned()]);
-        let sent = call.forward_body();
+        let payload = call.forward_body();
+        // The client's bytes go as slices of the buffer they came in,
+        // not a copy.
+        let original = call.original.as_ptr_range();
+        assert!(
+            payload
+                .parts()
+                .any(|part| original.contains(&part.as_ptr()) && part.len() >= kept.len()),
+            "{path}"
+        );
+        let sent = payload.to_bytes();
         let sent_text = std::str::from_utf8(&sent).unwrap();
         assert_ne!(sent_text, raw);
         assert!(sent_text.contains(kept), "{sent_text}");
@@ -189,7 +199,7 @@ fn anthropic_requires_max_tokens_and_bounds_thinking() {
     let thinking = r#"{"model":"c","max_tokens":100,"thinking":{"type":"enabled","budget_tokens":3000},"messages":[{}]}"#;
     let call = parse(Api::Messages, thinking).unwrap();
     assert_eq!((call.output_limit, call.output_bound()), (100, 3000));
-    assert_eq!(call.forward_body(), thinking.as_bytes());
+    assert_eq!(call.forward_body().to_bytes(), thinking.as_bytes());
 }
 
 #[test]
@@ -210,13 +220,13 @@ fn asks_for_stream_usage_and_hides_it() {
     )
     .unwrap();
     assert!(call.hide_usage_chunk);
-    let forwarded: Value = serde_json::from_slice(&call.forward_body()).unwrap();
+    let forwarded: Value = serde_json::from_slice(&call.forward_body().to_bytes()).unwrap();
     assert_eq!(forwarded["stream_options"]["include_usage"], true);
 
     let asked = r#"{"model":"m","messages":[{}],"stream":true,"max_completion_tokens":5,"stream_options":{"include_usage":true}}"#;
     let call = parse(Api::ChatCompletions, asked).unwrap();
     assert!(!call.hide_usage_chunk);
-    assert_eq!(call.forward_body(), asked.as_bytes());
+    assert_eq!(call.forward_body().to_bytes(), asked.as_bytes());
 }
 
 #[test]

@@ -14,7 +14,7 @@ fn parse(api: Api, body: Value) -> Result<Call, GatewayError> {
 }
 
 fn sent(call: &Call) -> Value {
-    serde_json::from_slice(&call.forward_body()).unwrap()
+    serde_json::from_slice(&call.forward_body().to_bytes()).unwrap()
 }
 
 fn refusal(error: GatewayError) -> (String, Option<&'static str>, Option<&'static str>) {
@@ -65,13 +65,16 @@ fn a_limit_given_and_tools_billed_by_tokens_are_left_alone() {
         "max_tool_calls": 2, "tools": [{"type": "web_search"}]});
     let call = parse(Api::Responses, given.clone()).unwrap();
     assert_eq!(call.tools.max_calls, Some(2));
-    assert_eq!(call.forward_body(), given.to_string().as_bytes());
+    assert_eq!(call.forward_body().to_bytes(), given.to_string().as_bytes());
 
     let functions = json!({"model": "gpt-5", "input": "x", "max_output_tokens": 10,
         "tools": [{"type": "function", "name": "f"}, {"type": "local_shell"}]});
     let call = parse(Api::Responses, functions.clone()).unwrap();
     assert!(call.tools.is_empty());
-    assert_eq!(call.forward_body(), functions.to_string().as_bytes());
+    assert_eq!(
+        call.forward_body().to_bytes(),
+        functions.to_string().as_bytes()
+    );
 }
 
 #[test]

@@ -17,7 +17,6 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use http::header::{self, HeaderMap};
 use http::Request;
-use http_body_util::Full;
 
 use super::{anthropic, gemini};
 use super::{Action, Credential, Route};
@@ -25,6 +24,7 @@ use crate::api::{Api, Call};
 use crate::config::Provider;
 use crate::error::GatewayError;
 use crate::provider::ProviderKind;
+use crate::upstream::Payload;
 
 /// The routes of the family, for messages.
 pub(super) const ROUTES: &str = "/v1/projects/{project}/locations/{location}/publishers/\
@@ -119,8 +119,8 @@ pub(super) fn upstream_request(
     route: &Route,
     model: &str,
     headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Request<Full<Bytes>>, http::Error> {
+    body: Payload,
+) -> Result<Request<Payload>, http::Error> {
     let (project, location) = provider
         .vertex
         .as_ref()

@@ -15,12 +15,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
-use crate::upstream::UpstreamClient;
+use crate::upstream::{Payload, UpstreamClient};
 
 /// The one scope Vertex AI accepts for its whole API.
 const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -471,7 +471,7 @@ async fn exchange(
             HeaderValue::from_static("application/x-www-form-urlencoded"),
         )
         .header(header::ACCEPT, HeaderValue::from_static("application/json"))
-        .body(Full::new(Bytes::from(form)))
+        .body(Payload::from(Bytes::from(form)))
         .map_err(|error| TokenError::Sign(error.to_string()))?;
     // The token's lifetime is counted from before it was asked for, so it
     // is never thought to last longer than it does.
@@ -515,7 +515,7 @@ async fn exchange(
 /// Sends the request and reads the status and (bounded) body.
 async fn post(
     client: &UpstreamClient,
-    request: Request<Full<Bytes>>,
+    request: Request<Payload>,
     uri: &str,
 ) -> Result<(StatusCode, Bytes), TokenError> {
     let unreachable = |error: &dyn std::error::Error| TokenError::Unreachable {
@@ -681,7 +681,10 @@ iwIDAQAB\n\
             self.requests.load(Ordering::SeqCst)
         }
 
-        async fn answer(&self, request: Request<Incoming>) -> http::Response<Full<Bytes>> {
+        async fn answer(
+            &self,
+            request: Request<Incoming>,
+        ) -> http::Response<http_body_util::Full<Bytes>> {
             let n = self.requests.fetch_add(1, Ordering::SeqCst) + 1;
             let form_type = request.headers()[header::CONTENT_TYPE].clone();
             let body = request.into_body().collect().await.unwrap().to_bytes();
@@ -690,7 +693,7 @@ iwIDAQAB\n\
             let refused = |status: u16, error: &str| {
                 http::Response::builder()
                     .status(status)
-                    .body(Full::new(Bytes::from(
+                    .body(http_body_util::Full::new(Bytes::from(
                         json!({ "error": error }).to_string(),
                     )))
                     .unwrap()
@@ -718,7 +721,7 @@ iwIDAQAB\n\
                     "token_type": "Bearer",
                 })
             };
-            http::Response::new(Full::new(Bytes::from(answer.to_string())))
+            http::Response::new(http_body_util::Full::new(Bytes::from(answer.to_string())))
         }
 
         fn grant_is_valid(&self, assertion: &str) -> bool {

@@ -34,7 +34,7 @@ fn an_absent_limit_is_set_where_the_client_spells_the_config() {
     let mut call = parse_json(json!({"contents": contents()})).unwrap();
     bound_thinking(&mut call, &price());
     call.bound_output(65536, &[]);
-    let body: serde_json::Value = serde_json::from_slice(&call.forward_body()).unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&call.forward_body().to_bytes()).unwrap();
     assert_eq!(body["generationConfig"]["maxOutputTokens"], 65536);
     // Thinking is dynamic: the model's most, on top of the output limit.
     assert_eq!(call.output_bound(), 65536 + 24576);
@@ -49,13 +49,17 @@ fn an_absent_limit_is_set_where_the_client_spells_the_config() {
         (call.output_limit, call.choices, call.output_bound()),
         (50, 2, 50)
     );
-    assert_eq!(call.forward_body(), call.original, "nothing to change");
+    assert_eq!(
+        call.forward_body().to_bytes(),
+        call.original,
+        "nothing to change"
+    );
 
     let mut call = parse_json(json!({"contents": contents(),
         "generation_config": {"candidate_count": 3}}))
     .unwrap();
     call.bound_output(1000, &[]);
-    let body: serde_json::Value = serde_json::from_slice(&call.forward_body()).unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&call.forward_body().to_bytes()).unwrap();
     assert_eq!(body["generation_config"]["maxOutputTokens"], 1000);
     assert!(body.get("generationConfig").is_none());
 
@@ -64,7 +68,8 @@ fn an_absent_limit_is_set_where_the_client_spells_the_config() {
     for name in ["generation_config", "generationConfig"] {
         let mut call = parse_json(json!({"contents": contents(), name: null})).unwrap();
         call.bound_output(1000, &[]);
-        let body: serde_json::Value = serde_json::from_slice(&call.forward_body()).unwrap();
+        let body: serde_json::Value =
+            serde_json::from_slice(&call.forward_body().to_bytes()).unwrap();
         assert_eq!(body[name]["maxOutputTokens"], 1000, "{body}");
         assert_eq!(body.as_object().unwrap().len(), 2, "{body}");
     }
