@@ -14,6 +14,13 @@ this body (a test holds this list to it).
     acknowledged
   limit: at most this many entries are folded (the size of the page the
     sink took), so one call never blocks Redis for long
+  first: the stream id of the page's first entry, or '' to have the
+    script read the entries itself
+  sums: what the page's entries add to each folded sum, as the gateway
+    summed them from the page it read: `<field>|<amount>` pairs joined by
+    `|`, each field a key's or an org's `<kind>:<id>:<period id>:f` (see
+    common.lua), each amount signed; used only while the stream still
+    starts at `first`
 Returns: {folded}, the entries folded and trimmed by this call.
 Invariants:
   - only entries still in the stream with an id at or below `through` are
@@ -23,6 +30,11 @@ Invariants:
   - entries the sink has not seen are never trimmed: stream ids only grow,
     so every entry at or below `through` still present was in the page the
     sink wrote (or was added before it and trimmed by the sweep since);
+  - while the stream still starts at `first`, nothing of the page has left
+    it (entries leave only from the start, by `fold`), and every entry at
+    or below `through` is one of the page's (ids only grow): those are
+    trimmed and `sums` added, without reading them again; otherwise the
+    entries still there are read and folded one by one;
   - counter == folded + sum(ledger act) + sum(open amounts) holds after
     the call as before it.
 ]]
@@ -32,10 +44,45 @@ if type(through) ~= 'string' or not string.match(through, '^%d+%-%d+$') or #thro
   fail('drain: not a stream id: ' .. tostring(through))
 end
 local limit = int_arg(argv.limit, 'drain limit')
+local first = argv.first
+if first ~= '' and (not string.match(first, '^%d+%-%d+$') or #first > 41) then
+  fail('drain: first is not a stream id: ' .. tostring(first))
+end
+-- The page's sums, read and checked before anything is written.
+local fields, amounts = {}, {}
+if first ~= '' and argv.sums ~= '' then
+  local parts = {}
+  for part in string.gmatch(argv.sums .. '|', '([^|]*)|') do
+    parts[#parts + 1] = part
+  end
+  if #parts % 2 ~= 0 then
+    fail('drain: sums are not field and amount pairs: ' .. argv.sums)
+  end
+  for i = 1, #parts, 2 do
+    local field = parts[i]
+    if not (string.match(field, '^key:.+:f$') or string.match(field, '^org:.+:f$')) then
+      fail('drain: not a folded sum of a key or an org: ' .. field)
+    end
+    fields[#fields + 1] = field
+    amounts[#amounts + 1] = signed_arg(parts[i + 1], 'drain sum')
+  end
+end
 
 local folded = 0
 if limit > 0 then
-  local items = redis.call('XRANGE', KEYS[5], '-', through, 'COUNT', fmt(limit))
-  folded = fold(items, nil)
+  local head = first ~= '' and redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', '1')[1]
+  if head and head[1] == first then
+    local ms, seq = string.match(through, '^(%d+)-(%d+)$')
+    folded = redis.call('XTRIM', KEYS[5], 'MINID', ms .. '-' .. fmt(tonumber(seq) + 1))
+    if folded > 0 then
+      for i = 1, #fields do
+        add(fields[i], amounts[i])
+      end
+      redis.call('HINCRBY', KEYS[1], 'folds', '1')
+    end
+  else
+    local items = redis.call('XRANGE', KEYS[5], '-', through, 'COUNT', fmt(limit))
+    folded = fold(items, nil)
+  end
 end
 return { fmt(folded) }

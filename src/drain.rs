@@ -145,20 +145,22 @@ impl Drain {
                     return Pass::Failed;
                 };
                 self.saw_oldest(tag, page.first());
-                let Some(last) = page.last() else { break };
-                let through = last.id.clone();
+                if page.is_empty() {
+                    break;
+                }
                 let count = page.len();
-                match self.write(tag, page).await {
-                    Ok(added) => {
+                let page = match self.write(tag, page).await {
+                    Ok((added, page)) => {
                         self.sink_worked();
                         self.metrics.count_drained(added);
+                        page
                     }
                     Err(error) => {
                         self.sink_failed(&error);
                         return Pass::Failed;
                     }
-                }
-                let fold = store.fold_drained(tag, &through, count);
+                };
+                let fold = store.fold_drained(tag, &page);
                 if self.store_call(fold).await.is_none() {
                     return Pass::Failed;
                 }
@@ -193,8 +195,12 @@ impl Drain {
     }
 
     /// Commits `page` to the sink on a blocking thread; returns how many
-    /// entries were new to it.
-    async fn write(&mut self, tag: &str, page: Vec<StreamEntry>) -> Result<usize, SinkError> {
+    /// entries were new to it, and the page, for its fold.
+    async fn write(
+        &mut self,
+        tag: &str,
+        page: Vec<StreamEntry>,
+    ) -> Result<(usize, Vec<StreamEntry>), SinkError> {
         let Some(mut sink) = self.sink.take() else {
             return Err(SinkError::Open {
                 path: self.sink_path.clone(),
@@ -204,15 +210,15 @@ impl Drain {
         let tag = tag.to_owned();
         let written = tokio::task::spawn_blocking(move || {
             let written = sink.write(&tag, &page);
-            (sink, written)
+            (sink, written, page)
         })
         .await;
         match written {
-            Ok((sink, Ok(added))) => {
+            Ok((sink, Ok(added), page)) => {
                 self.sink = Some(sink);
-                Ok(added)
+                Ok((added, page))
             }
-            Ok((_, Err(error))) => Err(error),
+            Ok((_, Err(error), _)) => Err(error),
             Err(error) => Err(SinkError::Write {
                 path: self.sink_path.clone(),
                 reason: error.to_string(),

@@ -9,8 +9,6 @@
 //! The fold itself is exactly once, whoever calls it: an entry is folded
 //! in the script that trims it, and a retried call finds it gone.
 
-use std::collections::HashMap;
-
 use super::connection::Request;
 use super::scripts::{self, TagKeys};
 use super::RedisStore;
@@ -53,45 +51,51 @@ impl StreamEntry {
     fn parse(id: String, fields: Vec<String>) -> Result<StreamEntry, StoreError> {
         let unreadable =
             |what: &str| StoreError::Unavailable(format!("unreadable ledger entry {id}: {what}"));
-        let mut map = HashMap::with_capacity(fields.len() / 2);
+        // Each field by name, in one pass (a page is hundreds of entries).
+        let mut text: [Option<String>; FIELDS.len()] = Default::default();
         let mut pairs = fields.into_iter();
         while let (Some(name), Some(value)) = (pairs.next(), pairs.next()) {
-            map.insert(name, value);
+            if let Some(at) = FIELDS.iter().position(|field| *field == name) {
+                text[at] = Some(value);
+            }
         }
-        let mut text = |name: &str| map.remove(name).ok_or_else(|| unreadable(name));
-        let exec_id = text("exec")?;
-        let key = text("key")?;
-        let model = text("model")?;
-        let status = text("st")?;
-        let key_period = text("kp")?;
-        let numbers = ["in", "cin", "cw", "out", "res"].map(|name| {
-            text(name).and_then(|value| value.parse::<u64>().map_err(|_| unreadable(name)))
-        });
-        let [input, cached, written, output, reserved] = numbers;
-        let actual = text("act")?.parse().map_err(|_| unreadable("act"))?;
-        let at_ms = text("at")?.parse().map_err(|_| unreadable("at"))?;
+        let [exec, key, org, run, cust, model, input, cached, written, output, reserved, act, st, note, at, kp, op] =
+            text;
+        let required = |value: Option<String>, name: &str| value.ok_or_else(|| unreadable(name));
+        let number = |value: Option<String>, name: &str| {
+            required(value, name)
+                .and_then(|value| value.parse::<u64>().map_err(|_| unreadable(name)))
+        };
         Ok(StreamEntry {
-            org: map.remove("org"),
-            run: map.remove("run"),
-            customer: map.remove("cust"),
-            note: map.remove("note"),
-            org_period: map.remove("op"),
-            exec_id,
-            key,
-            model,
-            input_tokens: input?,
-            cached_input_tokens: cached?,
-            cache_write_tokens: written?,
-            output_tokens: output?,
-            reserved: reserved?,
-            actual,
-            status,
-            at_ms,
-            key_period,
+            exec_id: required(exec, "exec")?,
+            key: required(key, "key")?,
+            model: required(model, "model")?,
+            status: required(st, "st")?,
+            key_period: required(kp, "kp")?,
+            input_tokens: number(input, "in")?,
+            cached_input_tokens: number(cached, "cin")?,
+            cache_write_tokens: number(written, "cw")?,
+            output_tokens: number(output, "out")?,
+            reserved: number(reserved, "res")?,
+            actual: required(act, "act")?
+                .parse()
+                .map_err(|_| unreadable("act"))?,
+            at_ms: required(at, "at")?.parse().map_err(|_| unreadable("at"))?,
+            org,
+            run,
+            customer: cust,
+            note,
+            org_period: op,
             id,
         })
     }
 }
+
+/// An entry's fields as the stream names them (see `lua/common.lua`).
+const FIELDS: [&str; 17] = [
+    "exec", "key", "org", "run", "cust", "model", "in", "cin", "cw", "out", "res", "act", "st",
+    "note", "at", "kp", "op",
+];
 
 impl RedisStore {
     /// Up to `limit` of the tag's ledger entries, oldest first: the page a
@@ -124,16 +128,14 @@ impl RedisStore {
     }
 
     /// Folds into their counters' folded sums, and trims from the stream,
-    /// the tag's entries up to stream id `through` (at most `limit` of
-    /// them), in one `drain.lua` call; returns how many it folded. Call it
-    /// only once the sink has committed every entry up to `through`.
-    pub async fn fold_drained(
-        &self,
-        tag: &str,
-        through: &str,
-        limit: usize,
-    ) -> Result<usize, StoreError> {
-        let args = scripts::drain_args(through, limit);
+    /// the tag's entries of `page` (read by [`RedisStore::ledger_page`],
+    /// from the stream's start) that are still there, in one `drain.lua`
+    /// call; returns how many it folded. While the stream still starts with
+    /// the page, the script adds the page's sums summed here instead of
+    /// reading the entries again. Call it only once the sink has committed
+    /// the page.
+    pub async fn fold_drained(&self, tag: &str, page: &[StreamEntry]) -> Result<usize, StoreError> {
+        let args = scripts::drain_args(page);
         let reply = self
             .run(
                 &self.inner.scripts.drain,

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use super::super::drain::StreamEntry;
 use crate::budget::{
     Adjustment, Cap, OnExpiry, Period, ReserveRequest, Scope, Settlement, StoreError,
 };
@@ -147,6 +148,8 @@ script_args! {
     DrainArgs {
         through: String,
         limit: usize,
+        first: String,
+        sums: String,
     }
 }
 
@@ -343,15 +346,52 @@ pub(crate) fn sweep_args(
     .argv()
 }
 
-/// ARGV of `drain.lua`: the id of the last entry the sink acknowledged,
-/// and at most how many entries to fold.
-pub(crate) fn drain_args(through: &str, limit: usize) -> Vec<String> {
+/// ARGV of `drain.lua` for a page of entries read from the start of a
+/// tag's stream: its last entry's id, its length, its first entry's id and
+/// what its entries add to each folded sum. A page whose ids hold the
+/// sums' separator goes without them (`first` empty), and the script
+/// reads its entries itself.
+pub(crate) fn drain_args(page: &[StreamEntry]) -> Vec<String> {
+    let mut sums: Vec<(String, UsdMicrosDelta)> = Vec::new();
+    let mut add = |field: String, amount: UsdMicrosDelta| match sums
+        .iter_mut()
+        .find(|(known, _)| *known == field)
+    {
+        Some((_, sum)) => *sum += amount,
+        None => sums.push((field, amount)),
+    };
+    for entry in page {
+        add(
+            format!("key:{}:{}:f", entry.key, entry.key_period),
+            entry.actual,
+        );
+        if let (Some(org), Some(period)) = (&entry.org, &entry.org_period) {
+            add(format!("org:{org}:{period}:f"), entry.actual);
+        }
+    }
+    let readable = sums.iter().all(|(field, _)| !field.contains(SUM_SEPARATOR));
+    let first = match page.first() {
+        Some(entry) if readable => entry.id.clone(),
+        _ => String::new(),
+    };
     DrainArgs {
-        through: through.to_owned(),
-        limit,
+        through: page
+            .last()
+            .map(|entry| entry.id.clone())
+            .unwrap_or_default(),
+        limit: page.len(),
+        first,
+        sums: sums
+            .iter()
+            .flat_map(|(field, sum)| [field.clone(), sum.to_string()])
+            .collect::<Vec<_>>()
+            .join(&SUM_SEPARATOR.to_string()),
     }
     .argv()
 }
+
+/// The separator of `drain.lua`'s `sums`.
+const SUM_SEPARATOR: char = '|';
 
 /// ARGV of `state.lua`.
 pub(crate) fn state_args(scope: &Scope) -> Vec<String> {

@@ -87,11 +87,7 @@ async fn drains_exactly_what_was_acknowledged(url: &str) {
     // Booked while the page was with the sink: not in it, so not folded.
     call(&store, &key, &org, 400).await;
 
-    let through = &page[1].id;
-    assert_eq!(
-        store.fold_drained(&tag, through, page.len()).await.unwrap(),
-        2
-    );
+    assert_eq!(store.fold_drained(&tag, &page).await.unwrap(), 2);
     let left = store.ledger(&tag).await.unwrap();
     assert_eq!(
         left.iter().map(|entry| entry.actual).collect::<Vec<_>>(),
@@ -102,25 +98,15 @@ async fn drains_exactly_what_was_acknowledged(url: &str) {
 
     // A retry of the same fold, or a second gateway that drained the same
     // page into its own sink, finds those entries gone and adds nothing.
-    assert_eq!(
-        store.fold_drained(&tag, through, page.len()).await.unwrap(),
-        0
-    );
+    assert_eq!(store.fold_drained(&tag, &page).await.unwrap(), 0);
     let second = connect_to(url, DEFAULT_LEDGER_RETENTION).await;
-    assert_eq!(
-        second
-            .fold_drained(&tag, through, page.len())
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(second.fold_drained(&tag, &page).await.unwrap(), 0);
     assert_eq!(books(&store, &tag).await, expected);
     assert_eq!(store.ledger(&tag).await.unwrap().len(), 2);
 
     // The rest drains the same way, to an empty stream.
     let rest = store.ledger_page(&tag, 1_000).await.unwrap();
-    let last = &rest.last().unwrap().id;
-    assert_eq!(store.fold_drained(&tag, last, rest.len()).await.unwrap(), 2);
+    assert_eq!(store.fold_drained(&tag, &rest).await.unwrap(), 2);
     assert!(store.ledger(&tag).await.unwrap().is_empty());
     assert_eq!(
         books(&store, &tag).await,
@@ -129,7 +115,7 @@ async fn drains_exactly_what_was_acknowledged(url: &str) {
 }
 
 #[tokio::test]
-async fn a_fold_stops_at_its_limit_and_trims_no_further() {
+async fn a_fold_of_part_of_a_page_trims_no_further() {
     let store = connect(DEFAULT_LEDGER_RETENTION).await;
     let key = key_scope(1_000_000);
     let org = org_scope();
@@ -138,24 +124,125 @@ async fn a_fold_stops_at_its_limit_and_trims_no_further() {
         call(&store, &key, &org, actual).await;
     }
     let page = store.ledger_page(&tag, 3).await.unwrap();
-    assert_eq!(store.fold_drained(&tag, &page[2].id, 1).await.unwrap(), 1);
+    assert_eq!(store.fold_drained(&tag, &page[..1]).await.unwrap(), 1);
     assert_eq!(
         books(&store, &tag).await,
         [(ScopeKind::Key, 1, 5), (ScopeKind::Org, 1, 5)]
     );
 }
 
+/// A page whose start was folded by someone else since it was read (a
+/// second gateway's drain, the sweep): the stream no longer starts with
+/// it, so the script folds the entries still there itself, each once.
+#[tokio::test]
+async fn a_page_partly_folded_since_it_was_read_is_folded_for_the_rest_once() {
+    let store = connect(DEFAULT_LEDGER_RETENTION).await;
+    let other = connect(DEFAULT_LEDGER_RETENTION).await;
+    let key = key_scope(1_000_000);
+    let org = org_scope();
+    let tag = org.id.clone();
+    for actual in [10, 20, 30] {
+        call(&store, &key, &org, actual).await;
+    }
+    let page = store.ledger_page(&tag, 3).await.unwrap();
+    assert_eq!(other.fold_drained(&tag, &page[..1]).await.unwrap(), 1);
+    // Booked after the page was read: not folded.
+    call(&store, &key, &org, 40).await;
+    assert_eq!(store.fold_drained(&tag, &page).await.unwrap(), 2);
+    assert_eq!(
+        books(&store, &tag).await,
+        [(ScopeKind::Key, 60, 40), (ScopeKind::Org, 60, 40)]
+    );
+}
+
+/// A page of several keys, under one org: each key's sum and the org's
+/// are folded, and the books balance.
+#[tokio::test]
+async fn a_page_of_several_keys_folds_each_keys_sum() {
+    let store = connect(DEFAULT_LEDGER_RETENTION).await;
+    let (alice, bob) = (key_scope(1_000_000), key_scope(1_000_000));
+    let org = org_scope();
+    let tag = org.id.clone();
+    for (key, actual) in [(&alice, 100), (&bob, 7), (&alice, 200), (&bob, 8)] {
+        call(&store, key, &org, actual).await;
+    }
+    call(&store, &alice, &org, 1_000).await;
+    let page = store.ledger_page(&tag, 4).await.unwrap();
+    assert_eq!(store.fold_drained(&tag, &page).await.unwrap(), 4);
+    let rows = store
+        .reconcile_in(std::slice::from_ref(&tag))
+        .await
+        .unwrap();
+    let folded = |kind: ScopeKind, id: &str| {
+        let row = rows
+            .iter()
+            .find(|row| row.kind == kind && row.id == id)
+            .unwrap_or_else(|| panic!("{id}: {rows:?}"));
+        assert_eq!(row.drift(), 0, "{row:?}");
+        (row.folded, row.ledger)
+    };
+    assert_eq!(folded(ScopeKind::Key, &alice.id), (300, 1_000));
+    assert_eq!(folded(ScopeKind::Key, &bob.id), (15, 0));
+    assert_eq!(folded(ScopeKind::Org, &org.id), (315, 1_000));
+}
+
+/// While the stream starts with the page, the script adds the sums the
+/// gateway took from the page and reads none of its entries again: given
+/// sums the entries do not add up to, it folds those.
+#[tokio::test]
+async fn a_page_still_at_the_start_is_folded_by_its_sums_without_reading_it_again() {
+    let store = connect(DEFAULT_LEDGER_RETENTION).await;
+    let key = key_scope(1_000_000);
+    let org = org_scope();
+    let tag = org.id.clone();
+    for actual in [10, 20] {
+        call(&store, &key, &org, actual).await;
+    }
+    let page = store.ledger_page(&tag, 2).await.unwrap();
+    let mut args = scripts::drain_args(&page);
+    assert_eq!(args[2], page[0].id, "the page's first entry");
+    let org_period = page[0].org_period.clone().unwrap();
+    args[3] = format!(
+        "key:{}:{}:f|7|org:{}:{org_period}:f|9",
+        key.id, page[0].key_period, org.id
+    );
+    let reply = store
+        .run(
+            &store.inner.scripts.drain,
+            "fold a drained page",
+            &scripts::TagKeys::new(&tag),
+            &args,
+        )
+        .await
+        .unwrap();
+    assert_eq!(scripts::drain_reply(&reply).unwrap(), 2);
+    let rows = store
+        .reconcile_in(std::slice::from_ref(&tag))
+        .await
+        .unwrap();
+    let folded: Vec<(ScopeKind, i64)> = rows.iter().map(|row| (row.kind, row.folded)).collect();
+    assert_eq!(folded, [(ScopeKind::Key, 7), (ScopeKind::Org, 9)]);
+}
+
 #[tokio::test]
 async fn a_fold_through_something_not_a_stream_id_is_refused() {
     let store = connect(DEFAULT_LEDGER_RETENTION).await;
-    let tag = unique("org");
+    let key = key_scope(1_000_000);
+    let org = org_scope();
+    let tag = org.id.clone();
+    call(&store, &key, &org, 1).await;
+    let entry = store.ledger_page(&tag, 1).await.unwrap().remove(0);
     for bad in ["+", "12", "1-2-3", ""] {
-        let refused = store.fold_drained(&tag, bad, 10).await;
+        let mut page = vec![entry.clone()];
+        page[0].id = bad.to_owned();
+        let refused = store.fold_drained(&tag, &page).await;
         assert!(
             matches!(&refused, Err(StoreError::Refused(message)) if message.contains("stream id")),
             "{bad:?}: {refused:?}"
         );
     }
+    // Nothing was folded.
+    assert_eq!(store.ledger(&tag).await.unwrap().len(), 1);
 }
 
 #[tokio::test]
