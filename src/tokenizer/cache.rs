@@ -158,15 +158,14 @@ impl CountCache {
         let digest = hasher.finalize();
         let hash = u128::from_le_bytes(digest.as_bytes()[..16].try_into().unwrap_or_default());
         let key = (hash, len);
-        let shard = &self.shards[(hash >> 64) as usize % SHARDS];
-        if let Some(tokens) = self.lookup(shard, key) {
+        if let Some(tokens) = self.lookup(key) {
             self.hits.inc();
             return tokens;
         }
         self.misses.inc();
         // Counted outside the lock: a long text takes milliseconds.
         let tokens = count(text);
-        self.keep(shard, key, tokens);
+        self.keep(key, tokens);
         tokens
     }
 
@@ -187,22 +186,21 @@ impl CountCache {
         texts: &[&str],
         count: impl Fn(&str) -> u64,
     ) -> (u64, usize) {
-        let one_by_one = |texts: &[&str]| -> u64 {
-            texts
+        if texts.len() < MIN_SEQUENCE || self.per_generation == 0 {
+            let sum = texts
                 .iter()
                 .map(|text| self.count(tokenizer, text, &count))
-                .fold(0, u64::saturating_add)
-        };
-        if texts.len() < MIN_SEQUENCE || self.per_generation == 0 {
-            return (one_by_one(texts), 0);
+                .fold(0, u64::saturating_add);
+            return (sum, 0);
         }
         let boundaries = sequence_keys(tokenizer, texts);
         // `boundaries[i]` ends after text `first + i`.
         let first = texts.len() - boundaries.len();
-        let found = boundaries.iter().enumerate().rev().find_map(|(i, &key)| {
-            let shard = &self.shards[(key.0 >> 64) as usize % SHARDS];
-            self.lookup(shard, key).map(|sum| (first + i, sum))
-        });
+        let found = boundaries
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(i, &key)| self.lookup(key).map(|sum| (first + i, sum)));
         // A hit for each text whose count the sequence served, as if
         // each had been found by itself.
         let (counted, mut sum) = match found {
@@ -217,14 +215,23 @@ impl CountCache {
         for (at, text) in texts.iter().enumerate().skip(counted) {
             sum = sum.saturating_add(self.count(tokenizer, text, &count));
             if let Some(&key) = at.checked_sub(first).and_then(|i| boundaries.get(i)) {
-                self.keep(&self.shards[(key.0 >> 64) as usize % SHARDS], key, sum);
+                self.keep(key, sum);
             }
         }
         (sum, counted)
     }
 
-    fn lookup(&self, shard: &Mutex<Shard>, key: Key) -> Option<u64> {
-        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+    /// The shard that holds `key`, by the hash's high bits (the map hashes
+    /// by the low ones).
+    fn shard(&self, key: Key) -> &Mutex<Shard> {
+        &self.shards[(key.0 >> 64) as usize % SHARDS]
+    }
+
+    fn lookup(&self, key: Key) -> Option<u64> {
+        let mut shard = self
+            .shard(key)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(&tokens) = shard.current.get(&key) {
             return Some(tokens);
         }
@@ -233,8 +240,11 @@ impl CountCache {
         Some(tokens)
     }
 
-    fn keep(&self, shard: &Mutex<Shard>, key: Key, tokens: u64) {
-        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+    fn keep(&self, key: Key, tokens: u64) {
+        let mut shard = self
+            .shard(key)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         self.insert(&mut shard, key, tokens);
     }
 
