@@ -186,6 +186,7 @@ impl CountCache {
         texts: &[&str],
         count: impl Fn(&str) -> u64,
     ) -> (u64, usize) {
+        debug_assert!(tokenizer < SEQUENCE, "a tokenizer id has the sequence bit");
         if texts.len() < MIN_SEQUENCE || self.per_generation == 0 {
             let sum = texts
                 .iter()
@@ -280,7 +281,8 @@ static GLOBAL: OnceLock<CountCache> = OnceLock::new();
 fn sequence_keys(tokenizer: u8, texts: &[&str]) -> Vec<Key> {
     let head = texts.len().saturating_sub(TAIL);
     let mut hasher = blake3::Hasher::new();
-    let mut staged = Vec::with_capacity(STAGE_BYTES);
+    let head_bytes: usize = texts[..head].iter().map(|text| 8 + text.len()).sum();
+    let mut staged = Vec::with_capacity(STAGE_BYTES.min(1 + head_bytes));
     staged.push(tokenizer | SEQUENCE);
     let mut length = 1u64;
     for text in &texts[..head] {

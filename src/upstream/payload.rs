@@ -28,7 +28,8 @@ impl Payload {
         Payload { parts, remaining }
     }
 
-    /// Its length in bytes.
+    /// Its length in bytes: what is left to send, all of it until the
+    /// body is sent.
     pub fn len(&self) -> u64 {
         self.remaining
     }

@@ -128,12 +128,13 @@ impl RedisStore {
     }
 
     /// Folds into their counters' folded sums, and trims from the stream,
-    /// the tag's entries of `page` (read by [`RedisStore::ledger_page`],
-    /// from the stream's start) that are still there, in one `drain.lua`
-    /// call; returns how many it folded. While the stream still starts with
-    /// the page, the script adds the page's sums summed here instead of
-    /// reading the entries again. Call it only once the sink has committed
-    /// the page.
+    /// the tag's entries of `page` that are still there, in one
+    /// `drain.lua` call; returns how many it folded. `page` must be an
+    /// unbroken run of entries from the stream's start, as
+    /// [`RedisStore::ledger_page`] reads it (or the first part of one):
+    /// while the page is whole in the stream, the script adds the sums
+    /// taken here and trims every entry up to its last, without reading
+    /// them again. Call it only once the sink has committed the page.
     pub async fn fold_drained(&self, tag: &str, page: &[StreamEntry]) -> Result<usize, StoreError> {
         let args = scripts::drain_args(page);
         let reply = self

@@ -348,31 +348,38 @@ pub(crate) fn sweep_args(
 
 /// ARGV of `drain.lua` for a page of entries read from the start of a
 /// tag's stream: its last entry's id, its length, its first entry's id and
-/// what its entries add to each folded sum. A page whose ids hold the
-/// sums' separator goes without them (`first` empty), and the script
-/// reads its entries itself.
+/// what its entries add to each folded sum (as `fold` in `lua/fold.lua`
+/// sums them). A page the script could not take sums of goes without
+/// them (`first` and `sums` empty), and the script reads its entries
+/// itself: a key, org or period id holding the separator, an org without
+/// its period, a sum of 2^53 or more.
 pub(crate) fn drain_args(page: &[StreamEntry]) -> Vec<String> {
     let mut sums: Vec<(String, UsdMicrosDelta)> = Vec::new();
-    let mut add = |field: String, amount: UsdMicrosDelta| match sums
-        .iter_mut()
-        .find(|(known, _)| *known == field)
-    {
-        Some((_, sum)) => *sum += amount,
-        None => sums.push((field, amount)),
-    };
+    let mut summable = true;
     for entry in page {
-        add(
-            format!("key:{}:{}:f", entry.key, entry.key_period),
-            entry.actual,
-        );
-        if let (Some(org), Some(period)) = (&entry.org, &entry.org_period) {
-            add(format!("org:{org}:{period}:f"), entry.actual);
+        let mut add = |field: String| match sums.iter_mut().find(|(known, _)| *known == field) {
+            Some((_, sum)) => *sum = sum.saturating_add(entry.actual),
+            None => sums.push((field, entry.actual)),
+        };
+        add(format!("key:{}:{}:f", entry.key, entry.key_period));
+        match (&entry.org, &entry.org_period) {
+            (Some(org), Some(period)) => add(format!("org:{org}:{period}:f")),
+            (None, None) => {}
+            _ => summable = false,
         }
     }
-    let readable = sums.iter().all(|(field, _)| !field.contains(SUM_SEPARATOR));
-    let first = match page.first() {
-        Some(entry) if readable => entry.id.clone(),
-        _ => String::new(),
+    summable &= sums.iter().all(|(field, sum)| {
+        !field.contains(SUM_SEPARATOR) && sum.unsigned_abs() <= MAX_SAFE_INTEGER
+    });
+    let (first, sums) = match page.first() {
+        Some(entry) if summable => (
+            entry.id.clone(),
+            sums.iter()
+                .flat_map(|(field, sum)| [field.clone(), sum.to_string()])
+                .collect::<Vec<_>>()
+                .join(&SUM_SEPARATOR.to_string()),
+        ),
+        _ => (String::new(), String::new()),
     };
     DrainArgs {
         through: page
@@ -381,14 +388,13 @@ pub(crate) fn drain_args(page: &[StreamEntry]) -> Vec<String> {
             .unwrap_or_default(),
         limit: page.len(),
         first,
-        sums: sums
-            .iter()
-            .flat_map(|(field, sum)| [field.clone(), sum.to_string()])
-            .collect::<Vec<_>>()
-            .join(&SUM_SEPARATOR.to_string()),
+        sums,
     }
     .argv()
 }
+
+/// The largest integer a Lua number (a double) holds exactly.
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// The separator of `drain.lua`'s `sums`.
 const SUM_SEPARATOR: char = '|';

@@ -224,6 +224,37 @@ async fn a_page_still_at_the_start_is_folded_by_its_sums_without_reading_it_agai
     assert_eq!(folded, [(ScopeKind::Key, 7), (ScopeKind::Org, 9)]);
 }
 
+/// A Redis that lost the end of its history since the page was read (a
+/// failover to a replica that was behind, a restart from an older
+/// snapshot) still starts with the page but lacks its last entries: the
+/// script folds the entries it finds, not the page's sums.
+#[tokio::test]
+async fn a_page_whose_end_redis_lost_is_folded_for_what_is_left() {
+    let store = connect(DEFAULT_LEDGER_RETENTION).await;
+    let key = key_scope(1_000_000);
+    let org = org_scope();
+    let tag = org.id.clone();
+    for actual in [10, 20, 30] {
+        call(&store, &key, &org, actual).await;
+    }
+    let page = store.ledger_page(&tag, 3).await.unwrap();
+    let mut redis = raw_connection(shared_url()).await;
+    let deleted: i64 = ::redis::cmd("XDEL")
+        .arg(scripts::TagKeys::new(&tag).ledger())
+        .arg(&page[2].id)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert_eq!(store.fold_drained(&tag, &page).await.unwrap(), 2);
+    let rows = store
+        .reconcile_in(std::slice::from_ref(&tag))
+        .await
+        .unwrap();
+    let folded: Vec<(ScopeKind, i64)> = rows.iter().map(|row| (row.kind, row.folded)).collect();
+    assert_eq!(folded, [(ScopeKind::Key, 30), (ScopeKind::Org, 30)]);
+}
+
 #[tokio::test]
 async fn a_fold_through_something_not_a_stream_id_is_refused() {
     let store = connect(DEFAULT_LEDGER_RETENTION).await;

@@ -136,3 +136,70 @@ fn caps_are_five_fields_each_joined_by_a_bar() {
         assert!(matches!(caps_arg(&bad), Err(StoreError::Refused(_))));
     }
 }
+
+fn entry(id: &str, key: &str, org: Option<(&str, &str)>, actual: i64) -> StreamEntry {
+    StreamEntry {
+        id: id.to_owned(),
+        exec_id: format!("exec-{id}"),
+        key: key.to_owned(),
+        org: org.map(|(org, _)| org.to_owned()),
+        run: None,
+        customer: None,
+        model: "gpt-4o-mini".to_owned(),
+        input_tokens: 1,
+        cached_input_tokens: 0,
+        cache_write_tokens: 0,
+        output_tokens: 1,
+        reserved: 10,
+        actual,
+        status: "ok".to_owned(),
+        note: None,
+        at_ms: 1,
+        key_period: "2026-12-08".to_owned(),
+        org_period: org.map(|(_, period)| period.to_owned()),
+    }
+}
+
+/// `drain.lua`'s ARGV: through, limit, first, sums, each folded field
+/// summed once in the order first seen, as `fold` sums them.
+#[test]
+fn a_drained_page_is_sent_with_its_sums_per_folded_field() {
+    let acme = Some(("acme", "2026-12"));
+    let page = [
+        entry("1-0", "alice", acme, 100),
+        entry("1-1", "bob", acme, -7),
+        entry("2-0", "alice", acme, 5),
+    ];
+    assert_eq!(
+        drain_args(&page),
+        [
+            "2-0",
+            "3",
+            "1-0",
+            "key:alice:2026-12-08:f|105|org:acme:2026-12:f|98|key:bob:2026-12-08:f|-7",
+        ]
+    );
+    assert_eq!(
+        drain_args(&[entry("5-0", "carol", None, 3)])[3],
+        "key:carol:2026-12-08:f|3"
+    );
+}
+
+/// A page the script could not read sums of goes without them, and the
+/// script folds its entries itself.
+#[test]
+fn a_page_without_readable_sums_is_left_to_the_script() {
+    let mut no_period = entry("1-0", "alice", Some(("acme", "2026-12")), 1);
+    no_period.org_period = None;
+    let huge = entry("1-0", "alice", None, 1 << 53);
+    let pages = [
+        vec![entry("1-0", "al|ice", None, 1)],
+        vec![entry("1-0", "alice", None, 1), no_period],
+        vec![huge],
+    ];
+    for page in pages {
+        let args = drain_args(&page);
+        assert_eq!((args[2].as_str(), args[3].as_str()), ("", ""), "{page:?}");
+        assert_eq!(args[1], page.len().to_string());
+    }
+}
