@@ -204,6 +204,20 @@ local function count_arg(text, what)
   return text
 end
 
+-- The fields of an argument that joins records of `per` fields each with
+-- `|` (which no id holds); refused unless they make whole records. An
+-- empty field is kept, for the caller to refuse.
+local function split_fields(text, per, what)
+  local parts = {}
+  for part in string.gmatch(text .. '|', '([^|]*)|') do
+    parts[#parts + 1] = part
+  end
+  if #parts % per ~= 0 then
+    fail(what .. ' are not ' .. per .. ' fields each: ' .. text)
+  end
+  return parts
+end
+
 local EXPIRY_POLICIES = { charge = true, release = true }
 
 local function on_expiry_arg(text)

@@ -57,13 +57,7 @@ end
 -- The page's sums, read and checked before anything is written.
 local fields, amounts = {}, {}
 if first ~= '' and argv.sums ~= '' then
-  local parts = {}
-  for part in string.gmatch(argv.sums .. '|', '([^|]*)|') do
-    parts[#parts + 1] = part
-  end
-  if #parts % 2 ~= 0 then
-    fail('drain: sums are not field and amount pairs: ' .. argv.sums)
-  end
+  local parts = split_fields(argv.sums, 2, 'drain: sums')
   for i = 1, #parts, 2 do
     local field = parts[i]
     if not (string.match(field, '^key:.+:f$') or string.match(field, '^org:.+:f$')) then

@@ -149,13 +149,7 @@ local caps = {}
 local tokens = int_arg(argv.tokens, 'token bound')
 local holds_tokens = false
 if argv.caps ~= '' then
-  local parts = {}
-  for part in string.gmatch(argv.caps .. '|', '([^|]*)|') do
-    parts[#parts + 1] = part
-  end
-  if #parts % 5 ~= 0 then
-    fail('caps are not five fields each: ' .. argv.caps)
-  end
+  local parts = split_fields(argv.caps, 5, 'caps')
   for i = 1, #parts, 5 do
     local kind, id, meter = parts[i], parts[i + 1], parts[i + 2]
     if not string.match(kind, '^%l+$') then

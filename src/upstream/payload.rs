@@ -28,16 +28,6 @@ impl Payload {
         Payload { parts, remaining }
     }
 
-    /// Its length in bytes: what is left to send, all of it until the
-    /// body is sent.
-    pub fn len(&self) -> u64 {
-        self.remaining
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.remaining == 0
-    }
-
     /// Its parts, in order.
     #[cfg(test)]
     pub(crate) fn parts(&self) -> impl Iterator<Item = &Bytes> {
@@ -119,12 +109,12 @@ mod tests {
             Bytes::from_static(b"\"max_tokens\":5"),
             whole.slice(29..),
         ]);
-        assert_eq!(payload.len(), whole.len() as u64);
         assert_eq!(payload.size_hint().exact(), Some(whole.len() as u64));
         assert_eq!(payload.to_bytes(), whole);
         let sent = payload.collect().await.unwrap().to_bytes();
         assert_eq!(sent, whole);
         let empty = Payload::from(Bytes::new());
-        assert!(empty.is_end_stream() && empty.is_empty());
+        assert!(empty.is_end_stream());
+        assert_eq!(empty.size_hint().exact(), Some(0));
     }
 }
